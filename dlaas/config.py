@@ -1,0 +1,58 @@
+"""Typed configuration, built once in each service's main.py and passed down.
+
+Every service reads the same platform settings (prefix `DLAAS_`); secrets have no
+default. Nothing here is read at import time.
+"""
+
+from __future__ import annotations
+
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class PlatformSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DLAAS_", extra="ignore")
+
+    # etcd client endpoints, "host:port[,host:port...]".
+    etcd_endpoints: str = "127.0.0.1:2379"
+    etcd_prefix: str = "/dlaas"
+    # Job store: a path or sqlite:///path (embedded default) or mongodb://...
+    store_url: str = "sqlite:///dlaas.db"
+    # The platform's S3 (training data when a manifest names no endpoint, code archives).
+    s3_endpoint: str = "http://127.0.0.1:8333"
+    s3_access_key: str
+    s3_secret_key: SecretStr
+    s3_bucket: str = "dlaas"
+    # The Docker engine that runs learners ("unix:///var/run/docker.sock").
+    docker_host: str = "unix:///var/run/docker.sock"
+    # The S3 endpoint as containers reach it (the host through the bridge gateway).
+    s3_endpoint_for_containers: str = ""
+    # Addresses of the gRPC services.
+    lcm_addr: str = "127.0.0.1:50051"
+    scheduler_addr: str = "127.0.0.1:50052"
+    # Image for learners and helpers, built locally by `dlaas images build`.
+    learner_image: str = "dlaas/learner:latest"
+    # Declared capacity of the local node (0: read from the machine).
+    node_name: str = "local"
+    node_cpus: float = 0
+    node_memory_mb: int = 0
+    node_gpus: int = 0
+    node_gpu_type: str = ""
+
+    def etcd_hostports(self) -> list[tuple[str, int]]:
+        out = []
+        for item in self.etcd_endpoints.split(","):
+            host, _, port = item.strip().removeprefix("http://").rpartition(":")
+            out.append((host or "127.0.0.1", int(port)))
+        return out
+
+
+class ApiSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DLAAS_API_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # "token:user,token:user"; the admin token sees every job.
+    tokens: SecretStr = SecretStr("")
+    admin_token: SecretStr
+    max_code_archive_mb: int = 64

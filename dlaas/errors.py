@@ -1,0 +1,79 @@
+"""Domain errors, raised by the logic and mapped to HTTP/gRPC codes once per transport.
+
+`PermanentError`s are the caller's or the job's fault and are never retried;
+`TemporaryError`s are infrastructure trouble and may be retried after `delay_s`.
+"""
+
+from __future__ import annotations
+
+
+class DlaasError(Exception):
+    """Base of every error the platform raises on purpose."""
+
+    code = "internal"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class PermanentError(DlaasError):
+    pass
+
+
+class TemporaryError(DlaasError):
+    code = "unavailable"
+
+    def __init__(self, message: str, delay_s: float = 1.0):
+        super().__init__(message)
+        self.delay_s = delay_s
+
+
+class InvalidManifest(PermanentError):
+    """The manifest is malformed; `problems` lists `field.path: what is wrong`."""
+
+    code = "invalid_manifest"
+
+    def __init__(self, problems: list[str]):
+        super().__init__("invalid manifest: " + "; ".join(problems))
+        self.problems = problems
+
+
+class InvalidRequest(PermanentError):
+    code = "invalid_request"
+
+
+class JobNotFound(PermanentError):
+    code = "not_found"
+
+    def __init__(self, job_id: str):
+        super().__init__(f"job {job_id} not found")
+        self.job_id = job_id
+
+
+class JobExists(PermanentError):
+    code = "already_exists"
+
+
+class InvalidTransition(PermanentError):
+    code = "invalid_transition"
+
+
+class CapacityExceeded(PermanentError):
+    """The job can never fit on this cluster, however long it waits."""
+
+    code = "capacity_exceeded"
+
+
+class ImageUnavailable(PermanentError):
+    code = "image_unavailable"
+
+
+class PayloadTooLarge(PermanentError):
+    code = "payload_too_large"
+
+
+class Conflict(TemporaryError):
+    """A compare-and-swap lost a race; re-read and try again."""
+
+    code = "conflict"

@@ -1,0 +1,143 @@
+"""Live job status in etcd, changed only by compare-and-swap, mirrored to the job store.
+
+The adapter between the pure state machine (dlaas.status) and etcd. A transition reads
+the current state with its mod revision, asks the state machine for the next state, and
+writes it in a transaction that succeeds only if nobody wrote in between; the winner
+then mirrors the transition (with its sequence number, so a replay is harmless) into
+the job store.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import pyetcd
+
+from dlaas.errors import InvalidTransition, JobNotFound
+from dlaas.status import JobState, Status, advance, forward_path, initial
+from dlaas.store.base import JobStore
+
+MAX_CAS_ATTEMPTS = 20
+
+
+def connect(endpoints: list[tuple[str, int]], timeout: float = 5.0) -> pyetcd.Etcd3Client:
+    if len(endpoints) == 1:
+        host, port = endpoints[0]
+        return pyetcd.client(host=host, port=port, timeout=timeout)
+    eps = [pyetcd.Endpoint(host, port, secure=False) for host, port in endpoints]
+    return pyetcd.MultiEndpointEtcd3Client(eps, timeout=timeout, failover=True)
+
+
+class StatusKeeper:
+    def __init__(
+        self,
+        etcd: pyetcd.Etcd3Client,
+        store: JobStore,
+        prefix: str = "/dlaas",
+        clock: Callable[[], float] = time.time,
+    ):
+        self.etcd = etcd
+        self.store = store
+        self.prefix = prefix.rstrip("/")
+        self.clock = clock
+
+    def key(self, job_id: str) -> str:
+        return f"{self.prefix}/jobs/{job_id}/status"
+
+    @property
+    def jobs_prefix(self) -> str:
+        return f"{self.prefix}/jobs/"
+
+    def _read(self, job_id: str) -> tuple[JobState | None, int]:
+        value, meta = self.etcd.get(self.key(job_id))
+        if value is None:
+            return None, 0
+        return JobState.from_dict(json.loads(value)), meta.mod_revision
+
+    def get(self, job_id: str) -> JobState | None:
+        return self._read(job_id)[0]
+
+    def create(self, job_id: str, reason: str = "submitted") -> JobState:
+        """Put the QUEUED state if the job has none yet; return the job's state either way."""
+        state = initial(self.clock(), reason)
+        tx = self.etcd.transactions
+        ok, _ = self.etcd.transaction(
+            compare=[tx.version(self.key(job_id)) == 0],
+            success=[tx.put(self.key(job_id), json.dumps(state.to_dict()))],
+            failure=[],
+        )
+        if not ok:
+            current = self.get(job_id)
+            assert current is not None
+            return current
+        self.store.record_transition(job_id, state.seq, state.transition())
+        return state
+
+    def transition(
+        self,
+        job_id: str,
+        target: Status,
+        reason: str,
+        *,
+        error_code: str = "",
+        exit_code: int | None = None,
+    ) -> JobState:
+        """Move the job to `target` with compare-and-swap; raise InvalidTransition if not allowed."""
+        tx = self.etcd.transactions
+        for _ in range(MAX_CAS_ATTEMPTS):
+            current, rev = self._read(job_id)
+            if current is None:
+                raise JobNotFound(job_id)
+            new = advance(
+                current, target, self.clock(), reason, error_code=error_code, exit_code=exit_code
+            )
+            ok, _ = self.etcd.transaction(
+                compare=[tx.mod(self.key(job_id)) == rev],
+                success=[tx.put(self.key(job_id), json.dumps(new.to_dict()))],
+                failure=[],
+            )
+            if ok:
+                self.store.record_transition(job_id, new.seq, new.transition())
+                return new
+        raise InvalidTransition(f"job {job_id}: status kept changing, gave up after retries")
+
+    def try_transition(self, job_id: str, target: Status, reason: str, **kw) -> JobState | None:
+        """Like transition(), but None when the edge is not allowed (someone got there first)."""
+        try:
+            return self.transition(job_id, target, reason, **kw)
+        except InvalidTransition:
+            return None
+
+    def walk_to(self, job_id: str, target: Status, reason: str, **kw) -> JobState | None:
+        """Advance along the happy path to `target`, recording every step in between."""
+        current = self.get(job_id)
+        if current is None:
+            raise JobNotFound(job_id)
+        state: JobState | None = current
+        for step in forward_path(current.status, target):
+            state = self.try_transition(job_id, step, reason, **kw)
+            if state is None:
+                return None
+        return state
+
+    def repair_mirror(self, job_id: str) -> None:
+        """Mirror the live state again (idempotent), after a crash between etcd and the store."""
+        state = self.get(job_id)
+        if state is not None:
+            self.store.record_transition(job_id, state.seq, state.transition())
+
+    def delete(self, job_id: str) -> None:
+        self.etcd.delete_prefix(f"{self.prefix}/jobs/{job_id}/")
+
+    def active_jobs(self) -> dict[str, JobState]:
+        out = {}
+        for value, meta in self.etcd.get_prefix(self.jobs_prefix):
+            key = meta.key.decode()
+            if not key.endswith("/status"):
+                continue
+            state = JobState.from_dict(json.loads(value))
+            if not state.final:
+                out[key[len(self.jobs_prefix) : -len("/status")]] = state
+        return out

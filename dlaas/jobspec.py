@@ -1,0 +1,111 @@
+"""The contract between the LCM, the job monitor and the containers of a job.
+
+Names, labels, mount paths, env variables, helper events and helper exit codes: one
+place, so the deployer, the monitor, the helper and the learner wrapper agree. Pure.
+"""
+
+from __future__ import annotations
+
+import json
+
+# Labels on every container, network and volume the platform creates.
+LABEL_MANAGED = "dlaas.managed"
+LABEL_JOB = "dlaas.job"
+LABEL_ROLE = "dlaas.role"  # "helper" | "learner"
+LABEL_LEARNER = "dlaas.learner"  # learner index, 0-based
+LABEL_USER = "dlaas.user"
+
+ROLE_HELPER = "helper"
+ROLE_LEARNER = "learner"
+
+# The shared job volume and what lives in it.
+JOB_MOUNT = "/job"
+DATA_DIR = f"{JOB_MOUNT}/data"
+CODE_DIR = f"{JOB_MOUNT}/code"
+RESULT_DIR = f"{JOB_MOUNT}/results"
+CHECKPOINT_DIR = f"{JOB_MOUNT}/checkpoints"
+LOG_DIR = f"{JOB_MOUNT}/logs"
+DATA_READY_MARK = f"{JOB_MOUNT}/.data_ready"
+
+MASTER_PORT = 29500
+
+# The helper prints one line per event on stdout: "DLAAS-EVENT {json}".
+EVENT_PREFIX = "DLAAS-EVENT "
+EVENT_DATA_READY = "data_ready"  # data and code are in place; learners may start
+EVENT_STORED = "stored"  # results and logs are in S3
+EVENT_ERROR = "error"  # {"code": ..., "message": ...} before a non-zero exit
+
+# Helper exit codes, so the monitor can say why a job failed.
+HELPER_EXIT_OK = 0
+HELPER_EXIT_DATA_NOT_FOUND = 10
+HELPER_EXIT_STORE_REFUSED = 11
+HELPER_EXIT_UPLOAD_FAILED = 12
+HELPER_EXIT_BAD_ARCHIVE = 13
+
+HELPER_EXIT_REASONS = {
+    HELPER_EXIT_DATA_NOT_FOUND: ("data_not_found", "training data not found"),
+    HELPER_EXIT_STORE_REFUSED: ("store_refused", "the data store refused the credentials"),
+    HELPER_EXIT_UPLOAD_FAILED: ("upload_failed", "results or logs could not be stored"),
+    HELPER_EXIT_BAD_ARCHIVE: ("bad_archive", "the code archive could not be unpacked"),
+}
+
+# The helper finishes (stores results and logs, exits) on this signal.
+HELPER_FINISH_SIGNAL = "SIGUSR1"
+
+
+def network_name(job_id: str) -> str:
+    return f"dlaas-{job_id}"
+
+
+def volume_name(job_id: str) -> str:
+    return f"dlaas-{job_id}"
+
+
+def helper_name(job_id: str) -> str:
+    return f"dlaas-{job_id}-helper"
+
+
+def learner_name(job_id: str, index: int) -> str:
+    return f"dlaas-{job_id}-learner-{index}"
+
+
+def learner_alias(index: int) -> str:
+    """The learner's host name on the job network (MASTER_ADDR is learner 0's)."""
+    return f"learner-{index}"
+
+
+def log_object_key(job_id: str, index: int) -> str:
+    return f"{job_id}/logs/learner-{index}.log"
+
+
+def results_prefix(job_id: str) -> str:
+    return f"{job_id}/"
+
+
+def format_event(event: str, **fields: object) -> str:
+    return EVENT_PREFIX + json.dumps({"event": event, **fields}, sort_keys=True)
+
+
+def parse_event(line: str) -> dict | None:
+    if not line.startswith(EVENT_PREFIX):
+        return None
+    try:
+        data = json.loads(line[len(EVENT_PREFIX) :])
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and "event" in data else None
+
+
+def learner_env(job_id: str, index: int, num_learners: int) -> dict[str, str]:
+    """The env every learner gets from the platform (see RESERVED_ENV in the manifest)."""
+    return {
+        "JOB_ID": job_id,
+        "LEARNER_ID": str(index),
+        "NUM_LEARNERS": str(num_learners),
+        "MASTER_ADDR": learner_alias(0),
+        "MASTER_PORT": str(MASTER_PORT),
+        "DATA_DIR": DATA_DIR,
+        "RESULT_DIR": RESULT_DIR,
+        "CHECKPOINT_DIR": CHECKPOINT_DIR,
+        "LOG_DIR": LOG_DIR,
+    }

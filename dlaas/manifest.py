@@ -1,0 +1,286 @@
+"""Manifest v1: what a user asks the platform to run, as a pydantic model.
+
+Pure logic, no I/O: `parse_manifest(text)` turns YAML into a validated `Manifest` or
+raises `InvalidManifest` whose every problem names the field path and what is wrong.
+FfDL's manifests parse unchanged: its S3-style store types map to our S3 store and its
+connection keys (auth_url, user_name, password) map to ours.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from dlaas.errors import InvalidManifest
+
+# Env names the platform sets for every learner; a manifest may not override them.
+RESERVED_ENV = frozenset(
+    {
+        "JOB_ID",
+        "LEARNER_ID",
+        "NUM_LEARNERS",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "DATA_DIR",
+        "RESULT_DIR",
+        "CHECKPOINT_DIR",
+        "LOG_DIR",
+    }
+)
+
+# Store types that are S3 (FfDL used several names for the same thing).
+S3_STORE_TYPES = frozenset({"s3", "s3_datastore", "mount_cos", "cos", "s3_object_store"})
+
+# Priority classes a manifest may name instead of a number.
+PRIORITY_CLASSES = {"low": -100, "normal": 0, "high": 100, "critical": 1000}
+
+_UNITS = {
+    "": 1,
+    "k": 1000,
+    "m": 1000**2,
+    "g": 1000**3,
+    "t": 1000**4,
+    "ki": 1024,
+    "mi": 1024**2,
+    "gi": 1024**3,
+    "ti": 1024**4,
+}
+_MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*$", re.IGNORECASE)
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_memory_mb(value: Any) -> int:
+    """Memory as MiB from FfDL-style strings: `1Gb`, `16GB`, `1000MiB`, `512M`, or a number of MiB."""
+    if isinstance(value, bool):
+        raise ValueError("must be a size such as 512MiB or 2Gb, not a boolean")
+    if isinstance(value, int | float):
+        mib = float(value)
+    elif isinstance(value, str):
+        m = _MEM_RE.match(value)
+        if not m:
+            raise ValueError(f"{value!r} is not a size; use a number with a unit such as 512MiB or 2Gb")
+        unit = (m.group(2) or "m").lower()  # a bare number means MiB
+        mib = float(m.group(1)) * _UNITS[unit] / 1024**2
+    else:
+        raise ValueError("must be a size such as 512MiB or 2Gb")
+    if mib <= 0:
+        raise ValueError("must be greater than zero")
+    return max(1, round(mib))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Connection(BaseModel):
+    """Where a data store lives and how to sign in; FfDL's key names are accepted."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    endpoint: str | None = Field(default=None, validation_alias="auth_url")
+    access_key: str | None = Field(default=None, validation_alias="user_name")
+    secret_key: SecretStr | None = Field(default=None, validation_alias="password")
+    region: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for ours, theirs in (
+            ("auth_url", "endpoint"),
+            ("user_name", "access_key"),
+            ("password", "secret_key"),
+        ):
+            if theirs in data and ours not in data:
+                data[ours] = data.pop(theirs)
+            data.pop(theirs, None)
+        return data
+
+
+class Bucket(_Model):
+    container: str = Field(min_length=1)
+
+
+class DataStore(_Model):
+    id: str = Field(min_length=1)
+    type: str
+    training_data: Bucket | None = None
+    training_results: Bucket | None = None
+    connection: Connection = Field(default_factory=Connection)
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, v: str) -> str:
+        if v.lower() not in S3_STORE_TYPES:
+            raise ValueError(
+                f"store type {v!r} is not supported; use one of: s3 "
+                f"(also accepted: {', '.join(sorted(S3_STORE_TYPES - {'s3'}))})"
+            )
+        return "s3"
+
+
+class Framework(_Model):
+    name: str = Field(min_length=1)
+    version: str = "latest"
+    image: str | None = None
+    command: str = Field(min_length=1)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_str(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+
+
+class Checkpoint(_Model):
+    interval_s: int = Field(default=300, ge=0, description="0 turns periodic checkpoints off")
+
+
+class Manifest(_Model):
+    name: str
+    description: str = ""
+    version: str = "1.0"
+    learners: int = Field(default=1, ge=1, le=1024)
+    cpus: float = Field(default=1.0, gt=0, le=1024)
+    gpus: int = Field(default=0, ge=0, le=64)
+    gpu_type: str | None = None
+    memory_mb: int = Field(default=1024, validation_alias="memory")
+    data_stores: list[DataStore] = Field(default_factory=list)
+    framework: Framework
+    evaluation_metrics: dict[str, Any] | None = None
+    min_learners: int | None = Field(default=None, ge=1)
+    max_learners: int | None = Field(default=None, ge=1)
+    priority: int = 0
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    max_restarts: int = Field(default=0, ge=0, le=100)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(
+                "must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
+        return v
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_str(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+
+    @field_validator("memory_mb", mode="before")
+    @classmethod
+    def _memory(cls, v: Any) -> int:
+        return parse_memory_mb(v)
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _priority(cls, v: Any) -> Any:
+        if isinstance(v, str) and not v.lstrip("-").isdigit():
+            if v.lower() not in PRIORITY_CLASSES:
+                raise ValueError(
+                    f"unknown priority class {v!r}; use a number or one of {', '.join(PRIORITY_CLASSES)}"
+                )
+            return PRIORITY_CLASSES[v.lower()]
+        return v
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for key, value in v.items():
+            if not isinstance(key, str) or not _ENV_RE.match(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if key in RESERVED_ENV:
+                raise ValueError(f"{key} is set by the platform and cannot be overridden")
+            out[key] = value if isinstance(value, str) else str(value)
+        return out
+
+    @model_validator(mode="after")
+    def _elastic_range(self) -> Manifest:
+        lo = self.min_learners if self.min_learners is not None else self.learners
+        hi = self.max_learners if self.max_learners is not None else self.learners
+        if lo > self.learners:
+            raise ValueError(f"min_learners ({lo}) must not exceed learners ({self.learners})")
+        if hi < self.learners:
+            raise ValueError(f"max_learners ({hi}) must not be below learners ({self.learners})")
+        self.min_learners, self.max_learners = lo, hi
+        ids = [s.id for s in self.data_stores]
+        if len(ids) != len(set(ids)):
+            raise ValueError("data_stores: ids must be unique")
+        return self
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_learners != self.max_learners
+
+    def data_store(self) -> DataStore | None:
+        """The store that holds training data and receives results (the first one)."""
+        return self.data_stores[0] if self.data_stores else None
+
+    def normalized(self) -> dict[str, Any]:
+        """The manifest as the platform understood it, with secrets masked."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        return data
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item in ("function-after[_elastic_range()]",):
+            continue
+        else:
+            name = "memory" if item == "memory_mb" else str(item)
+            parts.append(("." if parts else "") + name)
+    return "".join(parts) or "(manifest)"
+
+
+def errors_from_validation(exc: ValidationError) -> list[str]:
+    """Turn pydantic's errors into `path: what is wrong` lines, with no input values echoed."""
+    out = []
+    for err in exc.errors(include_url=False, include_input=False):
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        out.append(f"{_field_path(tuple(err['loc']))}: {msg}")
+    return out
+
+
+def parse_manifest(text: str | bytes) -> Manifest:
+    """Parse and validate a YAML manifest; raise InvalidManifest listing every problem."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise InvalidManifest([f"(manifest): malformed YAML{where}: {problem}"]) from None
+    if not isinstance(data, dict):
+        raise InvalidManifest(["(manifest): must be a YAML mapping of fields"])
+    return manifest_from_dict(data)
+
+
+def manifest_from_dict(data: dict[str, Any]) -> Manifest:
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidManifest(errors_from_validation(exc)) from None
+
