@@ -1,0 +1,122 @@
+"""The integrators' SDK: typed gRPC clients for the LCM and the scheduler.
+
+gRPC failures come back as the platform's domain errors (dlaas.errors), so callers
+handle `JobNotFound` or `CapacityExceeded`, not status codes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+
+from dlaas.grpc_errors import raise_from_rpc
+from dlaas.v1 import lcm_pb2, lcm_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    job_id: str
+    status: str
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    cpus: int
+    memory_mb: int
+    gpus: int
+    gpu_type: str
+    healthy: bool
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    job_id: str
+    position: int
+    reason: str
+    eta_low_s: float
+    eta_high_s: float
+
+
+class _Client:
+    service = "service"
+
+    def __init__(self, addr: str, timeout: float = 10.0):
+        self.addr = addr
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(addr)
+
+    def _call(self, method, request):
+        try:
+            return method(request, timeout=self.timeout, wait_for_ready=False)
+        except grpc.RpcError as exc:
+            raise_from_rpc(exc, f"{self.service} at {self.addr}")
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class LcmClient(_Client):
+    service = "the lifecycle manager"
+
+    def __init__(self, addr: str, timeout: float = 30.0):
+        super().__init__(addr, timeout)
+        self._stub = lcm_pb2_grpc.LifecycleManagerStub(self._channel)
+
+    def submit(self, job_id: str, user: str, manifest_yaml: str, code_key: str = "") -> SubmitResult:
+        reply = self._call(
+            self._stub.SubmitJob,
+            lcm_pb2.SubmitJobRequest(
+                job_id=job_id, user=user, manifest_yaml=manifest_yaml, code_key=code_key
+            ),
+        )
+        return SubmitResult(reply.job_id, reply.status, list(reply.warnings))
+
+    def halt(self, job_id: str, user: str = "", reason: str = "halted by the user") -> str:
+        reply = self._call(
+            self._stub.HaltJob, lcm_pb2.JobRef(job_id=job_id, user=user, reason=reason)
+        )
+        return reply.status
+
+    def delete(self, job_id: str, user: str = "") -> None:
+        self._call(self._stub.DeleteJob, lcm_pb2.JobRef(job_id=job_id, user=user))
+
+    def cluster(self) -> list[NodeInfo]:
+        reply = self._call(self._stub.Cluster, lcm_pb2.Empty())
+        return [
+            NodeInfo(n.name, n.cpus, n.memory_mb, n.gpus, n.gpu_type, n.healthy)
+            for n in reply.nodes
+        ]
+
+
+class SchedulerClient(_Client):
+    service = "the scheduler"
+
+    def __init__(self, addr: str, timeout: float = 10.0):
+        super().__init__(addr, timeout)
+        self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
+
+    def enqueue(self, gang: scheduler_pb2.GangRequest) -> tuple[bool, str]:
+        reply = self._call(self._stub.Enqueue, gang)
+        return reply.accepted, reply.reason
+
+    def schedule(self) -> list[scheduler_pb2.Decision]:
+        return list(self._call(self._stub.Schedule, scheduler_pb2.SchedEmpty()).decisions)
+
+    def release(self, job_id: str) -> None:
+        self._call(self._stub.Release, scheduler_pb2.JobId(job_id=job_id))
+
+    def queue(self) -> list[QueueEntry]:
+        reply = self._call(self._stub.Queue, scheduler_pb2.SchedEmpty())
+        return [
+            QueueEntry(e.job_id, e.position, e.reason, e.eta_low_s, e.eta_high_s)
+            for e in reply.entries
+        ]
