@@ -1,0 +1,23 @@
+"""Pure scheduling policy core: model, gang placement, policies, queue report.
+
+No I/O and no clock reads here: callers pass `now`. The live scheduler service and the
+trace-driven simulator both call `schedule()`.
+"""
+
+from .core import DEFAULT_CONFIG, POLICIES, PolicyConfig, can_ever_fit, schedule
+from .model import Allocation, Decision, Node, QueuedJob, QueueEntry, RunningJob, Snapshot
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "POLICIES",
+    "Allocation",
+    "Decision",
+    "Node",
+    "PolicyConfig",
+    "QueueEntry",
+    "QueuedJob",
+    "RunningJob",
+    "Snapshot",
+    "can_ever_fit",
+    "schedule",
+]

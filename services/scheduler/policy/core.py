@@ -1,0 +1,523 @@
+"""The scheduling round: `schedule(snapshot, now, policy) -> [Decision]`, pure and deterministic.
+
+One round walks the queue in the policy's order and, for each gang:
+  1. places it whole (elastic jobs: as many learners as fit, never below min) or not at all;
+  2. if it does not fit and the policy lets it preempt: first SHRINKS elastic lower-ranked jobs
+     (never below their min), else PREEMPTS a minimal set of whole lower-ranked jobs, preferring
+     those that lose the least work (recent checkpoint) and skipping any job that (re)started less
+     than `min_run_s` ago (the thrash guard);
+  3. otherwise the first blocked gang gets a RESERVATION: the nodes it will drain are hidden from
+     later (smaller) jobs for the rest of the round, so a stream of small jobs can backfill the rest
+     of the cluster but never starve the big gang.
+Leftover idle GPUs then GROW elastic jobs back toward their max, if nobody waiting could use them.
+
+Policies (all duration-blind; the policy never sees how long a job will run):
+  fifo     - submit order; no preemption; head-of-queue reservation + backfill.
+  priority - priority class, then submit order; preempts strictly lower classes.
+  las      - Tiresias discretized 2D-LAS: class = (priority, queue level of attained GPU-seconds);
+             FIFO inside a level; preempts worse levels; starving jobs promoted to level 0.
+  fair     - DRF across users: the user with the smallest dominant share goes next.
+  default  - LAS levels + starvation promotion + DRF tie-break between users inside a level,
+             reservation for gangs waiting too long, thrash guard. See PolicyConfig.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .model import Allocation, Decision, Node, QueuedJob, RunningJob, Snapshot
+from .placement import FreeIndex
+
+POLICIES: tuple[str, ...] = ("fifo", "priority", "las", "fair", "default")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Knobs of the policies. One configuration is used for every trace window."""
+
+    # 2D-LAS queue thresholds, in attained GPU-seconds (Tiresias uses a few coarse levels).
+    las_thresholds: tuple[float, ...] = (3_600.0, 36_000.0)
+    # Promote a waiting job to level 0 once it waited this many times its executed time.
+    starve_factor: float = 4.0
+    # Thrash guard: a job that (re)started or was resized less than this ago is not a victim.
+    min_run_s: float = 300.0
+    # Reserve nodes for the first blocked gang once it waited this long (fifo: always).
+    reserve_after_s: float = 0.0
+    # Only gangs at least this many GPUs get reservations (small ones will find a gap anyway).
+    reserve_min_gpus: int = 2
+    # Let elastic jobs grow into idle GPUs.
+    grow: bool = True
+
+
+DEFAULT_CONFIG = PolicyConfig()
+
+
+# ---------------------------------------------------------------------------------------------
+# ranking
+
+
+def las_level(attained: float, thresholds: Sequence[float]) -> int:
+    lvl = 0
+    for t in thresholds:
+        if attained >= t:
+            lvl += 1
+        else:
+            break
+    return lvl
+
+
+def _wait_since(j: QueuedJob) -> float:
+    return j.last_preempted_time if j.last_preempted_time is not None else j.submit_time
+
+
+def _executed_s(j: QueuedJob) -> float:
+    return j.attained_service / max(j.gpus_per_learner * j.learners, 1)
+
+
+def queued_class(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> tuple:
+    """The class used to decide who may preempt whom (smaller = more important)."""
+    if policy in ("las", "default"):
+        lvl = las_level(j.attained_service, cfg.las_thresholds)
+        if lvl and now - _wait_since(j) >= cfg.starve_factor * max(_executed_s(j), 1.0):
+            lvl = 0  # starvation promotion (Tiresias' STARVE_LIMIT)
+        return (-j.priority, lvl)
+    if policy == "priority":
+        return (-j.priority,)
+    return ()
+
+
+def running_class(r: RunningJob, policy: str, cfg: PolicyConfig) -> tuple:
+    if policy in ("las", "default"):
+        return (-r.priority, las_level(r.attained_service, cfg.las_thresholds))
+    if policy == "priority":
+        return (-r.priority,)
+    return ()
+
+
+def order_key(policy: str, now: float, cfg: PolicyConfig) -> Callable[[QueuedJob], tuple]:
+    if policy == "fifo":
+        return lambda j: (j.submit_time, j.job_id)
+    if policy == "priority":
+        return lambda j: (-j.priority, j.submit_time, j.job_id)
+    return lambda j: (*queued_class(j, now, policy, cfg), j.submit_time, j.job_id)
+
+
+def preempts(policy: str) -> bool:
+    return policy in ("priority", "las", "default")
+
+
+# ---------------------------------------------------------------------------------------------
+# feasibility
+
+
+def can_ever_fit(job: QueuedJob, nodes: Sequence[Node]) -> tuple[bool, str]:
+    """Whether the gang fits an EMPTY cluster (at its minimum size); else a reason naming why."""
+    idx = FreeIndex(nodes, ())
+    n = job.min_gang
+    if job.gpus_per_learner < 0 or job.cpus_per_learner < 0 or job.memory_mb_per_learner < 0:
+        return False, "resources per learner must not be negative"
+    if n < 1:
+        return False, "learners must be at least 1"
+    if job.gpu_type and not any(nf.node.gpu_type == job.gpu_type for nf in idx.nodes.values()):
+        return False, f"no healthy node has gpu_type {job.gpu_type!r}"
+    plan = idx.place(
+        job.job_id,
+        n,
+        job.gpus_per_learner,
+        job.cpus_per_learner,
+        job.memory_mb_per_learner,
+        job.gpu_type,
+        "pack",
+    )
+    if plan is not None:
+        return True, ""
+    what = (
+        f"{n} learner(s) x {job.gpus_per_learner} GPU, {job.cpus_per_learner:g} CPU, "
+        f"{job.memory_mb_per_learner} MiB"
+    )
+    gpus = sum(
+        nf.node.gpus
+        for nf in idx.nodes.values()
+        if not job.gpu_type or nf.node.gpu_type == job.gpu_type
+    )
+    biggest = max((nf.node for nf in idx.nodes.values()), key=lambda x: x.gpus, default=None)
+    return False, (
+        f"gang of {what} can never fit this cluster ({len(idx.nodes)} healthy nodes, {gpus} "
+        f"matching GPUs, largest node {biggest.gpus if biggest else 0} GPU / "
+        f"{biggest.cpus if biggest else 0:g} CPU / {biggest.memory_mb if biggest else 0} MiB)"
+    )
+
+
+def _shape(j: QueuedJob) -> str:
+    res = f"{j.gpus_per_learner} GPU" if j.gpus_per_learner else f"{j.cpus_per_learner:g} CPU"
+    return f"{j.learners} x {res}" + (f" ({j.gpu_type})" if j.gpu_type else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# the round
+
+
+@dataclass
+class _Round:
+    snapshot: Snapshot
+    now: float
+    policy: str
+    cfg: PolicyConfig
+    include_waits: bool
+    idx: FreeIndex = field(init=False)
+    decisions: list[Decision] = field(default_factory=list)
+    touched: set[str] = field(default_factory=set)  # running jobs already acted on
+    shrunk_to: dict[str, list[Allocation]] = field(default_factory=dict)
+    reserved_for: str | None = None
+    waiting: list[QueuedJob] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.idx = FreeIndex(
+            self.snapshot.nodes, (a for r in self.snapshot.running for a in r.allocations)
+        )
+
+    # -- helpers --------------------------------------------------------------------------
+    def _place(self, j: QueuedJob, learners: int) -> list[Allocation] | None:
+        return self.idx.place(
+            j.job_id,
+            learners,
+            j.gpus_per_learner,
+            j.cpus_per_learner,
+            j.memory_mb_per_learner,
+            j.gpu_type,
+            j.placement,
+        )
+
+    def try_start(self, j: QueuedJob) -> list[Allocation] | None:
+        allocs = self._place(j, j.learners)
+        if allocs is None and j.min_gang < j.learners:
+            # Elastic: the largest count that fits now, never below min (it grows back later).
+            for n in range(j.learners - 1, j.min_gang - 1, -1):
+                allocs = self._place(j, n)
+                if allocs is not None:
+                    break
+        return allocs
+
+    def start(self, j: QueuedJob, allocs: list[Allocation], cause: str) -> None:
+        self.idx.take(allocs)
+        if self.reserved_for == j.job_id:
+            self.idx.unreserve(j.job_id)
+            self.reserved_for = None
+        self.decisions.append(Decision(j.job_id, "start", cause, allocs))
+
+    # -- preemption -----------------------------------------------------------------------
+    def _victims(self, j: QueuedJob) -> list[RunningJob]:
+        cls = queued_class(j, self.now, self.policy, self.cfg)
+        out = []
+        for r in self.snapshot.running:
+            if r.job_id in self.touched:
+                continue
+            if running_class(r, self.policy, self.cfg) <= cls:
+                continue
+            since = max(r.start_time, r.last_resize_time or r.start_time)
+            if self.now - since < self.cfg.min_run_s:
+                continue  # thrash guard
+            if j.gpu_type and not any(
+                self.idx.nodes.get(a.node) is not None
+                and self.idx.nodes[a.node].node.gpu_type == j.gpu_type
+                for a in r.allocations
+            ):
+                continue  # frees nothing this job can use
+            out.append(r)
+
+        # Least important first, then the least work lost (most recent checkpoint / start).
+        def lost(r: RunningJob) -> float:
+            ck = r.last_checkpoint_time if r.last_checkpoint_time is not None else r.start_time
+            return self.now - max(ck, r.start_time)
+
+        out.sort(
+            key=lambda r: (
+                tuple(-x for x in running_class(r, self.policy, self.cfg)),
+                lost(r) * max(r.gpus, 1),
+                -r.start_time,
+                r.job_id,
+            )
+        )
+        return out
+
+    def try_preempt(self, j: QueuedJob) -> bool:
+        victims = self._victims(j)
+        if not victims:
+            return False
+        need = j.min_gang
+        g = j.gpus_per_learner
+        if g > 0:
+            freeable = self.idx.total_free_gpus(j.gpu_type) + sum(r.gpus for r in victims)
+            if freeable < need * g:
+                return False
+        cause_cls = queued_class(j, self.now, self.policy, self.cfg)
+
+        # 1. shrink-before-kill: remove learners of elastic victims, never below their min.
+        shrinks: list[tuple[RunningJob, list[Allocation]]] = []
+        allocs = None
+        for r in victims:
+            if r.learners <= r.min_gang:
+                continue
+            removable = sorted(r.allocations, key=lambda a: -a.learner)[: r.learners - r.min_gang]
+            taken: list[Allocation] = []
+            for a in removable:
+                self.idx.give([a])
+                taken.append(a)
+                allocs = self._place(j, need)
+                if allocs is not None:
+                    break
+            shrinks.append((r, taken))
+            if allocs is not None:
+                break
+        if allocs is not None:
+            # minimality: give back learners that were not needed (last removed first)
+            for r, taken in reversed(shrinks):
+                for a in list(reversed(taken)):
+                    self.idx.take([a])
+                    if self._place(j, need) is None:
+                        self.idx.give([a])
+                    else:
+                        taken.remove(a)
+            allocs = self._place(j, need)
+            for r, taken in shrinks:
+                if taken:
+                    self.touched.add(r.job_id)
+                    self.decisions.append(
+                        Decision(
+                            r.job_id,
+                            "shrink",
+                            f"shrunk by {len(taken)} learner(s) (to {r.learners - len(taken)}, min "
+                            f"{r.min_gang}) to admit {j.job_id} (class {cause_cls} beats "
+                            f"{running_class(r, self.policy, self.cfg)})",
+                            taken,
+                        )
+                    )
+            self.start(j, allocs, f"started after shrinking elastic jobs ({_shape(j)})")
+            return True
+        for _, taken in shrinks:
+            self.idx.take(taken)
+
+        # 2. preempt whole jobs, least important / least work lost first.
+        chosen: list[RunningJob] = []
+        for r in victims:
+            self.idx.give(r.allocations)
+            chosen.append(r)
+            if g > 0 and self.idx.upper_capacity(g, j.gpu_type) < need:
+                continue
+            allocs = self._place(j, need)
+            if allocs is not None:
+                break
+        if allocs is None:
+            for r in chosen:
+                self.idx.take(r.allocations)
+            return False
+        # minimality: drop victims whose resources turned out not to be needed
+        for r in list(reversed(chosen[:-1])):
+            self.idx.take(r.allocations)
+            if self._place(j, need) is None:
+                self.idx.give(r.allocations)
+            else:
+                chosen.remove(r)
+        allocs = self._place(j, need)
+        for r in chosen:
+            self.touched.add(r.job_id)
+            self.decisions.append(
+                Decision(
+                    r.job_id,
+                    "preempt",
+                    f"preempted for {j.job_id}: its class {cause_cls} beats "
+                    f"{running_class(r, self.policy, self.cfg)} "
+                    f"({len(chosen)} victim(s), the fewest that make room)",
+                    list(r.allocations),
+                )
+            )
+        self.start(j, allocs, f"started by preempting {', '.join(r.job_id for r in chosen)}")
+        return True
+
+    # -- reservation ----------------------------------------------------------------------
+    def try_reserve(self, j: QueuedJob) -> None:
+        if (
+            self.reserved_for is not None
+            or j.gpus_per_learner * j.learners < self.cfg.reserve_min_gpus
+        ):
+            return
+        if self.policy != "fifo" and self.now - _wait_since(j) < self.cfg.reserve_after_s:
+            return
+        g, c, m = j.gpus_per_learner, j.cpus_per_learner, j.memory_mb_per_learner
+        nodes = [
+            nf
+            for nf in self.idx.nodes.values()
+            if nf.reserved_for is None and (not j.gpu_type or nf.node.gpu_type == j.gpu_type)
+        ]
+        # Most free first: those drain soonest without knowing any job's duration.
+        nodes.sort(key=lambda nf: (-len(nf.free), -nf.cpus, nf.node.name))
+        chosen, have = [], 0
+        for nf in nodes:
+            n = nf.node
+            cap = j.learners
+            if g:
+                cap = min(cap, n.gpus // g)
+            if c > 0:
+                cap = min(cap, int(n.cpus // c))
+            if m:
+                cap = min(cap, n.memory_mb // m)
+            if cap <= 0:
+                continue
+            chosen.append(nf.node.name)
+            have += cap
+            if have >= j.min_gang:
+                self.idx.reserve(chosen, j.job_id)
+                self.reserved_for = j.job_id
+                return
+
+    def wait(self, j: QueuedJob, why: str) -> None:
+        self.waiting.append(j)
+        if self.include_waits:
+            self.decisions.append(Decision(j.job_id, "wait", why))
+
+    def why_not(self, j: QueuedJob) -> str:
+        free = self.idx.total_free_gpus(j.gpu_type)
+        if j.gpus_per_learner:
+            return (
+                f"needs {_shape(j)}s at once; {free} free outside reservations, largest free "
+                f"block {self.idx.largest_free_block(j.gpu_type)}"
+            )
+        return f"needs {_shape(j)} with {j.memory_mb_per_learner} MiB each; not enough free"
+
+    # -- grow -----------------------------------------------------------------------------
+    def grow(self) -> None:
+        if not self.cfg.grow:
+            return
+        for j in self.waiting:
+            # A waiting job that could use idle GPUs has them first.
+            if (
+                j.gpus_per_learner == 0
+                or self.idx.upper_capacity(j.gpus_per_learner, j.gpu_type) >= j.min_gang
+            ):
+                return
+        elastic = [
+            r
+            for r in self.snapshot.running
+            if r.job_id not in self.touched and r.learners < r.max_gang and r.allocations
+        ]
+        elastic.sort(key=lambda r: (r.learners / r.max_gang, r.start_time, r.job_id))
+        for r in elastic:
+            g, c, m = r.per_learner()
+            gtype = r.gpu_type
+            if not gtype:
+                nf = self.idx.nodes.get(r.allocations[0].node)
+                gtype = nf.node.gpu_type if nf is not None else ""
+            add = r.max_gang - r.learners
+            first = max(a.learner for a in r.allocations) + 1
+            allocs = None
+            while add > 0:
+                allocs = self.idx.place(r.job_id, add, g, c, m, gtype, r.placement, first)
+                if allocs is not None:
+                    break
+                add -= 1
+            if allocs:
+                self.idx.take(allocs)
+                self.touched.add(r.job_id)
+                self.decisions.append(
+                    Decision(
+                        r.job_id,
+                        "grow",
+                        f"grown by {len(allocs)} learner(s) to {r.learners + len(allocs)} "
+                        f"(max {r.max_gang}) into idle resources; nobody waiting can use them",
+                        allocs,
+                    )
+                )
+
+    # -- main loop ------------------------------------------------------------------------
+    def ordered(self):
+        queue = self.snapshot.queue
+        if self.policy != "fair":
+            yield from sorted(queue, key=order_key(self.policy, self.now, self.cfg))
+            return
+        yield from self._drf_order(queue)
+
+    def _drf_order(self, queue):
+        """DRF: repeatedly serve the user with the smallest dominant share (updated on starts)."""
+        tot_g = sum(n.gpus for n in self.snapshot.nodes if n.healthy) or 1
+        tot_c = sum(n.cpus for n in self.snapshot.nodes if n.healthy) or 1.0
+        tot_m = sum(n.memory_mb for n in self.snapshot.nodes if n.healthy) or 1
+        used: dict[str, list[float]] = {}
+        for r in self.snapshot.running:
+            u = used.setdefault(r.user, [0.0, 0.0, 0.0])
+            for a in r.allocations:
+                u[0] += len(a.gpu_indices)
+                u[1] += a.cpus
+                u[2] += a.memory_mb
+        per_user: dict[str, list[QueuedJob]] = {}
+        for j in sorted(queue, key=lambda j: (-j.priority, j.submit_time, j.job_id)):
+            per_user.setdefault(j.user, []).append(j)
+
+        def share(user: str) -> float:
+            u = used.get(user, [0.0, 0.0, 0.0])
+            return max(u[0] / tot_g, u[1] / tot_c, u[2] / tot_m)
+
+        heap = [(share(u), js[0].submit_time, u) for u, js in per_user.items()]
+        heapq.heapify(heap)
+        pos = dict.fromkeys(per_user, 0)
+        while heap:
+            _, _, u = heapq.heappop(heap)
+            j = per_user[u][pos[u]]
+            pos[u] += 1
+            before = len(self.decisions)
+            yield j
+            for d in self.decisions[before:]:
+                if d.action == "start" and d.job_id == j.job_id:
+                    x = used.setdefault(u, [0.0, 0.0, 0.0])
+                    for a in d.allocations:
+                        x[0] += len(a.gpu_indices)
+                        x[1] += a.cpus
+                        x[2] += a.memory_mb
+            if pos[u] < len(per_user[u]):
+                heapq.heappush(heap, (share(u), per_user[u][pos[u]].submit_time, u))
+
+    def run(self) -> list[Decision]:
+        can_preempt = preempts(self.policy) and bool(self.snapshot.running)
+        for j in self.ordered():
+            g = j.gpus_per_learner
+            fits_gpus = g == 0 or self.idx.upper_capacity(g, j.gpu_type) >= j.min_gang
+            allocs = self.try_start(j) if fits_gpus or self.reserved_for == j.job_id else None
+            if allocs is not None:
+                cause = f"fits now ({_shape(j)}, {len(allocs)} learner(s))"
+                if self.reserved_for is not None and self.reserved_for != j.job_id:
+                    cause += f"; backfilled outside nodes reserved for {self.reserved_for}"
+                self.start(j, allocs, cause)
+                continue
+            if can_preempt and self.try_preempt(j):
+                continue
+            why = self.why_not(j)
+            if self.reserved_for is None:
+                self.try_reserve(j)
+                if self.reserved_for == j.job_id:
+                    why += "; nodes reserved for it so smaller jobs cannot starve it"
+            elif self.reserved_for != j.job_id:
+                why += f"; behind {self.reserved_for}, which holds a reservation"
+            self.wait(j, why)
+        self.grow()
+        return self.decisions
+
+
+def schedule(
+    snapshot: Snapshot,
+    now: float,
+    policy: str = "default",
+    config: PolicyConfig | None = None,
+    include_waits: bool = True,
+) -> list[Decision]:
+    """One scheduling round. Pure: same snapshot and `now` give the same decisions.
+
+    Decisions come in the order the caller must carry them out (a preempt/shrink before the
+    start it makes room for). `include_waits=False` skips the per-job "wait" decisions (the
+    simulator does not need them; `queue_report` explains waiting jobs on demand).
+    """
+    if policy not in POLICIES:
+        raise ValueError(
+            f"policy: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}"
+        )
+    return _Round(snapshot, now, policy, config or DEFAULT_CONFIG, include_waits).run()

@@ -1,0 +1,186 @@
+"""The scheduler's pure data model: what a scheduling round sees and what it decides.
+
+Everything here is an immutable value object with no I/O. The live scheduler service builds a
+`Snapshot` from etcd and the simulator builds one from its event queue; both hand it to the same
+`schedule()` function (rule 7 of the house style) and get `Decision`s back.
+
+Units: GPUs are whole devices addressed by index (a node with `gpus=4` has GPUs 0..3), CPUs are
+fractional cores, memory is MiB, times are seconds on whatever clock the caller uses (unix time
+live, seconds since the trace start in the simulator). Attained service is GPU-seconds (for
+CPU-only jobs, learner-seconds), the quantity Tiresias' 2D-LAS discretizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Placement = Literal["pack", "spread", "topology"]
+Action = Literal["start", "preempt", "shrink", "grow", "wait"]
+
+PLACEMENTS: tuple[str, ...] = ("pack", "spread", "topology")
+ACTIONS: tuple[str, ...] = ("start", "preempt", "shrink", "grow", "wait")
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A machine learners can be placed on. `labels` carries topology ("rack", "area")."""
+
+    name: str
+    gpus: int
+    cpus: float
+    memory_mb: int
+    gpu_type: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    healthy: bool = True
+
+    @property
+    def rack(self) -> str:
+        return self.labels.get("rack", "")
+
+    @property
+    def area(self) -> str:
+        return self.labels.get("area", "")
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One learner's share of one node."""
+
+    learner: int
+    node: str
+    gpu_indices: tuple[int, ...]
+    cpus: float
+    memory_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A gang waiting for resources. Every learner asks for the same per-learner resources.
+
+    `learners` is the size the user asked for; an elastic job (`min_learners < max_learners`)
+    may be started with any count in [min_learners, learners]. `submit_time` is the ORIGINAL
+    submission time, kept when a preempted job is requeued, so it gets its old position back.
+    `attained_service` and `preemptions` carry the history of a requeued job.
+    """
+
+    job_id: str
+    user: str
+    learners: int
+    gpus_per_learner: int
+    cpus_per_learner: float
+    memory_mb_per_learner: int
+    priority: int = 0
+    submit_time: float = 0.0
+    gpu_type: str = ""
+    min_learners: int | None = None
+    max_learners: int | None = None
+    placement: str = "pack"
+    attained_service: float = 0.0
+    preemptions: int = 0
+    last_preempted_time: float | None = None
+
+    @property
+    def min_gang(self) -> int:
+        return self.min_learners if self.min_learners is not None else self.learners
+
+    @property
+    def max_gang(self) -> int:
+        return self.max_learners if self.max_learners is not None else self.learners
+
+    @property
+    def gpus(self) -> int:
+        return self.learners * self.gpus_per_learner
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A gang that holds resources now. `start_time` is when its current run (re)started."""
+
+    job_id: str
+    user: str
+    allocations: tuple[Allocation, ...] | list[Allocation]
+    priority: int = 0
+    start_time: float = 0.0
+    attained_service: float = 0.0
+    last_checkpoint_time: float | None = None
+    min_learners: int | None = None
+    max_learners: int | None = None
+    submit_time: float = 0.0
+    gpu_type: str = ""
+    gpus_per_learner: int | None = None
+    cpus_per_learner: float | None = None
+    memory_mb_per_learner: int | None = None
+    placement: str = "pack"
+    last_resize_time: float | None = None
+
+    @property
+    def learners(self) -> int:
+        return len(self.allocations)
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(a.gpu_indices) for a in self.allocations)
+
+    @property
+    def min_gang(self) -> int:
+        return self.min_learners if self.min_learners is not None else self.learners
+
+    @property
+    def max_gang(self) -> int:
+        return self.max_learners if self.max_learners is not None else self.learners
+
+    def per_learner(self) -> tuple[int, float, int]:
+        """(gpus, cpus, memory_mb) one learner of this job takes."""
+        first = self.allocations[0] if self.allocations else None
+        g = self.gpus_per_learner
+        if g is None:
+            g = len(first.gpu_indices) if first else 0
+        c = self.cpus_per_learner
+        if c is None:
+            c = first.cpus if first else 0.0
+        m = self.memory_mb_per_learner
+        if m is None:
+            m = first.memory_mb if first else 0
+        return g, c, m
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one round may look at. `queue` order does not matter; the policy orders it."""
+
+    nodes: tuple[Node, ...] | list[Node]
+    running: tuple[RunningJob, ...] | list[RunningJob] = ()
+    queue: tuple[QueuedJob, ...] | list[QueuedJob] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One thing the caller must carry out, with the reason why.
+
+    allocations by action:
+      start   - every learner of the gang (its size may be below `learners` for an elastic job);
+      preempt - the allocations to free (always the WHOLE job: never half a gang);
+      shrink  - the learners to remove (the job keeps the rest, never fewer than min_learners);
+      grow    - the learners to add;
+      wait    - empty.
+    """
+
+    job_id: str
+    action: str
+    cause: str
+    allocations: list[Allocation] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEntry:
+    """Position, pending reason and ETA range (seconds from now) of one queued job."""
+
+    job_id: str
+    position: int
+    reason: str
+    eta_low_s: float
+    eta_high_s: float
+
+    def __iter__(self):  # lets callers unpack it like the tuple the service expects
+        return iter((self.job_id, self.position, self.reason, self.eta_low_s, self.eta_high_s))

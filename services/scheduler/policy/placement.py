@@ -1,0 +1,297 @@
+"""Free-resource index and gang placement, used inside one scheduling round.
+
+`FreeIndex` is a mutable scratch structure built from a Snapshot at the start of a round and
+thrown away at its end (the Snapshot itself is never mutated). It keeps, per GPU type, the nodes
+bucketed by how many GPUs they have free, so the common questions are cheap:
+  - "could this gang possibly fit?" is O(max GPUs per node), not O(nodes);
+  - a single-node gang is placed best-fit by walking buckets upward from its size.
+Multi-node gangs look at candidate nodes only (those with enough free GPUs for one learner).
+
+Every change (`take`, `give`) is reversible, which is how preemption tries victims and undoes the
+attempt when it does not help.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .model import Allocation, Node
+
+_EPS = 1e-9
+
+
+class NodeFree:
+    """What is still free on one node during a round."""
+
+    __slots__ = ("cpus", "free", "mem", "node", "reserved_for")
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.free: set[int] = set(range(node.gpus))
+        self.cpus = float(node.cpus)
+        self.mem = int(node.memory_mb)
+        self.reserved_for: str | None = None
+
+    def fit(self, g: int, c: float, m: int, cap: int) -> int:
+        """How many learners of shape (g GPUs, c CPUs, m MiB) fit here, at most `cap`."""
+        n = cap
+        if g > 0:
+            n = min(n, len(self.free) // g)
+        if c > _EPS:
+            n = min(n, int((self.cpus + _EPS) // c))
+        if m > 0:
+            n = min(n, self.mem // m)
+        return max(n, 0)
+
+
+class FreeIndex:
+    """Free GPUs/CPUs/memory per node, bucketed by free-GPU count per GPU type."""
+
+    def __init__(self, nodes: Iterable[Node], allocations: Iterable[Allocation]) -> None:
+        self.nodes: dict[str, NodeFree] = {}
+        for n in nodes:
+            if n.healthy and n.name not in self.nodes:
+                self.nodes[n.name] = NodeFree(n)
+        for a in allocations:
+            nf = self.nodes.get(a.node)
+            if nf is None:  # allocation on an unhealthy/removed node: nothing to subtract
+                continue
+            nf.free.difference_update(a.gpu_indices)
+            nf.cpus -= a.cpus
+            nf.mem -= a.memory_mb
+        self.max_gpus = max((nf.node.gpus for nf in self.nodes.values()), default=0)
+        # buckets[gpu_type][k] = ordered set (dict) of node names with exactly k free GPUs
+        self.buckets: dict[str, list[dict[str, None]]] = {}
+        self.free_gpus: dict[str, int] = {}
+        for nf in self.nodes.values():
+            self._bucket_add(nf)
+
+    # -- bucket bookkeeping -------------------------------------------------------------
+    def _bucket_add(self, nf: NodeFree) -> None:
+        if nf.reserved_for is not None:
+            return
+        t = nf.node.gpu_type
+        b = self.buckets.get(t)
+        if b is None:
+            b = self.buckets[t] = [{} for _ in range(self.max_gpus + 1)]
+            self.free_gpus[t] = 0
+        b[len(nf.free)][nf.node.name] = None
+        self.free_gpus[t] += len(nf.free)
+
+    def _bucket_remove(self, nf: NodeFree) -> None:
+        if nf.reserved_for is not None:
+            return
+        t = nf.node.gpu_type
+        del self.buckets[t][len(nf.free)][nf.node.name]
+        self.free_gpus[t] -= len(nf.free)
+
+    def _types(self, gpu_type: str) -> list[str]:
+        return [gpu_type] if gpu_type else list(self.buckets)
+
+    # -- mutation ----------------------------------------------------------------------
+    def take(self, allocs: Iterable[Allocation]) -> None:
+        for a in allocs:
+            nf = self.nodes.get(a.node)
+            if nf is None:
+                continue
+            self._bucket_remove(nf)
+            nf.free.difference_update(a.gpu_indices)
+            nf.cpus -= a.cpus
+            nf.mem -= a.memory_mb
+            self._bucket_add(nf)
+
+    def give(self, allocs: Iterable[Allocation]) -> None:
+        for a in allocs:
+            nf = self.nodes.get(a.node)
+            if nf is None:
+                continue
+            self._bucket_remove(nf)
+            nf.free.update(a.gpu_indices)
+            nf.cpus += a.cpus
+            nf.mem += a.memory_mb
+            self._bucket_add(nf)
+
+    def reserve(self, names: Iterable[str], job_id: str) -> None:
+        """Hide nodes from everyone but `job_id` for the rest of the round (backfill guard)."""
+        for name in names:
+            nf = self.nodes[name]
+            if nf.reserved_for is None:
+                self._bucket_remove(nf)
+                nf.reserved_for = job_id
+
+    def unreserve(self, job_id: str) -> list[str]:
+        names = [n for n, nf in self.nodes.items() if nf.reserved_for == job_id]
+        for name in names:
+            nf = self.nodes[name]
+            nf.reserved_for = None
+            self._bucket_add(nf)
+        return names
+
+    # -- queries -----------------------------------------------------------------------
+    def total_free_gpus(self, gpu_type: str = "") -> int:
+        return sum(self.free_gpus.get(t, 0) for t in self._types(gpu_type))
+
+    def upper_capacity(self, g: int, gpu_type: str) -> int:
+        """Upper bound on learners of g GPUs placeable now (GPUs only; CPUs/memory not checked)."""
+        if g <= 0:
+            return 1 << 30
+        total = 0
+        for t in self._types(gpu_type):
+            b = self.buckets.get(t)
+            if b is None:
+                continue
+            for k in range(g, len(b)):
+                if b[k]:
+                    total += len(b[k]) * (k // g)
+        return total
+
+    def largest_free_block(self, gpu_type: str = "") -> int:
+        best = 0
+        for t in self._types(gpu_type):
+            b = self.buckets.get(t, [])
+            for k in range(len(b) - 1, best, -1):
+                if b[k]:
+                    best = k
+                    break
+        return best
+
+    def _candidates(self, g: int, c: float, m: int, gpu_type: str, job_id: str | None, cap: int):
+        """(NodeFree, fit) for every node that can host at least one learner, most free first."""
+        out: list[tuple[NodeFree, int]] = []
+        if job_id is not None:  # nodes reserved for this very job are usable by it
+            for nf in self.nodes.values():
+                if nf.reserved_for == job_id and (not gpu_type or nf.node.gpu_type == gpu_type):
+                    k = nf.fit(g, c, m, cap)
+                    if k > 0:
+                        out.append((nf, k))
+        if g > 0:
+            for t in self._types(gpu_type):
+                b = self.buckets.get(t)
+                if b is None:
+                    continue
+                for k in range(len(b) - 1, g - 1, -1):
+                    for name in b[k]:
+                        nf = self.nodes[name]
+                        f = nf.fit(g, c, m, cap)
+                        if f > 0:
+                            out.append((nf, f))
+        else:
+            for nf in self.nodes.values():
+                if nf.reserved_for is not None:
+                    continue
+                if gpu_type and nf.node.gpu_type != gpu_type:
+                    continue
+                f = nf.fit(g, c, m, cap)
+                if f > 0:
+                    out.append((nf, f))
+        if g > 0 and job_id is not None:
+            out.sort(key=lambda x: -len(x[0].free))
+        return out
+
+    def place(
+        self,
+        job_id: str,
+        learners: int,
+        g: int,
+        c: float,
+        m: int,
+        gpu_type: str = "",
+        mode: str = "pack",
+        first_learner: int = 0,
+    ) -> list[Allocation] | None:
+        """Place a whole gang or nothing. Does NOT take the resources; call `take` to commit."""
+        if learners <= 0:
+            return []
+        if (
+            g > 0
+            and self.upper_capacity(g, gpu_type) < learners
+            and not any(nf.reserved_for == job_id for nf in self.nodes.values())
+        ):
+            return None
+        plan = self._plan(job_id, learners, g, c, m, gpu_type, mode)
+        if plan is None:
+            return None
+        allocs: list[Allocation] = []
+        i = first_learner
+        for nf, count in plan:
+            free = sorted(nf.free)
+            for j in range(count):
+                allocs.append(Allocation(i, nf.node.name, tuple(free[j * g : (j + 1) * g]), c, m))
+                i += 1
+        return allocs
+
+    def _plan(self, job_id, learners, g, c, m, gpu_type, mode):
+        # Fast path: one node takes the whole gang (PACK/topology), best fit = fewest spare GPUs.
+        if mode != "spread" or learners == 1:
+            if g > 0:
+                own = [
+                    nf
+                    for nf in self.nodes.values()
+                    if nf.reserved_for == job_id and nf.fit(g, c, m, learners) >= learners
+                ]
+                if own:
+                    return [(min(own, key=lambda nf: len(nf.free)), learners)]
+                best = None
+                for t in self._types(gpu_type):
+                    b = self.buckets.get(t)
+                    if b is None:
+                        continue
+                    top = len(b) if best is None else min(len(b), len(best.free))
+                    found = False
+                    for k in range(learners * g, top):
+                        for name in b[k]:
+                            nf = self.nodes[name]
+                            if nf.fit(g, c, m, learners) >= learners:
+                                best, found = nf, True
+                                break
+                        if found:
+                            break
+                if best is not None:
+                    return [(best, learners)]
+            else:
+                cands = [
+                    (nf, f)
+                    for nf, f in self._candidates(g, c, m, gpu_type, job_id, learners)
+                    if f >= learners
+                ]
+                if cands:  # best fit by CPUs left over
+                    nf = min(cands, key=lambda x: (x[0].cpus - learners * c, x[0].node.name))[0]
+                    return [(nf, learners)]
+            if learners == 1:
+                return None
+        cands = self._candidates(g, c, m, gpu_type, job_id, learners)
+        if sum(f for _, f in cands) < learners:
+            return None
+        if mode == "spread":
+            cands.sort(key=lambda x: (-x[1], x[0].node.name))
+            counts = [0] * len(cands)
+            left = learners
+            while left:
+                for i, (_, f) in enumerate(cands):
+                    if counts[i] < f and left:
+                        counts[i] += 1
+                        left -= 1
+            return [(cands[i][0], k) for i, k in enumerate(counts) if k]
+        # PACK / topology: the smallest topology domain (rack, then area) that holds the gang,
+        # then the fewest nodes inside it.
+        for level in ("rack", "area"):
+            groups: dict[str, list[tuple[NodeFree, int]]] = {}
+            for nf, f in cands:
+                key = nf.node.labels.get(level, "") if nf.node.labels else ""
+                if key:
+                    groups.setdefault(key, []).append((nf, f))
+            fitting = [(sum(f for _, f in v), k, v) for k, v in groups.items()]
+            fitting = [x for x in fitting if x[0] >= learners]
+            if fitting:
+                cands = min(fitting, key=lambda x: (x[0], x[1]))[2]
+                break
+        cands = sorted(cands, key=lambda x: (-x[1], x[0].node.name))
+        plan = []
+        left = learners
+        for nf, f in cands:
+            k = min(f, left)
+            plan.append((nf, k))
+            left -= k
+            if not left:
+                return plan
+        return None
