@@ -1,0 +1,141 @@
+"""What a job's deployment looks like: the desired network, volume and containers.
+
+Pure logic. `deployment_plan()` turns a manifest plus its placement into plain container
+specs; the Docker adapter (deployer.py) makes the world match them idempotently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dlaas import jobspec
+from dlaas.errors import ImageUnavailable
+from dlaas.manifest import Manifest
+from dlaas.s3 import S3Location
+
+# Framework names the platform's own learner image serves (any version).
+BUILTIN_FRAMEWORKS = frozenset({"python", "python3", "numpy", "dlaas"})
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    name: str
+    role: str
+    image: str
+    command: list[str]
+    env: dict[str, str]
+    labels: dict[str, str]
+    nano_cpus: int = 0
+    mem_limit_mb: int = 0
+    gpu_indices: tuple[int, ...] = ()
+    gpus: int = 0
+    aliases: tuple[str, ...] = ()
+    learner: int | None = None
+
+
+@dataclass(frozen=True)
+class DeploymentPlan:
+    job_id: str
+    network: str
+    volume: str
+    labels: dict[str, str]
+    helper: ContainerSpec
+    learners: list[ContainerSpec] = field(default_factory=list)
+
+    @property
+    def containers(self) -> list[ContainerSpec]:
+        return [self.helper, *self.learners]
+
+
+def resolve_image(manifest: Manifest, learner_image: str) -> str:
+    """The image for the manifest's framework; raise ImageUnavailable when none is known."""
+    fw = manifest.framework
+    if fw.image:
+        return fw.image
+    if fw.name.lower() in BUILTIN_FRAMEWORKS:
+        return learner_image
+    raise ImageUnavailable(
+        f"framework.name: no image is known for framework {fw.name} {fw.version}; "
+        f"use framework name 'python' (the platform's learner image) or set framework.image "
+        f"to an image present on the nodes"
+    )
+
+
+def job_labels(job_id: str, user: str) -> dict[str, str]:
+    return {jobspec.LABEL_MANAGED: "true", jobspec.LABEL_JOB: job_id, jobspec.LABEL_USER: user}
+
+
+def deployment_plan(
+    *,
+    job_id: str,
+    user: str,
+    manifest: Manifest,
+    learners: int,
+    gpu_indices: list[tuple[int, ...]],
+    image: str,
+    helper_image: str,
+    data: S3Location | None,
+    results: S3Location,
+    code: S3Location | None,
+) -> DeploymentPlan:
+    """The containers of one job: a helper and `learners` learners, with limits and env."""
+    labels = job_labels(job_id, user)
+    helper_env = {
+        "JOB_ID": job_id,
+        "NUM_LEARNERS": str(learners),
+        "DLAAS_S3_ENDPOINT": results.endpoint,
+        "AWS_ACCESS_KEY_ID": results.access_key,
+        "AWS_SECRET_ACCESS_KEY": results.secret_key,
+        "DLAAS_DATA_BUCKET": data.bucket if data else "",
+        "DLAAS_DATA_PREFIX": data.prefix if data else "",
+        "DLAAS_RESULTS_BUCKET": results.bucket,
+        "DLAAS_CODE_BUCKET": code.bucket if code else "",
+        "DLAAS_CODE_KEY": code.prefix if code else "",
+    }
+    if code is not None and code.endpoint != results.endpoint:
+        # The code archive is in the platform's S3 while data/results are elsewhere.
+        helper_env.update(
+            DLAAS_CODE_ENDPOINT=code.endpoint,
+            DLAAS_CODE_ACCESS_KEY=code.access_key,
+            DLAAS_CODE_SECRET_KEY=code.secret_key,
+        )
+    helper = ContainerSpec(
+        name=jobspec.helper_name(job_id),
+        role=jobspec.ROLE_HELPER,
+        image=helper_image,
+        command=["python3", "-m", "services.learner_helper"],
+        env=helper_env,
+        labels={**labels, jobspec.LABEL_ROLE: jobspec.ROLE_HELPER},
+        aliases=("helper",),
+    )
+    specs = []
+    for i in range(learners):
+        env = {**manifest.env, **jobspec.learner_env(job_id, i, learners)}
+        specs.append(
+            ContainerSpec(
+                name=jobspec.learner_name(job_id, i),
+                role=jobspec.ROLE_LEARNER,
+                image=image,
+                command=["python3", "-m", "dlaas.learner.run", "--", manifest.framework.command],
+                env=env,
+                labels={
+                    **labels,
+                    jobspec.LABEL_ROLE: jobspec.ROLE_LEARNER,
+                    jobspec.LABEL_LEARNER: str(i),
+                },
+                nano_cpus=int(manifest.cpus * 1e9),
+                mem_limit_mb=manifest.memory_mb,
+                gpus=manifest.gpus,
+                gpu_indices=gpu_indices[i] if i < len(gpu_indices) else (),
+                aliases=(jobspec.learner_alias(i),),
+                learner=i,
+            )
+        )
+    return DeploymentPlan(
+        job_id=job_id,
+        network=jobspec.network_name(job_id),
+        volume=jobspec.volume_name(job_id),
+        labels=labels,
+        helper=helper,
+        learners=specs,
+    )

@@ -1,0 +1,42 @@
+"""Entrypoint of the scheduler service: `python -m services.scheduler.main`."""
+
+from __future__ import annotations
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from dlaas.config import PlatformSettings
+from dlaas.etcd_status import connect
+from dlaas.grpc_server import configure_logging, start_server, wait_for_termination
+from dlaas.nodes import configured_nodes
+from dlaas.v1 import scheduler_pb2_grpc
+from services.scheduler.service import SchedulerService, SchedulerState
+
+
+class SchedulerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DLAAS_SCHEDULER_", extra="ignore")
+
+    # The live platform carries out start decisions only until the [resilience] work
+    # executes preempt/shrink/grow, hence FIFO by default.
+    policy: str = "fifo"
+
+
+def main() -> None:
+    log = configure_logging("scheduler")
+    settings = PlatformSettings()
+    sched = SchedulerSettings()
+    etcd = connect(settings.etcd_hostports())
+    service = SchedulerService(
+        SchedulerState(etcd, settings.etcd_prefix), configured_nodes(settings), sched.policy
+    )
+    host, _, port = settings.scheduler_addr.rpartition(":")
+    server = start_server(
+        f"{host}:{port}",
+        lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(service, s),
+        ["dlaas.v1.Scheduler"],
+    )
+    log.info("scheduler serving on %s with policy %s", settings.scheduler_addr, sched.policy)
+    wait_for_termination(server)
+
+
+if __name__ == "__main__":
+    main()
