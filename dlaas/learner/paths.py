@@ -1,0 +1,49 @@
+"""Where things live in a job container, from the env with the dlaas.jobspec paths as defaults.
+
+Inside a container the defaults always apply (the platform sets DATA_DIR etc. to the
+jobspec paths). DLAAS_JOB_DIR moves the whole layout elsewhere, which lets tests run the
+helper and the learner wrapper as plain processes. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlaas import jobspec
+
+
+def _under(job_dir: str, default: str) -> str:
+    return posixpath.join(job_dir, posixpath.relpath(default, jobspec.JOB_MOUNT))
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    job_dir: Path
+    data_dir: Path
+    code_dir: Path
+    result_dir: Path
+    checkpoint_dir: Path
+    log_dir: Path
+    ready_mark: Path
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> JobPaths:
+        job = env.get("DLAAS_JOB_DIR") or jobspec.JOB_MOUNT
+
+        def pick(name: str, default: str) -> Path:
+            return Path(env.get(name) or _under(job, default))
+
+        return cls(
+            job_dir=Path(job),
+            data_dir=pick("DATA_DIR", jobspec.DATA_DIR),
+            code_dir=pick("DLAAS_CODE_DIR", jobspec.CODE_DIR),
+            result_dir=pick("RESULT_DIR", jobspec.RESULT_DIR),
+            checkpoint_dir=pick("CHECKPOINT_DIR", jobspec.CHECKPOINT_DIR),
+            log_dir=pick("LOG_DIR", jobspec.LOG_DIR),
+            ready_mark=pick("DLAAS_DATA_READY_MARK", jobspec.DATA_READY_MARK),
+        )
+
+    def learner_log(self, learner_id: str | int) -> Path:
+        return self.log_dir / f"learner-{learner_id}.log"

@@ -1,0 +1,128 @@
+"""The learner wrapper: `python3 -m dlaas.learner.run -- <command string>`.
+
+The LCM starts every learner container with this as its command. It
+1. waits until the helper has put data and code in place (the DATA_READY_MARK file),
+2. creates RESULT_DIR, CHECKPOINT_DIR and LOG_DIR,
+3. runs the user's command with `sh -c` in CODE_DIR (or /job when no code was given),
+   with the container's env, in its own process group,
+4. copies the command's stdout+stderr line by line to its own stdout (flushed, so the
+   platform can stream logs live) and to LOG_DIR/learner-<LEARNER_ID>.log, which the
+   helper uploads when the job ends,
+5. forwards SIGTERM/SIGINT to the command's process group, and
+6. exits with the command's exit code (killed by signal n -> 128+n).
+
+Paths come from dlaas.learner.paths (the env the platform sets, jobspec defaults;
+DLAAS_JOB_DIR lets tests run the wrapper outside a container).
+Stdlib only: this runs on Debian's python3.11 inside the job image.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dlaas.learner.paths import JobPaths
+
+POLL_S = 0.05
+EXIT_USAGE = 2
+
+
+def parse_command(argv: list[str]) -> str | None:
+    """The command string after `--` (several words are joined with spaces); None if absent."""
+    if "--" in argv:
+        argv = argv[argv.index("--") + 1 :]
+    command = " ".join(argv).strip()
+    return command or None
+
+
+def exit_code(returncode: int) -> int:
+    """Popen's return code as a shell would report it: killed by signal n -> 128+n."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def working_dir(paths: JobPaths) -> Path:
+    """CODE_DIR when the job brought code, else the job volume itself."""
+    try:
+        if paths.code_dir.is_dir() and any(paths.code_dir.iterdir()):
+            return paths.code_dir
+    except OSError:
+        pass
+    return paths.job_dir if paths.job_dir.is_dir() else Path.cwd()
+
+
+class _Signals:
+    """Remembers a stop signal; forwards it to the child's process group once there is one."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.child: subprocess.Popen | None = None
+
+    def handle(self, signum: int, _frame) -> None:
+        self.received = signum
+        if self.child is not None and self.child.poll() is None:
+            try:
+                os.killpg(self.child.pid, signum)
+            except ProcessLookupError:
+                pass
+
+
+def wait_for_data(mark: Path, signals: _Signals) -> bool:
+    """Poll for the helper's mark; False if a stop signal came first."""
+    while not mark.exists():
+        if signals.received is not None:
+            return False
+        time.sleep(POLL_S)
+    return True
+
+
+def run(command: str, env: dict[str, str], out=None) -> int:
+    out = out or sys.stdout.buffer
+    paths = JobPaths.from_env(env)
+    learner_id = env.get("LEARNER_ID") or "0"
+    signals = _Signals()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signals.handle)
+
+    if not wait_for_data(paths.ready_mark, signals):
+        return 128 + signals.received
+    for d in (paths.result_dir, paths.checkpoint_dir, paths.log_dir):
+        d.mkdir(parents=True, exist_ok=True)
+
+    child_env = dict(env)
+    child_env.setdefault("PYTHONUNBUFFERED", "1")  # the child's stdout is a pipe
+    with open(paths.learner_log(learner_id), "ab") as log:
+        signals.child = subprocess.Popen(
+            ["sh", "-c", command],
+            cwd=working_dir(paths),
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group: a signal reaches sh AND its children
+        )
+        if signals.received is not None:  # a signal that came between wait and Popen
+            signals.handle(signals.received, None)
+        for line in iter(signals.child.stdout.readline, b""):
+            out.write(line)
+            out.flush()
+            log.write(line)
+            log.flush()
+        signals.child.stdout.close()
+        return exit_code(signals.child.wait())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command = parse_command(argv)
+    if command is None or argv[:1] in (["-h"], ["--help"]):
+        print("usage: python3 -m dlaas.learner.run -- <command string>", file=sys.stderr)
+        return EXIT_USAGE
+    return run(command, dict(os.environ))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

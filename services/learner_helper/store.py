@@ -1,0 +1,236 @@
+"""The helper's adapter to S3: download a bucket/prefix, fetch one object, upload a tree.
+
+boto3 with path-style addressing (SeaweedFS, MinIO and friends). Every failure becomes a
+`StoreError` carrying the helper exit code and event code from dlaas.jobspec, with a
+message that names the bucket and key but never the credentials. Downloads stream each
+object in chunks and check `should_stop` between chunks, so a finish signal that comes
+mid-download is honoured within a chunk. Object keys are untrusted: a key that would land
+outside the target directory is skipped. Runs on boto3 1.26 (Debian bookworm).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Callable
+from pathlib import Path
+
+import boto3
+import botocore.exceptions
+from botocore.config import Config
+
+from dlaas.jobspec import (
+    HELPER_EXIT_DATA_NOT_FOUND,
+    HELPER_EXIT_REASONS,
+    HELPER_EXIT_STORE_REFUSED,
+    HELPER_EXIT_UPLOAD_FAILED,
+)
+
+# Not in dlaas.jobspec (yet): the store could not be reached at all.
+EXIT_STORE_UNREACHABLE = 1
+CHUNK = 1 << 20
+
+_REFUSED = {
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "InvalidToken",
+    "ExpiredToken",
+    "AllAccessDisabled",
+    "403",
+}
+_NOT_FOUND = {"NoSuchBucket", "NoSuchKey", "404", "NotFound"}
+
+
+class StoreError(Exception):
+    def __init__(self, exit_code: int, code: str, message: str):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.code = code
+        self.message = message
+
+
+class Interrupted(Exception):
+    """The finish signal came while downloading."""
+
+
+def _error(exit_code: int, message: str) -> StoreError:
+    code = HELPER_EXIT_REASONS.get(exit_code, ("store_unreachable", ""))[0]
+    return StoreError(exit_code, code, message)
+
+
+def classify(exc: Exception, what: str, *, upload: bool = False) -> StoreError:
+    """Turn a boto error into a StoreError; `what` names the bucket/key for the message."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if upload:
+            return _error(HELPER_EXIT_UPLOAD_FAILED, f"storing {what} failed: {code or status}")
+        if code in _REFUSED or status == 403:
+            return _error(
+                HELPER_EXIT_STORE_REFUSED,
+                f"the object store refused access to {what} ({code or status}): "
+                "check the data store's access key and secret",
+            )
+        if code in _NOT_FOUND or status == 404:
+            return _error(HELPER_EXIT_DATA_NOT_FOUND, f"{what} does not exist")
+        return _error(
+            HELPER_EXIT_STORE_REFUSED, f"the object store answered {code or status} for {what}"
+        )
+    if isinstance(
+        exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError
+    ):
+        return _error(HELPER_EXIT_STORE_REFUSED, f"no credentials for {what}")
+    if upload:
+        return _error(HELPER_EXIT_UPLOAD_FAILED, f"storing {what} failed: {exc.__class__.__name__}")
+    return _error(
+        EXIT_STORE_UNREACHABLE,
+        f"the object store could not be reached for {what}: {exc.__class__.__name__}",
+    )
+
+
+def make_client(endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1"):
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        region_name=region,
+        config=Config(
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 5, "mode": "standard"},
+            connect_timeout=5,
+            read_timeout=60,
+        ),
+    )
+
+
+def folder_prefix(prefix: str) -> str:
+    """A data prefix names a folder: 'train' and 'train/' both mean 'train/'."""
+    prefix = prefix.strip().lstrip("/")
+    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+
+def local_name(key: str, prefix: str) -> str | None:
+    """Where an object goes below the target dir, or None for folder markers and unsafe keys."""
+    if not key.startswith(prefix):
+        return None
+    rel = key[len(prefix) :]
+    if not rel or rel.endswith("/") or "\x00" in rel:
+        return None
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    return posixpath.join(*parts)
+
+
+def list_keys(client, bucket: str, prefix: str) -> list[tuple[str, int]]:
+    keys: list[tuple[str, int]] = []
+    where = f"bucket {bucket!r}" + (f" prefix {prefix!r}" if prefix else "")
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            keys.extend((o["Key"], o.get("Size", 0)) for o in page.get("Contents", []))
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        raise classify(exc, where) from None
+    return keys
+
+
+def download_object(
+    client, bucket: str, key: str, dest: Path, should_stop: Callable[[], bool]
+) -> int:
+    """Stream one object to `dest` (via a temporary file); return its size."""
+    what = f"s3://{bucket}/{key}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".part-{dest.name}")
+    size = 0
+    try:
+        body = client.get_object(Bucket=bucket, Key=key)["Body"]
+        with open(tmp, "wb") as f:
+            for chunk in body.iter_chunks(CHUNK):
+                if should_stop():
+                    raise Interrupted()
+                f.write(chunk)
+                size += len(chunk)
+        os.replace(tmp, dest)
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        raise classify(exc, what) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return size
+
+
+def download_prefix(
+    client,
+    bucket: str,
+    prefix: str,
+    dest: Path,
+    should_stop: Callable[[], bool],
+    say: Callable[[str], None] = print,
+) -> tuple[int, int]:
+    """Download every object under bucket/prefix into dest; return (objects, bytes)."""
+    prefix = folder_prefix(prefix)
+    where = f"s3://{bucket}/{prefix}"
+    keys = list_keys(client, bucket, prefix)
+    wanted = []
+    for key, _size in keys:
+        name = local_name(key, prefix)
+        if name is None:
+            if not key.endswith("/"):
+                say(f"skipping object {key!r}: its name would land outside the data directory")
+            continue
+        wanted.append((key, name))
+    if not wanted:
+        raise _error(HELPER_EXIT_DATA_NOT_FOUND, f"no training data: {where} holds no objects")
+    total = 0
+    for key, name in wanted:
+        if should_stop():
+            raise Interrupted()
+        total += download_object(client, bucket, key, dest / name, should_stop)
+    return len(wanted), total
+
+
+def ensure_bucket(client, bucket: str) -> None:
+    try:
+        client.head_bucket(Bucket=bucket)
+        return
+    except botocore.exceptions.ClientError as exc:
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status != 404 and exc.response.get("Error", {}).get("Code") not in _NOT_FOUND:
+            raise classify(exc, f"bucket {bucket!r}", upload=True) from None
+    except botocore.exceptions.BotoCoreError as exc:
+        raise classify(exc, f"bucket {bucket!r}", upload=True) from None
+    try:
+        client.create_bucket(Bucket=bucket)
+    except botocore.exceptions.ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in (
+            "BucketAlreadyOwnedByYou",
+            "BucketAlreadyExists",
+        ):
+            raise classify(exc, f"bucket {bucket!r}", upload=True) from None
+    except botocore.exceptions.BotoCoreError as exc:
+        raise classify(exc, f"bucket {bucket!r}", upload=True) from None
+
+
+def upload_file(client, path: Path, bucket: str, key: str) -> None:
+    try:
+        client.upload_file(str(path), bucket, key)
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, OSError) as exc:
+        raise classify(exc, f"s3://{bucket}/{key}", upload=True) from None
+    except boto3.exceptions.S3UploadFailedError as exc:
+        raise _error(
+            HELPER_EXIT_UPLOAD_FAILED, f"storing s3://{bucket}/{key} failed: {exc}"
+        ) from None
+
+
+def upload_tree(client, src: Path, bucket: str, prefix: str) -> tuple[int, int]:
+    """Upload every regular file below src to bucket/prefix<relative path>; (files, bytes)."""
+    count = total = 0
+    if not src.is_dir():
+        return 0, 0
+    for path in sorted(src.rglob("*")):
+        if path.is_symlink() or not path.is_file():
+            continue  # a link could point anywhere in the container: store real files only
+        upload_file(client, path, bucket, prefix + path.relative_to(src).as_posix())
+        count += 1
+        total += path.stat().st_size
+    return count, total
