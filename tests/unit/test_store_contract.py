@@ -1,0 +1,407 @@
+"""One contract for every JobStore backend.
+
+Each test runs against:
+- SQLite on a temp file (always; the real embedded database);
+- a real MongoDB when DLAAS_TEST_MONGO_URL is set (skipped otherwise, with that reason);
+- mongomock, an in-process fake standing in for MongoDB because no MongoDB server can
+  run on this machine. It checks the query and update logic, not the server.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sqlite3
+import threading
+import uuid
+
+import pytest
+
+from dlaas.errors import JobNotFound
+from dlaas.status import Status, Transition
+from dlaas.store import open_store
+from dlaas.store.base import JobRecord, JobStore
+from dlaas.store.sqlite import SqliteJobStore
+
+MONGO_URL_ENV = "DLAAS_TEST_MONGO_URL"
+MONGOMOCK_LABEL = "mongomock: in-process fake, no real server available here"
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("mongo", id="mongo"),
+        pytest.param("mongomock", id="mongomock-fake"),
+    ]
+)
+def store(request, tmp_path):
+    kind = request.param
+    if kind == "sqlite":
+        s: JobStore = SqliteJobStore(tmp_path / "jobs.db")
+        yield s
+        s.close()
+        return
+    from dlaas.store.mongo import MongoJobStore
+
+    if kind == "mongo":
+        url = os.environ.get(MONGO_URL_ENV)
+        if not url:
+            pytest.skip(f"no real MongoDB: set {MONGO_URL_ENV}=mongodb://host:port to run")
+        db = f"dlaas_test_{uuid.uuid4().hex[:12]}"
+        s = MongoJobStore(url, db=db)
+        yield s
+        s._client.drop_database(db)
+        s.close()
+        return
+    mongomock = pytest.importorskip("mongomock", reason=f"{MONGOMOCK_LABEL}; not installed")
+    request.node.user_properties.append(("backend", MONGOMOCK_LABEL))
+    s = MongoJobStore("mongodb://fake/dlaas", client=mongomock.MongoClient())
+    yield s
+    s.close()
+
+
+def job(job_id: str = "j1", user: str = "alice", created_at: float = 100.0, **kw) -> JobRecord:
+    return JobRecord(
+        job_id=job_id,
+        user=user,
+        name=kw.pop("name", f"name-{job_id}"),
+        manifest_yaml=kw.pop("manifest_yaml", "name: x\n"),
+        created_at=created_at,
+        history=kw.pop("history", [Transition(Status.QUEUED, created_at, "submitted")]),
+        **kw,
+    )
+
+
+def t(status: Status, at: float, reason: str = "r", **kw) -> Transition:
+    return Transition(status, at, reason, **kw)
+
+
+# -- create / get ----------------------------------------------------------------------
+
+
+def test_create_then_get_returns_every_field(store):
+    assert store.create(job(code_key="code/j1.tgz", info={"node": "n1"})) is True
+    got = store.get("j1")
+    assert (got.job_id, got.user, got.name, got.manifest_yaml) == (
+        "j1",
+        "alice",
+        "name-j1",
+        "name: x\n",
+    )
+    assert got.created_at == 100.0
+    assert got.updated_at == 100.0
+    assert got.code_key == "code/j1.tgz"
+    assert got.status is Status.QUEUED
+    assert got.reason == "submitted"
+    assert got.history == [Transition(Status.QUEUED, 100.0, "submitted")]
+    assert got.last_seq == 0
+    assert got.info == {"node": "n1"}
+
+
+def test_create_duplicate_is_refused_and_keeps_the_first(store):
+    assert store.create(job(name="first")) is True
+    assert store.create(job(name="second", user="mallory")) is False
+    got = store.get("j1")
+    assert (got.name, got.user) == ("first", "alice")
+    assert len(got.history) == 1
+
+
+def test_create_without_history_records_a_first_entry(store):
+    store.create(job(history=[]))
+    got = store.get("j1")
+    assert got.history == [Transition(Status.QUEUED, 100.0, "submitted")]
+    # ... so the mirror of seq 0 is a replay.
+    assert store.record_transition("j1", 0, t(Status.QUEUED, 100.0, "submitted")) is False
+
+
+def test_get_unknown_raises_job_not_found(store):
+    with pytest.raises(JobNotFound) as err:
+        store.get("nope")
+    assert err.value.job_id == "nope"
+
+
+# -- list ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def listed(store):
+    # j0..j5, created one second apart; alice owns the even ones, bob the odd ones.
+    for i in range(6):
+        store.create(job(f"j{i}", user="alice" if i % 2 == 0 else "bob", created_at=100.0 + i))
+    store.record_transition("j1", 1, t(Status.PENDING, 200.0))
+    store.record_transition("j4", 1, t(Status.HALTED, 201.0))
+    store.record_transition("j5", 1, t(Status.PENDING, 202.0))
+    return store
+
+
+def ids(records: list[JobRecord]) -> list[str]:
+    return [r.job_id for r in records]
+
+
+def test_list_is_newest_first_with_total(listed):
+    jobs, total = listed.list()
+    assert ids(jobs) == ["j5", "j4", "j3", "j2", "j1", "j0"]
+    assert total == 6
+
+
+def test_list_ties_on_created_at_are_stable(store):
+    for jid in ("b", "a", "c"):
+        store.create(job(jid, created_at=5.0))
+    first, _ = store.list()
+    again, _ = store.list()
+    assert ids(first) == ids(again) == ["c", "b", "a"]
+
+
+def test_list_filters_by_user_and_status(listed):
+    jobs, total = listed.list(user="alice")
+    assert (ids(jobs), total) == (["j4", "j2", "j0"], 3)
+    jobs, total = listed.list(status=Status.PENDING)
+    assert (ids(jobs), total) == (["j5", "j1"], 2)
+    jobs, total = listed.list(user="bob", status=Status.QUEUED)
+    assert (ids(jobs), total) == (["j3"], 1)
+    jobs, total = listed.list(user="carol")
+    assert (jobs, total) == ([], 0)
+
+
+def test_list_pages_and_total_ignores_paging(listed):
+    pages = [listed.list(offset=o, limit=2) for o in (0, 2, 4, 6)]
+    assert [ids(p) for p, _ in pages] == [["j5", "j4"], ["j3", "j2"], ["j1", "j0"], []]
+    assert {total for _, total in pages} == {6}
+    jobs, total = listed.list(user="alice", offset=1, limit=1)
+    assert (ids(jobs), total) == (["j2"], 3)
+    jobs, total = listed.list(limit=0)
+    assert (jobs, total) == ([], 6)
+
+
+def test_list_refuses_negative_paging(store):
+    with pytest.raises(ValueError, match="offset"):
+        store.list(offset=-1)
+    with pytest.raises(ValueError, match="limit"):
+        store.list(limit=-1)
+
+
+def test_list_records_carry_history_and_info(listed):
+    listed.update_info("j1", {"node": "n2"})
+    (j1,), _ = listed.list(user="bob", status=Status.PENDING, offset=1)
+    assert j1.job_id == "j1"
+    assert [h.status for h in j1.history] == [Status.QUEUED, Status.PENDING]
+    assert j1.info == {"node": "n2"}
+
+
+# -- record_transition -----------------------------------------------------------------
+
+
+def test_record_transition_appends_and_sets_status(store):
+    store.create(job())
+    assert store.record_transition("j1", 1, t(Status.PENDING, 101.0, "placed")) is True
+    assert store.record_transition("j1", 2, t(Status.DOWNLOADING, 102.0, "started")) is True
+    failed = t(Status.FAILED, 103.0, "learner 0 exited 2", error_code="learner_failed", exit_code=2)
+    assert store.record_transition("j1", 3, failed) is True
+    got = store.get("j1")
+    assert [h.status for h in got.history] == [
+        Status.QUEUED,
+        Status.PENDING,
+        Status.DOWNLOADING,
+        Status.FAILED,
+    ]
+    assert got.history[-1] == failed
+    assert got.last_seq == 3
+    assert (got.status, got.updated_at, got.reason) == (Status.FAILED, 103.0, "learner 0 exited 2")
+    assert (got.error_code, got.exit_code) == ("learner_failed", 2)
+
+
+def test_record_transition_is_idempotent_by_seq(store):
+    store.create(job())
+    assert store.record_transition("j1", 1, t(Status.PENDING, 101.0, "placed")) is True
+    # The replay of seq 1 (even with other content) changes nothing.
+    assert store.record_transition("j1", 1, t(Status.HALTED, 999.0, "replay")) is False
+    assert store.record_transition("j1", 0, t(Status.QUEUED, 100.0, "submitted")) is False
+    got = store.get("j1")
+    assert [h.status for h in got.history] == [Status.QUEUED, Status.PENDING]
+    assert (got.status, got.updated_at, got.reason) == (Status.PENDING, 101.0, "placed")
+
+
+def test_late_older_seq_fills_history_but_keeps_newest_status(store):
+    store.create(job())
+    store.record_transition("j1", 2, t(Status.DOWNLOADING, 102.0, "helper started"))
+    assert store.record_transition("j1", 1, t(Status.PENDING, 101.0, "placed")) is True
+    got = store.get("j1")
+    assert [h.status for h in got.history] == [Status.QUEUED, Status.PENDING, Status.DOWNLOADING]
+    assert (got.status, got.reason) == (Status.DOWNLOADING, "helper started")
+
+
+def test_record_transition_unknown_job_raises(store):
+    with pytest.raises(JobNotFound):
+        store.record_transition("nope", 1, t(Status.PENDING, 1.0))
+
+
+def test_record_transition_refuses_negative_seq(store):
+    store.create(job())
+    with pytest.raises(ValueError, match="seq"):
+        store.record_transition("j1", -1, t(Status.PENDING, 1.0))
+
+
+# -- update_info -----------------------------------------------------------------------
+
+
+def test_update_info_merges_top_level_keys(store):
+    store.create(job(info={"a": 1, "b": {"x": 1}}))
+    store.update_info("j1", {"b": {"y": 2}, "learners": ["c0", "c1"]})
+    store.update_info("j1", {})
+    assert store.get("j1").info == {"a": 1, "b": {"y": 2}, "learners": ["c0", "c1"]}
+
+
+def test_update_info_unknown_job_raises(store):
+    with pytest.raises(JobNotFound):
+        store.update_info("nope", {"a": 1})
+    with pytest.raises(JobNotFound):
+        store.update_info("nope", {})
+
+
+@pytest.mark.parametrize("key", ["a.b", "$set", ""])
+def test_update_info_refuses_path_like_keys(store, key):
+    store.create(job())
+    with pytest.raises(ValueError, match="info key"):
+        store.update_info("j1", {key: 1})
+    assert store.get("j1").info == {}
+
+
+def test_update_info_refuses_values_json_cannot_hold(store):
+    store.create(job())
+    with pytest.raises(TypeError):
+        store.update_info("j1", {"a": object()})
+    assert store.get("j1").info == {}
+
+
+# -- delete ----------------------------------------------------------------------------
+
+
+def test_delete(store):
+    store.create(job())
+    store.create(job("j2"))
+    store.record_transition("j1", 1, t(Status.HALTED, 101.0))
+    assert store.delete("j1") is True
+    assert store.delete("j1") is False
+    with pytest.raises(JobNotFound):
+        store.get("j1")
+    assert ids(store.list()[0]) == ["j2"]
+    # The id can be used again, with a clean history.
+    assert store.create(job()) is True
+    assert [h.status for h in store.get("j1").history] == [Status.QUEUED]
+
+
+# -- SQLite specifics: files, processes, threads ---------------------------------------
+
+
+def test_open_store_selects_sqlite_for_paths_and_urls(tmp_path):
+    a = open_store(f"sqlite:///{tmp_path}/a.db")
+    b = open_store(str(tmp_path / "sub" / "b.db"))
+    try:
+        assert isinstance(a, SqliteJobStore) and a.path == f"{tmp_path}/a.db"
+        assert isinstance(b, SqliteJobStore) and (tmp_path / "sub" / "b.db").exists()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_sqlite_file_is_wal_and_survives_reopen(tmp_path):
+    path = tmp_path / "jobs.db"
+    s = SqliteJobStore(path)
+    s.create(job())
+    s.record_transition("j1", 1, t(Status.PENDING, 101.0))
+    s.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    again = SqliteJobStore(path)
+    assert again.get("j1").status is Status.PENDING
+    again.close()
+
+
+SEQS = 150
+OWN_JOBS = 30
+
+
+def _hammer(path: str, worker: int, barrier, results) -> None:
+    """One process: its own jobs, then every seq of the shared job (racing the other)."""
+    s = SqliteJobStore(path)
+    barrier.wait(timeout=20)
+    for i in range(OWN_JOBS):
+        s.create(job(f"w{worker}-{i}", user=f"u{worker}", created_at=float(i)))
+        s.record_transition(f"w{worker}-{i}", 1, t(Status.PENDING, float(i) + 0.5))
+    won = 0
+    for seq in range(1, SEQS + 1):
+        won += s.record_transition("shared", seq, t(Status.PENDING, float(seq), f"w{worker}"))
+        if seq % 10 == 0:
+            s.update_info("shared", {f"w{worker}": seq})
+    s.close()
+    results.put(won)
+
+
+def test_sqlite_two_processes_append_without_loss(tmp_path):
+    path = str(tmp_path / "jobs.db")
+    s = SqliteJobStore(path)
+    s.create(job("shared"))
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_hammer, args=(path, w, barrier, results)) for w in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        won = [results.get(timeout=30) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    assert [p.exitcode for p in procs] == [0, 0]
+    # Every seq was inserted exactly once, by one of the two.
+    assert sum(won) == SEQS
+    shared = s.get("shared")
+    assert len(shared.history) == SEQS + 1
+    assert shared.last_seq == SEQS
+    assert shared.history[-1].at == float(SEQS)
+    assert shared.info == {"w0": SEQS, "w1": SEQS}
+    for w in (0, 1):
+        jobs, total = s.list(user=f"u{w}", status=Status.PENDING, limit=1000)
+        assert total == OWN_JOBS and len(jobs) == OWN_JOBS
+    s.close()
+
+
+def test_sqlite_threads_share_one_store(tmp_path):
+    s = SqliteJobStore(tmp_path / "jobs.db")
+    s.create(job("shared"))
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for seq in range(1 + k, 201, 4):
+                s.record_transition("shared", seq, t(Status.PENDING, float(seq)))
+                s.list(limit=5)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert len(s.get("shared").history) == 201
+    s.close()
+
+
+def test_mongo_replay_repairs_status_after_a_crash_between_updates():
+    """mongomock (in-process fake): the entry was pushed, the status update was lost."""
+    mongomock = pytest.importorskip("mongomock", reason=f"{MONGOMOCK_LABEL}; not installed")
+    from dlaas.store.mongo import MongoJobStore
+
+    s = MongoJobStore("mongodb://fake/dlaas", client=mongomock.MongoClient())
+    s.create(job())
+    entry = {"seq": 1, "status": "PENDING", "at": 101.0, "reason": "placed"}
+    s.jobs.update_one(
+        {"job_id": "j1"}, {"$push": {"history": entry | {"error_code": "", "exit_code": None}}}
+    )
+    assert s.get("j1").status is Status.QUEUED
+    assert s.record_transition("j1", 1, t(Status.PENDING, 101.0, "placed")) is False
+    got = s.get("j1")
+    assert (got.status, got.reason, len(got.history)) == (Status.PENDING, "placed", 2)
