@@ -1,0 +1,137 @@
+"""Shared test fixtures: real servers on free ports, started once per session.
+
+etcd, SeaweedFS S3 and the Docker engine are the real things (dlaas.servers starts them);
+each is stopped by PID in teardown, also when tests fail. The Docker engine is the
+machine's engine and is left running (it holds the image cache). Tests stay independent
+through unique names: a key prefix per test in etcd, a bucket per test in S3.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dlaas import servers
+
+
+def _start_or_skip(what: str, start):
+    """Start a server; a missing binary skips the tests that need it, with the reason."""
+    try:
+        return start()
+    except servers.ServerError as e:
+        pytest.skip(f"{what} unavailable: {e}")
+
+
+# --------------------------------------------------------------------------- etcd
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory) -> Iterator[servers.EtcdServer]:
+    """One etcd member for the session (.host, .port, .endpoint "host:port")."""
+    server = _start_or_skip("etcd", lambda: servers.start_etcd(tmp_path_factory.mktemp("etcd")))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def etcd_prefix() -> str:
+    """A key prefix unique to this test ("/t-<hex>"), so tests never see each other's keys."""
+    return f"/t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def etcd_client(etcd_server, etcd_prefix):
+    """A pyetcd client on the session etcd; everything under `etcd_prefix` is removed after."""
+    import pyetcd
+
+    client = pyetcd.client(host=etcd_server.host, port=etcd_server.port, timeout=5)
+    try:
+        yield client
+    finally:
+        try:
+            client.delete_prefix(etcd_prefix)
+        finally:
+            client.close()
+
+
+# --------------------------------------------------------------------------- S3
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory) -> Iterator[servers.S3Server]:
+    """SeaweedFS S3 for the session with generated credentials (.endpoint, .access_key, ...).
+
+    Bound on 0.0.0.0 so that containers reach it through the Docker bridge gateway.
+    """
+    access_key = "test-" + secrets.token_hex(6)
+    secret_key = secrets.token_urlsafe(24)
+    server = _start_or_skip(
+        "SeaweedFS S3",
+        lambda: servers.start_seaweedfs(
+            tmp_path_factory.mktemp("seaweedfs"), access_key, secret_key
+        ),
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_client(s3_server):
+    """boto3 client (path style) with the session server's valid credentials."""
+    return s3_server.client()
+
+
+@pytest.fixture
+def s3_bucket(s3_client) -> str:
+    """A fresh bucket for this test (objects are left; the server's dir is temporary)."""
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    s3_client.create_bucket(Bucket=name)
+    return name
+
+
+# --------------------------------------------------------------------------- Docker
+
+
+@pytest.fixture(scope="session")
+def docker_client(tmp_path_factory):
+    """docker.DockerClient on the machine's engine, started if needed; skip if none can run."""
+    import docker
+
+    try:
+        host = servers.ensure_dockerd(tmp_path_factory.mktemp("dockerd"))
+    except servers.ServerError as e:
+        pytest.skip(f"no Docker engine: {e}")
+    client = docker.DockerClient(base_url=host, timeout=60)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def docker_gateway(docker_client) -> str:
+    """The host's IP as containers see it (the default bridge gateway)."""
+    return servers.docker_gateway_ip(docker_client)
+
+
+# --------------------------------------------------------------------------- job store
+
+
+@pytest.fixture
+def job_store(tmp_path: Path):
+    """A fresh SqliteJobStore in this test's tmp dir."""
+    from dlaas.store import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 'jobs.db'}")
+    try:
+        yield store
+    finally:
+        store.close()
