@@ -1,0 +1,162 @@
+"""The LCM against real etcd, Docker and a real scheduler service over gRPC.
+
+Deploying is idempotent (twice, or after a crash between steps, leaves one set of
+containers), learners get the platform env, limits and labels, a missing image fails the
+job with a reason, a gang that can never fit is refused leaving nothing behind, and a
+halted job ends HALTED with its learners stopped.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyetcd
+import pytest
+
+from dlaas import errors, jobspec
+from dlaas.config import PlatformSettings
+from dlaas.etcd_status import StatusKeeper
+from dlaas.grpc_server import start_server
+from dlaas.nodes import NodeSpec
+from dlaas.sdk import SchedulerClient
+from dlaas.servers import free_port
+from dlaas.status import Status
+from dlaas.v1 import scheduler_pb2_grpc
+from services.lcm.deployer import Deployer
+from services.lcm.service import Lcm
+from services.scheduler.service import SchedulerService, SchedulerState
+
+pytestmark = pytest.mark.docker
+
+MANIFEST = """
+name: sleeper
+learners: {learners}
+cpus: 0.5
+memory: 256MiB
+framework:
+  name: python
+  image: {image}
+  command: sleep 30
+"""
+
+
+@pytest.fixture
+def lcm(etcd_server, docker_client, job_store, tmp_path):
+    prefix = f"/t-lcm-{time.monotonic_ns()}"
+    etcd = pyetcd.client(host=etcd_server.host, port=etcd_server.port)
+    node = NodeSpec(name="local", cpus=2, memory_mb=2048)
+    port = free_port()
+    sched = SchedulerService(SchedulerState(etcd, prefix), [node], "fifo")
+    server = start_server(
+        f"127.0.0.1:{port}",
+        lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(sched, s),
+        ["dlaas.v1.Scheduler"],
+    )
+    settings = PlatformSettings(
+        s3_access_key="unused", s3_secret_key="unused", etcd_prefix=prefix
+    )
+    keeper = StatusKeeper(etcd, job_store, prefix)
+    manager = Lcm(
+        settings, keeper, job_store, Deployer(docker_client), SchedulerClient(f"127.0.0.1:{port}"), [node]
+    )
+    created: list[str] = []
+    manager.created = created
+    yield manager
+    for job_id in created:
+        manager.deployer.remove_job(job_id)
+    server.stop(0)
+    etcd.delete_prefix(prefix + "/")
+
+
+def submit(lcm, job_id, learners=2, image="dlaas-test-base:latest"):
+    lcm.created.append(job_id)
+    return lcm.submit(job_id, "alice", MANIFEST.format(learners=learners, image=image), "")
+
+
+def containers(docker_client, job_id):
+    return docker_client.containers.list(all=True, filters={"label": f"{jobspec.LABEL_JOB}={job_id}"})
+
+
+def test_submit_place_deploy_and_redeploy_leave_exactly_one_set(lcm, docker_client):
+    job = f"job-{time.monotonic_ns():x}"
+    assert submit(lcm, job)[0] == "QUEUED"
+    lcm.place_round()
+    assert lcm.keeper.get(job).status == Status.DOWNLOADING
+    names = sorted(c.name for c in containers(docker_client, job))
+    assert names == [jobspec.helper_name(job), *(jobspec.learner_name(job, i) for i in range(2))]
+    learner = docker_client.containers.get(jobspec.learner_name(job, 1))
+    env = dict(e.split("=", 1) for e in learner.attrs["Config"]["Env"])
+    assert env["LEARNER_ID"] == "1" and env["NUM_LEARNERS"] == "2" and env["MASTER_ADDR"] == "learner-0"
+    assert learner.attrs["HostConfig"]["NanoCpus"] == 500_000_000
+    assert learner.attrs["HostConfig"]["Memory"] == 256 * 1024 * 1024
+    assert learner.labels[jobspec.LABEL_ROLE] == "learner"
+    # Deploy again, and again after "a crash" removed one learner: still exactly one set.
+    placement = [{"learner": i, "node": "local", "gpu_indices": []} for i in range(2)]
+    lcm.deploy(job, placement)
+    docker_client.containers.get(jobspec.learner_name(job, 0)).remove(force=True)
+    lcm.deploy(job, placement)
+    assert sorted(c.name for c in containers(docker_client, job)) == names
+    history = [t.status for t in lcm.store.get(job).history]
+    assert history == [Status.QUEUED, Status.PENDING, Status.DOWNLOADING]
+
+
+def test_pending_job_is_redeployed_by_reconcile_after_a_crash(lcm, docker_client):
+    job = f"job-{time.monotonic_ns():x}"
+    submit(lcm, job, learners=1)
+    # Crash right after PENDING was written, before any container existed.
+    lcm.deploy = lambda *a: None
+    lcm.place_round()
+    del lcm.deploy
+    assert lcm.keeper.get(job).status == Status.PENDING and not containers(docker_client, job)
+    lcm.reconcile()
+    assert lcm.keeper.get(job).status == Status.DOWNLOADING
+    assert len(containers(docker_client, job)) == 2
+
+
+def test_missing_image_fails_the_job_with_a_reason_and_leaves_nothing(lcm, docker_client):
+    job = f"job-{time.monotonic_ns():x}"
+    with pytest.raises(errors.ImageUnavailable, match="no-such/image"):
+        submit(lcm, job, image="no-such/image:1")
+    with pytest.raises(errors.JobNotFound):
+        lcm.store.get(job)
+
+
+def test_gang_that_can_never_fit_is_refused_and_leaves_no_record(lcm):
+    job = f"job-{time.monotonic_ns():x}"
+    with pytest.raises(errors.CapacityExceeded):
+        submit(lcm, job, learners=5)
+    with pytest.raises(errors.JobNotFound):
+        lcm.store.get(job)
+    assert lcm.keeper.get(job) is None
+
+
+def test_halt_stops_learners_and_ends_halted(lcm, docker_client):
+    job = f"job-{time.monotonic_ns():x}"
+    submit(lcm, job, learners=1)
+    lcm.place_round()
+    assert lcm.halt(job, "alice", "") == "HALTED"
+    with pytest.raises(errors.InvalidTransition):
+        lcm.halt(job, "alice", "")
+    with pytest.raises(errors.JobNotFound):
+        lcm.halt(job, "mallory", "")  # someone else's job looks missing
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        learner = docker_client.containers.get(jobspec.learner_name(job, 0))
+        if learner.status == "exited":
+            break
+        time.sleep(0.2)
+    assert learner.status == "exited"
+    assert lcm.store.get(job).status == Status.HALTED
+
+
+def test_queued_job_halted_before_placement_never_starts(lcm, docker_client):
+    first, second = (f"job-{time.monotonic_ns():x}-{i}" for i in range(2))
+    submit(lcm, first, learners=4)  # 4 x 0.5 cpus fill the node
+    submit(lcm, second, learners=1)
+    lcm.place_round()
+    assert lcm.keeper.get(second).status == Status.QUEUED
+    lcm.halt(second, "alice", "changed my mind")
+    lcm.scheduler.release(first)
+    lcm.place_round()
+    assert lcm.keeper.get(second).status == Status.HALTED
+    assert not containers(docker_client, second)

@@ -1,0 +1,77 @@
+"""The LCM's deployment plan: names, labels, env, limits and image resolution (pure)."""
+
+import pytest
+
+from dlaas import jobspec
+from dlaas.errors import ImageUnavailable
+from dlaas.manifest import parse_manifest
+from dlaas.s3 import S3Location
+from services.lcm.plan import deployment_plan, resolve_image
+
+MANIFEST = """
+name: mnist
+learners: 2
+cpus: 0.5
+gpus: 1
+memory: 1Gb
+framework: {name: python, version: "3", command: python3 train.py}
+env: {EPOCHS: 3}
+"""
+
+
+def plan(manifest_text=MANIFEST, learners=2):
+    m = parse_manifest(manifest_text)
+    loc = S3Location("http://s3:8333", "ak", "sk", "results")
+    return deployment_plan(
+        job_id="job-1",
+        user="alice",
+        manifest=m,
+        learners=learners,
+        gpu_indices=[(0,), (1,)],
+        image="dlaas/learner:latest",
+        helper_image="dlaas/learner:latest",
+        data=S3Location("http://s3:8333", "ak", "sk", "data"),
+        results=loc,
+        code=None,
+    )
+
+
+def test_plan_has_one_helper_and_every_learner_with_the_platform_env():
+    p = plan()
+    assert p.network == "dlaas-job-1" and p.volume == "dlaas-job-1"
+    assert [c.name for c in p.containers] == [
+        "dlaas-job-1-helper",
+        "dlaas-job-1-learner-0",
+        "dlaas-job-1-learner-1",
+    ]
+    second = p.learners[1]
+    assert second.env["LEARNER_ID"] == "1" and second.env["NUM_LEARNERS"] == "2"
+    assert second.env["MASTER_ADDR"] == "learner-0" and second.env["EPOCHS"] == "3"
+    for key in ("JOB_ID", "MASTER_PORT", "DATA_DIR", "RESULT_DIR", "CHECKPOINT_DIR", "LOG_DIR"):
+        assert key in second.env
+    assert second.labels[jobspec.LABEL_ROLE] == "learner" and second.labels[jobspec.LABEL_LEARNER] == "1"
+    assert second.nano_cpus == 500_000_000 and second.mem_limit_mb == 954
+    assert second.gpu_indices == (1,) and second.gpus == 1
+    assert second.command[-1] == "python3 train.py"
+
+
+def test_helper_gets_the_store_locations_and_no_limits():
+    h = plan().helper
+    assert h.env["DLAAS_DATA_BUCKET"] == "data" and h.env["DLAAS_RESULTS_BUCKET"] == "results"
+    assert h.env["DLAAS_CODE_KEY"] == "" and h.labels[jobspec.LABEL_ROLE] == "helper"
+
+
+def test_elastic_job_started_smaller_gets_the_smaller_count():
+    p = plan(MANIFEST.replace("learners: 2", "learners: 2\nmin_learners: 1"), learners=1)
+    assert len(p.learners) == 1 and p.learners[0].env["NUM_LEARNERS"] == "1"
+
+
+def test_unknown_framework_without_image_is_refused_with_the_field():
+    m = parse_manifest(MANIFEST.replace("name: python", "name: tensorflow"))
+    with pytest.raises(ImageUnavailable, match="framework.name"):
+        resolve_image(m, "dlaas/learner:latest")
+
+
+def test_explicit_image_wins():
+    m = parse_manifest(MANIFEST.replace("command:", "image: my/img:1, command:"))
+    assert resolve_image(m, "dlaas/learner:latest") == "my/img:1"
