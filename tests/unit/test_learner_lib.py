@@ -1,0 +1,279 @@
+"""In-container code without Docker: safe archive extraction, checkpoints, the learner
+wrapper (as a real child process), helper config and S3 key mapping, image context."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from dlaas import images
+from dlaas.learner import checkpoint
+from dlaas.learner.paths import JobPaths
+from dlaas.learner.run import exit_code, parse_command
+from services.learner_helper import store
+from services.learner_helper.archive import UnsafeArchive, check_members, safe_extract
+from services.learner_helper.main import ConfigError, HelperConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+# --------------------------------------------------------------------------- archives
+
+
+def make_tar(path: Path, members: list[tuple]) -> Path:
+    """members: ("file", name, bytes[, mode]) | ("dir", name) | ("sym", name, target) |
+    ("hard", name, target) | ("fifo", name)."""
+    with tarfile.open(path, "w:gz") as tar:
+        for kind, name, *rest in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                data = rest[0]
+                info.size = len(data)
+                info.mode = rest[1] if len(rest) > 1 else 0o644
+                tar.addfile(info, io.BytesIO(data))
+                continue
+            if kind == "dir":
+                info.type = tarfile.DIRTYPE
+            elif kind == "sym":
+                info.type, info.linkname = tarfile.SYMTYPE, rest[0]
+            elif kind == "hard":
+                info.type, info.linkname = tarfile.LNKTYPE, rest[0]
+            elif kind == "fifo":
+                info.type = tarfile.FIFOTYPE
+            tar.addfile(info)
+    return path
+
+
+def test_extracts_files_dirs_modes_and_inner_links(tmp_path):
+    archive = make_tar(
+        tmp_path / "code.tar.gz",
+        [
+            ("dir", "./"),
+            ("file", "./train.py", b"print('hi')\n"),
+            ("file", "bin/run.sh", b"#!/bin/sh\n", 0o755),
+            ("sym", "lib", "bin"),
+            ("sym", "bin/again", "../train.py"),
+            ("hard", "copy.py", "train.py"),
+        ],
+    )
+    dest = tmp_path / "code"
+    assert safe_extract(archive, dest) == 3
+    assert (dest / "train.py").read_bytes() == b"print('hi')\n"
+    assert os.access(dest / "bin" / "run.sh", os.X_OK)
+    assert not os.access(dest / "train.py", os.X_OK)
+    assert (dest / "lib").is_symlink() and (dest / "lib" / "run.sh").is_file()
+    assert (dest / "bin" / "again").read_bytes() == b"print('hi')\n"
+    assert (dest / "copy.py").read_bytes() == b"print('hi')\n"
+
+
+@pytest.mark.parametrize(
+    ("members", "says"),
+    [
+        ([("file", "/etc/evil", b"x")], "absolute"),
+        ([("file", "../evil", b"x")], "'..'"),
+        ([("file", "a/../../evil", b"x")], "'..'"),
+        ([("sym", "out", "/etc")], "outside"),
+        ([("sym", "out", "../../etc")], "outside"),
+        ([("sym", "a/b", "../../x")], "outside"),
+        ([("hard", "h", "/etc/passwd")], "absolute"),
+        ([("hard", "h", "missing.txt")], "not a file earlier"),
+        ([("fifo", "pipe")], "special files"),
+        # a link inside the archive, then a write through it
+        ([("sym", "d", "sub"), ("dir", "sub"), ("file", "d/x", b"x")], "through a symbolic link"),
+    ],
+)
+def test_refuses_escapes_by_name(tmp_path, members, says):
+    archive = make_tar(tmp_path / "bad.tar.gz", members)
+    dest = tmp_path / "code"
+    with pytest.raises(UnsafeArchive, match=says):
+        safe_extract(archive, dest)
+    assert not (tmp_path / "evil").exists()
+
+
+def test_refuses_a_chain_of_links_that_escapes_only_on_disk(tmp_path):
+    # "x" -> "." and "y" -> "x/.." each look inside by name; together y is the parent.
+    archive = make_tar(tmp_path / "chain.tar.gz", [("sym", "x", "."), ("sym", "y", "x/..")])
+    dest = tmp_path / "code"
+    with pytest.raises(UnsafeArchive, match="resolves outside"):
+        safe_extract(archive, dest)
+    assert not (dest / "y").is_symlink()  # no way out is left behind
+
+
+def test_refuses_garbage(tmp_path):
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"this is not a tar file at all" * 10)
+    with pytest.raises(UnsafeArchive, match="cannot be extracted"):
+        safe_extract(junk, tmp_path / "code")
+
+
+def test_check_members_keeps_order_and_drops_the_root(tmp_path):
+    archive = make_tar(tmp_path / "a.tar.gz", [("dir", "."), ("file", "./a/b.txt", b"1")])
+    with tarfile.open(archive) as tar:
+        assert [rel for rel, _ in check_members(tar.getmembers())] == ["a/b.txt"]
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def test_checkpoint_roundtrip_keeps_the_last_k(tmp_path):
+    assert checkpoint.load_latest(tmp_path) is None
+    for step in range(1, 6):
+        checkpoint.save({"step": step, "w": [step] * 3}, step=step, directory=tmp_path, keep=2)
+    assert [s for s, _ in checkpoint.list_checkpoints(tmp_path)] == [4, 5]
+    assert checkpoint.load_latest(tmp_path) == (5, {"step": 5, "w": [5, 5, 5]})
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
+
+
+def test_checkpoint_bytes_and_env_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHECKPOINT_DIR", str(tmp_path / "ck"))
+    checkpoint.save(b"\x00raw", step=7)
+    assert checkpoint.load_latest() == (7, b"\x00raw")
+    checkpoint.save({"a": 1}, step=7)  # the same step again replaces it
+    assert checkpoint.list_checkpoints() == [(7, tmp_path / "ck" / "ckpt-000000000007.pkl")]
+
+
+def test_checkpoint_skips_a_damaged_newest_and_ignores_partial_writes(tmp_path):
+    checkpoint.save({"ok": True}, step=1, directory=tmp_path)
+    (tmp_path / "ckpt-000000000002.pkl").write_bytes(b"\x80\x05garbage")
+    (tmp_path / ".tmp-ckpt-000000000003.pkl-1").write_bytes(b"half")
+    assert checkpoint.load_latest(tmp_path) == (1, {"ok": True})
+
+
+@pytest.mark.parametrize(
+    ("state", "step"), [({"a": 1}, -1), ({"a": 1}, 1.5), ("text", 1), ({"a": 1}, True)]
+)
+def test_checkpoint_rejects_bad_input(tmp_path, state, step):
+    with pytest.raises((ValueError, TypeError)):
+        checkpoint.save(state, step=step, directory=tmp_path)
+
+
+# --------------------------------------------------------------------------- wrapper
+
+
+def test_parse_command_and_exit_codes():
+    assert parse_command(["--", "python3 train.py --epochs 2"]) == "python3 train.py --epochs 2"
+    assert parse_command(["--", "echo", "a"]) == "echo a"
+    assert parse_command(["--"]) is None
+    assert exit_code(0) == 0 and exit_code(3) == 3 and exit_code(-15) == 143
+
+
+def test_paths_follow_the_job_dir(tmp_path):
+    p = JobPaths.from_env({"DLAAS_JOB_DIR": str(tmp_path), "RESULT_DIR": "/elsewhere"})
+    assert p.data_dir == tmp_path / "data" and p.code_dir == tmp_path / "code"
+    assert p.ready_mark == tmp_path / ".data_ready" and p.result_dir == Path("/elsewhere")
+    assert JobPaths.from_env({}).learner_log(3) == Path("/job/logs/learner-3.log")
+
+
+def _wrapper(tmp_path: Path, command: str, **env) -> subprocess.Popen:
+    full = {**os.environ, "DLAAS_JOB_DIR": str(tmp_path), "LEARNER_ID": "1", **env}
+    return subprocess.Popen(
+        [sys.executable, "-m", "dlaas.learner.run", "--", command],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+    )
+
+
+def test_wrapper_waits_for_data_then_runs_in_code_dir_and_logs(tmp_path):
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "job.sh").write_text("echo out-line\necho err-line >&2\nexit 3\n")
+    proc = _wrapper(tmp_path, "pwd; sh job.sh")
+    try:
+        time.sleep(0.5)
+        assert proc.poll() is None, "started before the data was ready"
+        (tmp_path / ".data_ready").touch()
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3
+    lines = out.decode().splitlines()
+    assert lines == [str(tmp_path / "code"), "out-line", "err-line"]
+    assert (tmp_path / "logs" / "learner-1.log").read_text().splitlines() == lines
+    assert (tmp_path / "results").is_dir() and (tmp_path / "checkpoints").is_dir()
+
+
+def test_wrapper_forwards_sigterm_to_the_command(tmp_path):
+    (tmp_path / ".data_ready").touch()
+    proc = _wrapper(tmp_path, "echo started; sleep 30; echo never")
+    try:
+        assert proc.stdout.readline() == b"started\n"
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert time.monotonic() - start < 5 and b"never" not in out
+    # no code: the command runs in the job dir
+    assert (tmp_path / "logs" / "learner-1.log").read_text() == "started\n"
+
+
+def test_wrapper_without_a_command_is_a_usage_error():
+    done = subprocess.run(
+        [sys.executable, "-m", "dlaas.learner.run"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 2 and "usage" in done.stderr
+
+
+# --------------------------------------------------------------------------- helper pieces
+
+GOOD_ENV = {
+    "JOB_ID": "j1",
+    "DLAAS_S3_ENDPOINT": "http://s3:8333",
+    "AWS_ACCESS_KEY_ID": "ak",
+    "AWS_SECRET_ACCESS_KEY": "very-secret",
+    "DLAAS_RESULTS_BUCKET": "results",
+}
+
+
+def test_helper_config_names_what_is_missing_and_hides_the_secret():
+    cfg = HelperConfig.from_env(GOOD_ENV)
+    assert cfg.num_learners == 1 and cfg.data_bucket == "" and "very-secret" not in repr(cfg)
+    with pytest.raises(ConfigError, match="JOB_ID, DLAAS_RESULTS_BUCKET"):
+        HelperConfig.from_env({**GOOD_ENV, "JOB_ID": "", "DLAAS_RESULTS_BUCKET": " "})
+    with pytest.raises(ConfigError, match="NUM_LEARNERS"):
+        HelperConfig.from_env({**GOOD_ENV, "NUM_LEARNERS": "zero"})
+    with pytest.raises(ConfigError, match="together"):
+        HelperConfig.from_env({**GOOD_ENV, "DLAAS_CODE_KEY": "code.tgz"})
+
+
+def test_object_keys_map_inside_the_data_dir():
+    assert store.folder_prefix("train") == "train/" and store.folder_prefix("") == ""
+    assert store.local_name("train/a/b.npz", "train/") == "a/b.npz"
+    assert store.local_name("train/", "train/") is None
+    assert store.local_name("train/../../etc/x", "train/") is None
+    assert store.local_name("//x.npz", "") == "x.npz"
+
+
+# --------------------------------------------------------------------------- image context
+
+
+def test_image_context_is_what_the_dockerfile_copies_and_the_hash_tracks_it(tmp_path):
+    sources = images.copy_sources(images.LEARNER_DOCKERFILE.read_text())
+    assert "dlaas/jobspec.py" in sources and "services/learner_helper/" in sources
+    files = images.context_files(REPO, sources)
+    assert "dlaas/learner/run.py" in files and "services/learner_helper/main.py" in files
+    assert not any(
+        "__pycache__" in f or f.startswith(("dlaas/manifest", "examples")) for f in files
+    )
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("a = 1\n")
+    h1 = images.source_hash(b"FROM x", tmp_path, ["pkg/a.py"])
+    assert h1 == images.source_hash(b"FROM x", tmp_path, ["pkg/a.py"])
+    (tmp_path / "pkg" / "a.py").write_text("a = 2\n")
+    assert h1 != images.source_hash(b"FROM x", tmp_path, ["pkg/a.py"])
+    with tarfile.open(fileobj=images.context_tar(b"FROM x", tmp_path, ["pkg/a.py"])) as tar:
+        assert tar.getnames() == ["Dockerfile", "pkg/a.py"]
