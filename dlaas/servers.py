@@ -287,6 +287,7 @@ def start_etcd(
     peer_port: int | None = None,
     cluster: str | None = None,
     timeout: float = 30.0,
+    log: Path | None = None,
 ) -> EtcdServer:
     """One etcd member with data in `dir`/`name`.etcd.
 
@@ -314,7 +315,7 @@ def start_etcd(
         "--initial-cluster-token", f"dlaas-{name}-{peer_port}" if not cluster else "dlaas",
         "--log-level", "warn",
     ]  # fmt: skip
-    log = Path(dir) / f"etcd-{name}.log"
+    log = log or Path(dir) / f"etcd-{name}.log"
     mp = spawn(f"etcd {name}", argv, log)
 
     def ready() -> bool:
@@ -393,13 +394,16 @@ def start_seaweedfs(
     secret_key: str,
     bind: str = "0.0.0.0",
     timeout: float = 60.0,
+    port: int | None = None,
+    log: Path | None = None,
 ) -> S3Server:
     """SeaweedFS (master + volume + filer + S3 gateway) with data in `dir`.
 
     Every port is set explicitly: SeaweedFS otherwise derives gRPC ports as port+10000 and
     uses fixed defaults for the others, which collide between two instances. Only the S3
     gateway listens on `bind` (containers reach it through the Docker bridge gateway); the
-    unauthenticated master/volume/filer stay on loopback.
+    unauthenticated master/volume/filer stay on loopback. `port` pins the S3 port (the
+    platform keeps it across restarts); the internal ports are always fresh.
     """
     if not access_key or not secret_key:
         raise ServerError("start_seaweedfs: access_key and secret_key must be non-empty")
@@ -416,6 +420,8 @@ def start_seaweedfs(
     (
         master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc,
     ) = free_ports(8)  # fmt: skip
+    if port:
+        s3 = port
     argv = [
         weed, "server",
         f"-dir={data_dir}",
@@ -435,7 +441,7 @@ def start_seaweedfs(
         "-master.volumeSizeLimitMB=256", "-volume.max=0",
     ]  # fmt: skip
     env = {**os.environ, "AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
-    mp = spawn("seaweedfs", argv, root / "seaweedfs.log", env=env, cwd=root)
+    mp = spawn("seaweedfs", argv, log or root / "seaweedfs.log", env=env, cwd=root)
     endpoint = f"http://127.0.0.1:{s3}"
 
     def ready() -> bool:

@@ -1,0 +1,539 @@
+"""Bring the whole platform up (and down) on one machine: `dlaas up`, `dlaas down`, `dlaas status`.
+
+Everything lives in a state directory ($DLAAS_HOME or ~/.dlaas):
+
+    secrets.json   S3 keys and API tokens, generated once (0600)
+    client.json    {"url", "token", "admin_token"} for the CLI (0600)
+    platform.json  the ports chosen, kept across restarts so clients keep working
+    jobs.db        the job store (embedded SQLite)
+    etcd/ s3/      server data
+    logs/<name>.log, pids/<name>.json
+
+`up` is idempotent: a component whose recorded PID is alive, still runs the expected
+program (a stale pid file whose number the OS reused is detected) and answers is left
+alone; anything else is (re)started. A service also restarts when the configuration it
+would get changed (a server came back on another port), recognised by a fingerprint of its
+environment. `down` stops by PID what `up` started: services first, then servers, and the
+Docker engine only if `up` started it (it holds the image cache and may be the machine's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlaas import servers
+
+Progress = Callable[[str], None]
+
+# Start order; `down` goes in reverse. Each service is `python -m services.<name>.main`.
+SERVICES = ("scheduler", "lcm", "jobmonitor", "api")
+SERVERS = ("etcd", "s3")
+USER_NAME = "user"
+SERVICE_START_TIMEOUT = 60.0
+JOBMONITOR_SETTLE_S = 1.0
+
+
+class PlatformError(RuntimeError):
+    """`up` could not bring a component up; the message names it and points at its log."""
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("DLAAS_HOME") or Path.home() / ".dlaas")
+
+
+# --------------------------------------------------------------------------- state files
+
+
+def _write_private(path: Path, data: dict) -> None:
+    """Write JSON readable by the owner only (it may hold secrets); atomic by rename."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@dataclass
+class StateDir:
+    root: Path
+
+    @property
+    def pids(self) -> Path:
+        return self.root / "pids"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def pid_file(self, name: str) -> Path:
+        return self.pids / f"{name}.json"
+
+    def read_pid(self, name: str) -> dict:
+        return _read_json(self.pid_file(name))
+
+    def write_pid(self, name: str, record: dict) -> None:
+        _write_private(self.pid_file(name), record)
+
+    def forget(self, name: str) -> None:
+        self.pid_file(name).unlink(missing_ok=True)
+
+    def prepare(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        # The directory holds credentials: owner only.
+        os.chmod(self.root, 0o700)
+        self.pids.mkdir(exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Serialise up/down on this state dir (two `dlaas up` at once would race)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def secrets(self) -> dict:
+        """The platform's generated credentials, created on first use and kept."""
+        path = self.root / "secrets.json"
+        data = _read_json(path)
+        wanted = {
+            "s3_access_key": lambda: "dlaas" + secrets.token_hex(8),
+            "s3_secret_key": lambda: secrets.token_urlsafe(32),
+            "admin_token": lambda: secrets.token_urlsafe(32),
+            "user_token": lambda: secrets.token_urlsafe(32),
+        }
+        missing = [k for k in wanted if not data.get(k)]
+        for key in missing:
+            data[key] = wanted[key]()
+        if missing or not path.exists():
+            _write_private(path, data)
+        return data
+
+
+# --------------------------------------------------------------------------- status
+
+
+@dataclass
+class ComponentStatus:
+    name: str
+    running: bool
+    pid: int | None = None
+    address: str = ""
+    detail: str = ""
+
+
+@dataclass
+class PlatformInfo:
+    """What `up` brought up. Holds no secret: the CLI reads tokens from `client_config`."""
+
+    state_dir: Path
+    api_url: str
+    client_config: Path
+    etcd_endpoint: str
+    s3_endpoint: str
+    docker_host: str
+    components: list[ComponentStatus] = field(default_factory=list)
+
+
+def _record_alive(record: dict) -> bool:
+    pid = int(record.get("pid") or 0)
+    return bool(pid) and servers.pid_matches(pid, record.get("match", ""))
+
+
+def status(state_dir: Path | None = None) -> list[ComponentStatus]:
+    """Every component `up` manages, whether its recorded process is alive."""
+    state = StateDir(Path(state_dir or default_state_dir()))
+    out = []
+    for name in ("dockerd", *SERVERS, *SERVICES):
+        record = state.read_pid(name)
+        if not record:
+            if name == "dockerd":
+                running = servers.docker_answers()
+                out.append(
+                    ComponentStatus(
+                        name, running, None, servers.DEFAULT_DOCKER_HOST,
+                        "not started by dlaas" if running else "not running",
+                    )
+                )  # fmt: skip
+            else:
+                out.append(ComponentStatus(name, False, None, "", "not started"))
+            continue
+        alive = _record_alive(record)
+        detail = "running" if alive else "stale pid file (process gone)"
+        out.append(
+            ComponentStatus(name, alive, record.get("pid"), record.get("address", ""), detail)
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+def _grpc_serving(address: str) -> bool:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=1
+        )
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _etcd_ok(endpoint: str) -> bool:
+    return _http_ok(f"http://{endpoint}/health")
+
+
+def _s3_ok(endpoint: str) -> bool:
+    try:
+        with urllib.request.urlopen(endpoint, timeout=1) as r:
+            return r.status < 500
+    except urllib.error.HTTPError as e:
+        return e.code < 500
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _port_free(port: int | None) -> bool:
+    if not port:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the servers bind (Go, gRPC and uvicorn all set SO_REUSEADDR): connections of
+        # a just-stopped server in TIME_WAIT do not make its port unusable.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def _keep_or_new_port(previous: int | None) -> int:
+    """The port used last time if it is still free (clients keep working), else a new one."""
+    return previous if previous and _port_free(previous) else servers.free_port()
+
+
+# --------------------------------------------------------------------------- up
+
+
+class _Up:
+    """One `up` run: each step finds its component running or starts it."""
+
+    def __init__(self, state: StateDir, progress: Progress, build_images: bool):
+        self.state = state
+        self.progress = progress
+        self.build_images = build_images
+        self.config = _read_json(state.root / "platform.json")
+        self.creds = state.secrets()
+        self.docker_host = servers.DEFAULT_DOCKER_HOST
+
+    def save_config(self) -> None:
+        _write_private(self.state.root / "platform.json", self.config)
+
+    # -- Docker
+    def docker(self) -> None:
+        info = servers.start_dockerd_if_needed(self.state.logs)
+        self.docker_host = info.docker_host
+        if info.started_pid is not None:
+            self.state.write_pid(
+                "dockerd",
+                {"pid": info.started_pid, "match": "dockerd", "address": info.docker_host},
+            )
+            self.progress(f"docker: started dockerd (pid {info.started_pid})")
+        else:
+            self.progress(f"docker: engine answering on {info.docker_host}")
+
+    # -- etcd
+    def etcd(self) -> str:
+        record = self.state.read_pid("etcd")
+        if _record_alive(record) and _etcd_ok(record["address"]):
+            self.progress(f"etcd: running on {record['address']}")
+            return record["address"]
+        self._stop_stale("etcd", record)
+        # A single member keeps its peer URL in its data dir: reuse both ports when free.
+        client_port = _keep_or_new_port(self.config.get("etcd_client_port"))
+        peer_port = _keep_or_new_port(self.config.get("etcd_peer_port"))
+        server = servers.start_etcd(
+            self.state.root / "etcd",
+            client_port=client_port,
+            peer_port=peer_port,
+            log=self.state.logs / "etcd.log",
+        )
+        self.config.update(etcd_client_port=server.port, etcd_peer_port=server.peer_port)
+        self.save_config()
+        self.state.write_pid(
+            "etcd", {"pid": server.pid, "match": "etcd", "address": server.endpoint}
+        )
+        self.progress(f"etcd: started on {server.endpoint} (pid {server.pid})")
+        return server.endpoint
+
+    # -- S3
+    def s3(self) -> str:
+        record = self.state.read_pid("s3")
+        if _record_alive(record) and _s3_ok(record["address"]):
+            self.progress(f"s3: running on {record['address']}")
+            return record["address"]
+        self._stop_stale("s3", record)
+        server = servers.start_seaweedfs(
+            self.state.root / "s3",
+            self.creds["s3_access_key"],
+            self.creds["s3_secret_key"],
+            port=_keep_or_new_port(self.config.get("s3_port")),
+            log=self.state.logs / "s3.log",
+        )
+        self.config.update(s3_port=server.port)
+        self.save_config()
+        self.state.write_pid("s3", {"pid": server.pid, "match": "weed", "address": server.endpoint})
+        self.progress(f"s3: started SeaweedFS on {server.endpoint} (pid {server.pid})")
+        return server.endpoint
+
+    def bucket(self, s3_endpoint: str, bucket: str) -> None:
+        client = servers.make_s3_client(
+            s3_endpoint, self.creds["s3_access_key"], self.creds["s3_secret_key"]
+        )
+        try:
+            client.head_bucket(Bucket=bucket)
+        except Exception:  # noqa: BLE001 - missing (404) is the common case; create tells more
+            client.create_bucket(Bucket=bucket)
+            self.progress(f"s3: created bucket {bucket}")
+
+    # -- images
+    def images(self) -> None:
+        if not self.build_images:
+            self.progress("images: skipped")
+            return
+        import docker
+
+        from dlaas.images import ensure_images
+
+        client = docker.DockerClient(base_url=self.docker_host, timeout=600)
+        try:
+            ensure_images(client, progress=lambda line: self.progress(f"images: {line}"))
+        finally:
+            client.close()
+
+    def gateway_ip(self) -> str:
+        import docker
+
+        client = docker.DockerClient(base_url=self.docker_host, timeout=30)
+        try:
+            return servers.docker_gateway_ip(client)
+        finally:
+            client.close()
+
+    # -- services
+    def service_port(self, name: str) -> int:
+        """The port service `name` had last time if it still holds it or it is free, else new."""
+        previous = self.config.get(f"{name}_port")
+        if previous and _record_alive(self.state.read_pid(name)):
+            return previous
+        return _keep_or_new_port(previous)
+
+    def service(self, name: str, env: dict[str, str], address: str) -> int:
+        """Find service `name` running with this configuration, or (re)start it; its pid."""
+        fingerprint = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()
+        module = f"services.{name}.main"
+        record = self.state.read_pid(name)
+        if (
+            _record_alive(record)
+            and record.get("config") == fingerprint
+            and self._answers(name, address, record["pid"])
+        ):
+            self.progress(f"{name}: running{_where(address)} (pid {record['pid']})")
+            return record["pid"]
+        if _record_alive(record):
+            self.progress(f"{name}: restarting (configuration changed or not answering)")
+        self._stop_stale(name, record)
+        log = self.state.logs / f"{name}.log"
+        mp = servers.spawn(
+            name,
+            [sys.executable, "-m", module],
+            log,
+            env={**os.environ, **env},
+            cwd=self.state.root,
+        )
+        # Record the pid before waiting: a failed start is still stopped by `down`.
+        self.state.write_pid(
+            name, {"pid": mp.pid, "match": module, "address": address, "config": fingerprint}
+        )
+        try:
+            servers.wait_until(
+                lambda: self._answers(name, address, mp.pid, settle=True),
+                SERVICE_START_TIMEOUT,
+                f"{name} ({module})",
+                alive=mp.alive,
+                log=log,
+            )
+        except servers.ServerError as e:
+            mp.stop()
+            self.state.forget(name)
+            raise PlatformError(str(e)) from None
+        self.progress(f"{name}: started{_where(address)} (pid {mp.pid})")
+        return mp.pid
+
+    def _answers(self, name: str, address: str, pid: int, settle: bool = False) -> bool:
+        if name in ("lcm", "scheduler"):
+            return _grpc_serving(address)
+        if name == "api":
+            return _http_ok(f"{address}/health")
+        # The job monitor serves nothing: alive a moment after start means it got past
+        # its configuration and connections.
+        if settle:
+            time.sleep(JOBMONITOR_SETTLE_S)
+        return servers.pid_alive(pid)
+
+    def _stop_stale(self, name: str, record: dict) -> None:
+        if record and _record_alive(record):
+            servers.stop_pid(int(record["pid"]))
+        elif record:
+            self.progress(f"{name}: stale pid file (pid {record.get('pid')} no longer runs it)")
+        self.state.forget(name)
+
+
+def _where(address: str) -> str:
+    return f" on {address}" if address else ""
+
+
+def up(
+    state_dir: Path | None = None, progress: Progress = print, build_images: bool = True
+) -> PlatformInfo:
+    """Bring every component up (or find it running); write client.json for the CLI."""
+    state = StateDir(Path(state_dir or default_state_dir()))
+    state.prepare()
+    with state.locked():
+        run = _Up(state, progress, build_images)
+        try:
+            return _up(run)
+        except servers.ServerError as e:
+            raise PlatformError(str(e)) from None
+
+
+def _up(run: _Up) -> PlatformInfo:
+    state, creds = run.state, run.creds
+    run.docker()
+    etcd_endpoint = run.etcd()
+    s3_endpoint = run.s3()
+    bucket = os.environ.get("DLAAS_S3_BUCKET", "dlaas")
+    run.bucket(s3_endpoint, bucket)
+    run.images()
+    gateway = run.gateway_ip()
+    s3_port = s3_endpoint.rsplit(":", 1)[1]
+
+    lcm_port = run.service_port("lcm")
+    scheduler_port = run.service_port("scheduler")
+    api_port = run.service_port("api")
+    run.config.update(lcm_port=lcm_port, scheduler_port=scheduler_port, api_port=api_port)
+    run.save_config()
+
+    env = {
+        "DLAAS_ETCD_ENDPOINTS": etcd_endpoint,
+        "DLAAS_STORE_URL": f"sqlite:///{state.root / 'jobs.db'}",
+        "DLAAS_S3_ENDPOINT": s3_endpoint,
+        "DLAAS_S3_ACCESS_KEY": creds["s3_access_key"],
+        "DLAAS_S3_SECRET_KEY": creds["s3_secret_key"],
+        "DLAAS_S3_BUCKET": bucket,
+        "DLAAS_S3_ENDPOINT_FOR_CONTAINERS": f"http://{gateway}:{s3_port}",
+        "DLAAS_DOCKER_HOST": run.docker_host,
+        "DLAAS_LCM_ADDR": f"127.0.0.1:{lcm_port}",
+        "DLAAS_SCHEDULER_ADDR": f"127.0.0.1:{scheduler_port}",
+        "DLAAS_API_HOST": "127.0.0.1",
+        "DLAAS_API_PORT": str(api_port),
+        "DLAAS_API_ADMIN_TOKEN": creds["admin_token"],
+        "DLAAS_API_TOKENS": f"{creds['user_token']}:{USER_NAME}",
+    }
+    api_url = f"http://127.0.0.1:{api_port}"
+    addresses = {
+        "scheduler": env["DLAAS_SCHEDULER_ADDR"],
+        "lcm": env["DLAAS_LCM_ADDR"],
+        "jobmonitor": "",
+        "api": api_url,
+    }
+    for name in SERVICES:
+        _require_service_module(name)
+        run.service(name, env, addresses[name])
+
+    client_config = state.root / "client.json"
+    _write_private(
+        client_config,
+        {"url": api_url, "token": creds["user_token"], "admin_token": creds["admin_token"]},
+    )
+    run.progress(f"platform up: API at {api_url}; CLI configuration in {client_config}")
+    return PlatformInfo(
+        state_dir=state.root,
+        api_url=api_url,
+        client_config=client_config,
+        etcd_endpoint=etcd_endpoint,
+        s3_endpoint=s3_endpoint,
+        docker_host=run.docker_host,
+        components=status(state.root),
+    )
+
+
+def _require_service_module(name: str) -> None:
+    import importlib.util
+
+    module = f"services.{name}.main"
+    if importlib.util.find_spec(module) is None:
+        raise PlatformError(f"{name}: module {module} is not installed")
+
+
+# --------------------------------------------------------------------------- down
+
+
+def down(state_dir: Path | None = None, progress: Progress = print) -> list[str]:
+    """Stop what `up` started, services first; return the names stopped. Idempotent."""
+    state = StateDir(Path(state_dir or default_state_dir()))
+    if not state.root.exists():
+        progress("nothing to stop")
+        return []
+    stopped = []
+    with state.locked():
+        for name in (*reversed(SERVICES), *reversed(SERVERS), "dockerd"):
+            record = state.read_pid(name)
+            if not record:
+                continue
+            if _record_alive(record):
+                # SeaweedFS's graceful stop hangs (see servers.S3Server.stop); dockerd needs
+                # time to stop its containers.
+                grace = {"s3": 3.0, "dockerd": 30.0}.get(name, 10.0)
+                servers.stop_pid(int(record["pid"]), timeout=grace)
+                progress(f"{name}: stopped (pid {record['pid']})")
+                stopped.append(name)
+            else:
+                progress(f"{name}: was not running (stale pid file removed)")
+            state.forget(name)
+    if not stopped:
+        progress("nothing was running")
+    return stopped
