@@ -1,0 +1,265 @@
+"""The REST API's application: wiring, error mapping and metrics, in one place.
+
+`create_app(settings, api_settings, store=..., lcm=..., s3=..., docker=...)` builds a
+FastAPI app around its adapters; `main.py` passes the real ones, tests inject theirs.
+Domain errors (dlaas.errors) become HTTP codes here and nowhere else; the body is
+always `{"error", "message", "problems"}` and never a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dlaas import errors
+from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.logs import LogReader
+from dlaas.s3 import S3Location, client_for, platform_client
+from dlaas.store.base import JobStore, open_store
+from services.api.auth import TokenTable
+from services.api.errors import NoResults, Unauthorized
+
+log = logging.getLogger(__name__)
+
+# Domain error -> HTTP status. Anything not listed is a 500 with no details.
+STATUS_FOR: dict[type[errors.DlaasError], int] = {
+    Unauthorized: 401,
+    errors.InvalidManifest: 422,
+    errors.InvalidRequest: 422,
+    errors.JobNotFound: 404,
+    NoResults: 404,
+    errors.JobExists: 409,
+    errors.CapacityExceeded: 422,
+    errors.ImageUnavailable: 422,
+    errors.InvalidTransition: 409,
+    errors.PayloadTooLarge: 413,
+    errors.TemporaryError: 503,  # includes Conflict: retry
+}
+
+# Routes anyone may call, without a token.
+PUBLIC_PATHS = frozenset({"/health", "/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json"})
+
+
+class Metrics:
+    """The API's Prometheus metrics, in a registry of its own (one per app)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "dlaas_api_requests_total",
+            "HTTP requests by method, route and status code",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "dlaas_api_request_seconds",
+            "Time to answer an HTTP request (to the first byte of a stream)",
+            ["method", "route"],
+            registry=self.registry,
+        )
+        self.submitted = Counter(
+            "dlaas_api_jobs_submitted_total", "Jobs accepted by the LCM", registry=self.registry
+        )
+        self.refused = Counter(
+            "dlaas_api_jobs_refused_total",
+            "Submissions refused, by error code",
+            ["error"],
+            registry=self.registry,
+        )
+
+
+@dataclass
+class Deps:
+    """The adapters every route uses, built once per app."""
+
+    settings: PlatformSettings
+    api: ApiSettings
+    store: JobStore
+    lcm: Any  # dlaas.sdk.LcmClient or anything with submit/halt/delete
+    s3: Any  # boto3 client for the platform's S3
+    scheduler: Any  # dlaas.sdk.SchedulerClient
+    tokens: TokenTable
+    logs: LogReader
+    metrics: Metrics
+
+    def s3_for(self, loc: S3Location):
+        """The platform's client for the platform's S3, a fresh one for a user's own store."""
+        if (
+            loc.endpoint == self.settings.s3_endpoint
+            and loc.access_key == self.settings.s3_access_key
+        ):
+            return self.s3
+        return client_for(loc)
+
+
+def error_body(code: str, message: str, problems: list[str] | None = None) -> dict[str, Any]:
+    return {"error": code, "message": message, "problems": problems or []}
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(errors.DlaasError)
+    async def domain_error(request: Request, exc: errors.DlaasError) -> JSONResponse:
+        status = next((code for cls, code in STATUS_FOR.items() if isinstance(exc, cls)), 500)
+        problems = getattr(exc, "problems", None)
+        if problems is None and isinstance(exc, errors.InvalidRequest | errors.PayloadTooLarge):
+            problems = [exc.message]  # "field: what is wrong", as for manifests
+        message = exc.message if status != 500 else "internal error; see the API log"
+        if status == 500:
+            log.error("unmapped domain error on %s: %s", request.url.path, exc.message)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        if status == 503:
+            headers = {"Retry-After": str(max(1, round(getattr(exc, "delay_s", 1.0))))}
+        return JSONResponse(error_body(exc.code, message, problems), status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for err in exc.errors():
+            loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
+            problems.append(f"{'.'.join(loc) or 'request'}: {err.get('msg', 'invalid')}")
+        return JSONResponse(
+            error_body("invalid_request", "invalid request: " + "; ".join(problems), problems),
+            422,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        # The trace goes to the API log only; the client gets a plain message.
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return JSONResponse(error_body("internal", "internal error; see the API log"), 500)
+
+
+class BodyLimit:
+    """ASGI middleware: refuse request bodies over `limit` bytes while they arrive.
+
+    The multipart parser spools uploads to disk before a route runs; this bounds that
+    spool (Content-Length first, then the bytes actually received) so an oversized
+    archive is refused with 413 instead of being stored.
+    """
+
+    def __init__(self, app, limit: int):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or ()).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            return await self._refuse(send)
+        received = 0
+        started = False
+
+        async def counting_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise errors.PayloadTooLarge(self._message())
+            return message
+
+        async def tracking_send(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except errors.PayloadTooLarge:
+            if not started:
+                await self._refuse(send)
+
+    def _message(self) -> str:
+        return f"code: the request is larger than {self.limit // 2**20} MiB"
+
+    async def _refuse(self, send) -> None:
+        resp = JSONResponse(error_body("payload_too_large", self._message()), 413)
+        await send({"type": "http.response.start", "status": 413, "headers": resp.raw_headers})
+        await send({"type": "http.response.body", "body": resp.body})
+
+
+def create_app(
+    settings: PlatformSettings,
+    api_settings: ApiSettings,
+    *,
+    store: JobStore | None = None,
+    lcm: Any = None,
+    s3: Any = None,
+    docker: Any = None,
+    scheduler: Any = None,
+    log_poll_s: float = 0.5,
+) -> FastAPI:
+    """The API app; real adapters are built from `settings` for any not given.
+
+    `docker=False` runs without a Docker engine (log lines then come from S3 only).
+    """
+    from dlaas.sdk import LcmClient, SchedulerClient
+
+    store = store or open_store(settings.store_url)
+    lcm = lcm or LcmClient(settings.lcm_addr)
+    scheduler = scheduler or SchedulerClient(settings.scheduler_addr)
+    s3 = s3 or platform_client(settings)
+    if docker is False:  # explicitly no engine: logs come from S3 only
+        docker = None
+    elif docker is None:
+        import docker as docker_sdk
+
+        try:
+            docker = docker_sdk.DockerClient(base_url=settings.docker_host)
+        except docker_sdk.errors.DockerException:  # no engine: logs come from S3 only
+            log.warning(
+                "Docker engine at %s not reachable; logs from S3 only", settings.docker_host
+            )
+            docker = None
+    tokens = TokenTable(
+        api_settings.tokens.get_secret_value(), api_settings.admin_token.get_secret_value()
+    )
+    metrics = Metrics()
+    deps = Deps(settings, api_settings, store, lcm, s3, scheduler, tokens, None, metrics)  # type: ignore[arg-type]
+    deps.logs = LogReader(store, settings, docker, deps.s3_for, poll_s=log_poll_s)
+
+    app = FastAPI(
+        title="dlaas",
+        version="1",
+        summary="Deep-learning training as a service: submit manifests, follow jobs, fetch results.",
+    )
+    app.state.deps = deps
+    _install_error_handlers(app)
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next):
+        start = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            route = request.scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            metrics.requests.labels(request.method, path, str(status)).inc()
+            metrics.latency.labels(request.method, path).observe(time.perf_counter() - start)
+
+    # Manifest and form fields get 1 MiB of headroom above the archive limit.
+    app.add_middleware(BodyLimit, limit=api_settings.max_code_archive_mb * 2**20 + 2**20)
+
+    from services.api.routes import router, system_router
+
+    app.include_router(system_router)
+    app.include_router(router)
+    return app

@@ -1,0 +1,17 @@
+"""Errors only the REST API raises; app.py maps them with the domain errors."""
+
+from __future__ import annotations
+
+from dlaas.errors import DlaasError, PermanentError
+
+
+class Unauthorized(DlaasError):
+    """No token, or a token the API does not know (HTTP 401)."""
+
+    code = "unauthorized"
+
+
+class NoResults(PermanentError):
+    """The job exists but has stored no results (yet) (HTTP 404)."""
+
+    code = "no_results"

@@ -1,0 +1,124 @@
+"""What the REST API returns: public views of job records (never the raw manifest).
+
+A record's `manifest_yaml` holds data-store credentials as the user sent them; the API
+shows the manifest only as `Manifest.normalized()`, with secrets masked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from dlaas.errors import InvalidManifest
+from dlaas.manifest import parse_manifest
+from dlaas.store.base import JobRecord
+
+# Keys of record.info that are never shown, whatever the LCM put there.
+_SECRET_WORDS = ("secret", "password", "token", "credential", "access_key")
+
+
+class ErrorReply(BaseModel):
+    error: str
+    message: str
+    problems: list[str] = []
+
+
+class SubmitReply(BaseModel):
+    job_id: str
+    status: str
+    warnings: list[str] = []
+
+
+class TransitionPublic(BaseModel):
+    status: str
+    at: float
+    reason: str
+    error_code: str = ""
+    exit_code: int | None = None
+
+
+class JobSummary(BaseModel):
+    job_id: str
+    user: str
+    name: str
+    status: str
+    reason: str
+    error_code: str = ""
+    exit_code: int | None = None
+    created_at: float
+    updated_at: float
+
+
+class JobPublic(JobSummary):
+    history: list[TransitionPublic]
+    learners: list[Any] = []
+    info: dict[str, Any] = {}
+    manifest: dict[str, Any] | None = None
+
+
+class JobList(BaseModel):
+    jobs: list[JobSummary]
+    total: int
+    offset: int
+    limit: int
+
+
+class HaltReply(BaseModel):
+    job_id: str
+    status: str
+
+
+class QueueEntryPublic(BaseModel):
+    job_id: str
+    position: int
+    reason: str
+    eta_low_s: float
+    eta_high_s: float
+
+
+class QueueReply(BaseModel):
+    entries: list[QueueEntryPublic]
+
+
+def _public_info(info: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in info.items() if not any(word in k.lower() for word in _SECRET_WORDS)}
+
+
+def job_summary(r: JobRecord) -> JobSummary:
+    return JobSummary(
+        job_id=r.job_id,
+        user=r.user,
+        name=r.name,
+        status=str(r.status),
+        reason=r.reason,
+        error_code=r.error_code,
+        exit_code=r.exit_code,
+        created_at=r.created_at,
+        updated_at=r.updated_at or r.created_at,
+    )
+
+
+def job_public(r: JobRecord) -> JobPublic:
+    try:
+        manifest = parse_manifest(r.manifest_yaml).normalized()
+    except InvalidManifest:
+        manifest = None  # accepted under older rules; still show the job, not the text
+    info = _public_info(r.info)
+    learners = info.pop("learners", [])
+    return JobPublic(
+        **job_summary(r).model_dump(),
+        history=[
+            TransitionPublic(
+                status=str(t.status),
+                at=t.at,
+                reason=t.reason,
+                error_code=t.error_code,
+                exit_code=t.exit_code,
+            )
+            for t in r.history
+        ],
+        learners=learners if isinstance(learners, list) else [learners],
+        info=info,
+        manifest=manifest,
+    )

@@ -1,0 +1,417 @@
+"""The REST routes: thin use cases over the job store (reads), the LCM (changes) and S3.
+
+Every `/v1` route needs a bearer token; a job that is not the caller's is reported as
+missing. Errors are raised as domain errors and mapped to HTTP in app.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import tarfile
+import zlib
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import yaml
+from botocore.exceptions import ClientError
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.datastructures import UploadFile
+
+from dlaas import jobspec
+from dlaas.errors import (
+    DlaasError,
+    InvalidManifest,
+    InvalidRequest,
+    JobNotFound,
+    PayloadTooLarge,
+    TemporaryError,
+)
+from dlaas.manifest import Manifest, parse_manifest
+from dlaas.s3 import job_locations
+from dlaas.status import Status
+from dlaas.store.base import JobRecord
+from services.api.app import Deps
+from services.api.archive import normalize_archive
+from services.api.auth import Caller
+from services.api.errors import NoResults
+from services.api.models import (
+    HaltReply,
+    JobList,
+    JobPublic,
+    QueueEntryPublic,
+    QueueReply,
+    SubmitReply,
+    job_public,
+    job_summary,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_MANIFEST_BYTES = 1 * 2**20
+# A code archive may unpack to this many times its size limit on the job volume.
+UNPACK_FACTOR = 10
+CODE_PREFIX = "code/"
+
+_bearer = HTTPBearer(auto_error=False, description="API token: `Authorization: Bearer <token>`")
+
+
+def get_deps(request: Request) -> Deps:
+    return request.app.state.deps
+
+
+def get_caller(
+    request: Request,
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Caller:
+    return get_deps(request).tokens.caller(request.headers.get("authorization"))
+
+
+DepsDep = Annotated[Deps, Depends(get_deps)]
+CallerDep = Annotated[Caller, Depends(get_caller)]
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+system_router = APIRouter(tags=["system"])
+
+
+def new_job_id() -> str:
+    return "job-" + secrets.token_hex(6)
+
+
+def code_key(job_id: str) -> str:
+    return f"{CODE_PREFIX}{job_id}.tar.gz"
+
+
+def _owned(deps: Deps, caller: Caller, job_id: str) -> JobRecord:
+    record = deps.store.get(job_id)
+    caller.check_owner(job_id, record.user)
+    return record
+
+
+# --------------------------------------------------------------------------- submit
+
+
+async def _read_bounded(upload: UploadFile, limit: int, field: str) -> bytes:
+    """At most `limit` bytes of an upload; PayloadTooLarge if there are more."""
+    chunks, size = [], 0
+    while chunk := await upload.read(256 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"{field}: larger than the limit of {limit // 2**20} MiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _text(data: bytes, field: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidManifest([f"({field}): not UTF-8 text"]) from None
+
+
+def _manifest_text(value: Any) -> str:
+    """A manifest given as JSON (an object or YAML text) -> YAML text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return yaml.safe_dump(value, sort_keys=False)
+    raise InvalidManifest(["(manifest): must be YAML text or a JSON object"])
+
+
+async def _read_submission(request: Request, max_code: int) -> tuple[str, bytes | None, str]:
+    """(manifest text, code archive bytes or None, archive file name) from any accepted body."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        form = await request.form(max_files=2, max_fields=8)
+        manifest = form.get("manifest")
+        if manifest is None:
+            raise InvalidRequest(
+                "manifest: missing; send the manifest as the form field 'manifest'"
+            )
+        if isinstance(manifest, UploadFile):
+            text = _text(await _read_bounded(manifest, MAX_MANIFEST_BYTES, "manifest"), "manifest")
+        else:
+            text = manifest
+        code = form.get("code")
+        if code is None or (isinstance(code, str) and not code):
+            return text, None, ""
+        if not isinstance(code, UploadFile):
+            raise InvalidRequest("code: must be a file upload (.tar.gz or .zip)")
+        return text, await _read_bounded(code, max_code, "code"), code.filename or ""
+    body = await request.body()
+    if len(body) > MAX_MANIFEST_BYTES:
+        raise PayloadTooLarge(f"manifest: larger than {MAX_MANIFEST_BYTES // 2**20} MiB")
+    if not body.strip():
+        raise InvalidRequest(
+            "manifest: missing; send multipart with a 'manifest' field, or the manifest as the body"
+        )
+    if ctype == "application/json":
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            raise InvalidManifest([f"(manifest): malformed JSON: {exc.msg}"]) from None
+        if isinstance(data, dict) and "manifest" in data and len(data) == 1:
+            data = data["manifest"]
+        return _manifest_text(data), None, ""
+    # YAML (application/yaml, text/yaml, text/plain, or no type at all).
+    return _text(body, "manifest"), None, ""
+
+
+def _ensure_bucket(deps: Deps) -> None:
+    s3, bucket = deps.s3, deps.settings.s3_bucket
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except ClientError:
+        try:
+            s3.create_bucket(Bucket=bucket)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in (
+                "BucketAlreadyOwnedByYou",
+                "BucketAlreadyExists",
+            ):
+                raise
+
+
+def _submit(deps: Deps, caller: Caller, text: str, manifest: Manifest, code: bytes | None):
+    job_id = new_job_id()
+    key = ""
+    if code is not None:
+        key = code_key(job_id)
+        _ensure_bucket(deps)
+        deps.s3.put_object(Bucket=deps.settings.s3_bucket, Key=key, Body=code)
+    try:
+        result = deps.lcm.submit(job_id, caller.user, text, key)
+    except BaseException:
+        # Nothing half-created: a refused job leaves no archive behind.
+        if key:
+            _delete_code(deps, key)
+        raise
+    return result
+
+
+def _delete_code(deps: Deps, key: str) -> None:
+    try:
+        deps.s3.delete_object(Bucket=deps.settings.s3_bucket, Key=key)
+    except Exception:
+        log.warning("could not delete code archive %s", key, exc_info=True)
+
+
+_SUBMIT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["manifest"],
+                    "properties": {
+                        "manifest": {"type": "string", "format": "binary"},
+                        "code": {"type": "string", "format": "binary"},
+                    },
+                }
+            },
+            "application/yaml": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"type": "object"}},
+        },
+    }
+}
+
+
+@router.post("/jobs", status_code=201, response_model=SubmitReply, openapi_extra=_SUBMIT_BODY)
+async def submit_job(request: Request, deps: DepsDep, caller: CallerDep) -> SubmitReply:
+    """Submit a job: a manifest (YAML) and optionally a code archive (.tar.gz or .zip)."""
+    try:
+        max_code = deps.api.max_code_archive_mb * 2**20
+        text, code, filename = await _read_submission(request, max_code)
+        manifest = parse_manifest(text)
+        if code is not None:
+            code = await run_in_threadpool(
+                normalize_archive, code, filename, max_code * UNPACK_FACTOR
+            )
+        result = await run_in_threadpool(_submit, deps, caller, text, manifest, code)
+    except DlaasError as exc:
+        deps.metrics.refused.labels(exc.code).inc()
+        raise
+    deps.metrics.submitted.inc()
+    return SubmitReply(job_id=result.job_id, status=result.status, warnings=result.warnings)
+
+
+# --------------------------------------------------------------------------- read
+
+
+@router.get("/jobs", response_model=JobList)
+def list_jobs(
+    deps: DepsDep,
+    caller: CallerDep,
+    status: Annotated[str | None, Query(description="only jobs in this status")] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> JobList:
+    """List your jobs, newest first (the admin sees everyone's), filtered and paged."""
+    wanted = None
+    if status:
+        try:
+            wanted = Status(status.upper())
+        except ValueError:
+            raise InvalidRequest(
+                f"status: {status!r} is not a status; use one of {', '.join(Status)}"
+            ) from None
+    records, total = deps.store.list(
+        user=caller.user_filter, status=wanted, offset=offset, limit=limit
+    )
+    return JobList(jobs=[job_summary(r) for r in records], total=total, offset=offset, limit=limit)
+
+
+@router.get("/jobs/{job_id}", response_model=JobPublic)
+def get_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobPublic:
+    """A job's status, status history, learners and normalized manifest (secrets masked)."""
+    return job_public(_owned(deps, caller, job_id))
+
+
+@router.get("/queue", response_model=QueueReply)
+def get_queue(deps: DepsDep, caller: CallerDep) -> QueueReply:
+    """The scheduler's queue (your jobs; the admin's: all), with positions, reasons and ETAs."""
+    entries = []
+    for e in deps.scheduler.queue():
+        if not caller.admin:
+            try:
+                if deps.store.get(e.job_id).user != caller.user:
+                    continue
+            except JobNotFound:
+                continue
+        entries.append(
+            QueueEntryPublic(
+                job_id=e.job_id,
+                position=e.position,
+                reason=e.reason,
+                eta_low_s=e.eta_low_s,
+                eta_high_s=e.eta_high_s,
+            )
+        )
+    return QueueReply(entries=entries)
+
+
+# --------------------------------------------------------------------------- change
+
+
+@router.post("/jobs/{job_id}/halt", response_model=HaltReply)
+def halt_job(job_id: str, deps: DepsDep, caller: CallerDep) -> HaltReply:
+    """Halt a job: its learners stop, its logs are kept, it ends HALTED."""
+    record = _owned(deps, caller, job_id)
+    status = deps.lcm.halt(job_id, record.user, f"halted by {caller.user} through the API")
+    return HaltReply(job_id=job_id, status=status)
+
+
+@router.delete("/jobs/{job_id}", status_code=204)
+def delete_job(job_id: str, deps: DepsDep, caller: CallerDep) -> Response:
+    """Delete a job that has ended: its record, containers and uploaded code."""
+    record = _owned(deps, caller, job_id)
+    deps.lcm.delete(job_id, record.user)
+    if record.code_key:
+        _delete_code(deps, record.code_key)
+    return Response(status_code=204)
+
+
+# --------------------------------------------------------------------------- logs, results
+
+
+@router.get("/jobs/{job_id}/logs", response_class=StreamingResponse)
+def job_logs(
+    job_id: str,
+    deps: DepsDep,
+    caller: CallerDep,
+    learner: Annotated[int, Query(ge=0, description="learner index")] = 0,
+    offset: Annotated[int, Query(ge=0, description="lines to skip, to resume a stream")] = 0,
+    follow: Annotated[bool, Query(description="keep streaming until the job ends")] = False,
+) -> StreamingResponse:
+    """Stream a learner's log as text, one line per line; `follow` waits for the job's end."""
+    record = _owned(deps, caller, job_id)
+    try:
+        learners = parse_manifest(record.manifest_yaml).learners
+    except InvalidManifest:
+        learners = 1
+    if learner >= learners:
+        raise InvalidRequest(f"learner: the job has learners 0..{learners - 1}, not {learner}")
+
+    def lines() -> Iterator[str]:
+        try:
+            for line in deps.logs.lines(job_id, learner, offset=offset, follow=follow):
+                yield line + "\n"
+        except Exception:
+            # The status line is already sent; end the stream and keep the trace here.
+            log.exception("log stream of %s learner %d broke", job_id, learner)
+
+    return StreamingResponse(lines(), media_type="text/plain; charset=utf-8")
+
+
+def _tar_gz_stream(s3, bucket: str, objects: list[dict], strip: str) -> Iterator[bytes]:
+    """A tar.gz of S3 objects, produced object by object without holding any in memory."""
+    gz = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: gzip framing
+    for obj in objects:
+        info = tarfile.TarInfo(obj["Key"][len(strip) :] or obj["Key"])
+        info.size = obj["Size"]
+        info.mtime = int(obj["LastModified"].timestamp()) if "LastModified" in obj else 0
+        info.mode = 0o644
+        yield gz.compress(info.tobuf(format=tarfile.PAX_FORMAT))
+        body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"]
+        sent = 0
+        for chunk in body.iter_chunks(256 * 1024):
+            chunk = chunk[: info.size - sent]  # never more than the header promised
+            sent += len(chunk)
+            yield gz.compress(chunk)
+        if sent < info.size:  # the object shrank under us: pad, keep the tar readable
+            yield gz.compress(b"\0" * (info.size - sent))
+        if info.size % tarfile.BLOCKSIZE:
+            yield gz.compress(b"\0" * (tarfile.BLOCKSIZE - info.size % tarfile.BLOCKSIZE))
+    yield gz.compress(b"\0" * (2 * tarfile.BLOCKSIZE))
+    yield gz.flush()
+
+
+@router.get("/jobs/{job_id}/results", response_class=StreamingResponse)
+def job_results(job_id: str, deps: DepsDep, caller: CallerDep) -> StreamingResponse:
+    """Download every result object of a job (model, logs, ...) as one tar.gz."""
+    record = _owned(deps, caller, job_id)
+    _, results = job_locations(parse_manifest(record.manifest_yaml), deps.settings)
+    s3 = deps.s3_for(results)
+    prefix = results.prefix + jobspec.results_prefix(job_id)
+    objects: list[dict] = []
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket=results.bucket, Prefix=prefix
+        ):
+            objects.extend(o for o in page.get("Contents", []) if not o["Key"].endswith("/"))
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "NoSuchBucket":
+            raise
+    if not objects:
+        raise NoResults(f"job {job_id} has no results stored (status {record.status})")
+    return StreamingResponse(
+        _tar_gz_stream(s3, results.bucket, objects, prefix),
+        media_type="application/gzip",
+        headers={"Content-Disposition": f'attachment; filename="{job_id}-results.tar.gz"'},
+    )
+
+
+# --------------------------------------------------------------------------- system
+
+
+@system_router.get("/health")
+def health(deps: DepsDep) -> dict[str, str]:
+    """Liveness: the API answers and can read its job store."""
+    try:
+        deps.store.list(limit=1)
+    except Exception:
+        log.warning("health: job store not answering", exc_info=True)
+        raise TemporaryError("the job store is not answering") from None
+    return {"status": "ok"}
+
+
+@system_router.get("/metrics", response_class=Response)
+def metrics(deps: DepsDep) -> Response:
+    """Prometheus metrics: requests, latencies, jobs submitted and refused."""
+    return Response(generate_latest(deps.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,645 @@
+"""The REST API against a real SQLite job store and a real S3 (SeaweedFS).
+
+The LCM and the scheduler are FAKES here (`FakeLcm`, `FakeScheduler`): small in-process
+gRPC servers speaking the real protos through the real SDK clients, so the API's gRPC
+path and error mapping are exercised. They record jobs in the store the way the LCM
+does; the real LCM is exercised in the end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+import uuid
+import zipfile
+
+import pytest
+from fastapi.testclient import TestClient
+
+from dlaas import jobspec
+from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.errors import CapacityExceeded, ImageUnavailable, InvalidTransition
+from dlaas.grpc_errors import translate_errors
+from dlaas.grpc_server import start_server
+from dlaas.manifest import parse_manifest
+from dlaas.sdk import LcmClient, SchedulerClient
+from dlaas.servers import free_port
+from dlaas.status import FINAL, Status, Transition
+from dlaas.store.base import JobRecord
+from dlaas.v1 import lcm_pb2, lcm_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+from services.api.app import create_app
+from services.api.archive import normalize_archive
+
+ALICE, BOB, ADMIN = "tok-alice", "tok-bob", "tok-admin"
+CLUSTER_CPUS = 8.0  # the fake cluster: 8 CPUs in all
+
+MANIFEST = """
+name: digits
+learners: {learners}
+cpus: 1
+memory: 512MiB
+data_stores:
+  - id: platform
+    type: s3
+    training_data:
+      container: digits-data
+    training_results:
+      container: {results}
+    connection:
+      access_key: someone
+      password: s3cr3t-never-shown
+framework:
+  name: python
+  version: "3.11"
+  command: python3 train.py
+"""
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+# --------------------------------------------------------------------------- fakes
+
+
+class FakeLcm(lcm_pb2_grpc.LifecycleManagerServicer):
+    """FAKE lifecycle manager: records jobs in the store, deploys nothing.
+
+    Refuses like the real one: an invalid manifest, a gang bigger than the cluster, a
+    framework named `no-such-image`; halts only active jobs, deletes only final ones.
+    """
+
+    def __init__(self, store):
+        self.store = store
+
+    @translate_errors
+    def SubmitJob(self, request, context):
+        m = parse_manifest(request.manifest_yaml)
+        if m.learners * m.cpus > CLUSTER_CPUS:
+            raise CapacityExceeded(
+                f"learners: {m.learners} learners x {m.cpus} cpus can never fit; "
+                f"the cluster has {CLUSTER_CPUS:g} cpus"
+            )
+        if m.framework.name == "no-such-image":
+            raise ImageUnavailable("framework: no image for no-such-image")
+        self.store.create(
+            JobRecord(
+                job_id=request.job_id,
+                user=request.user,
+                name=m.name,
+                manifest_yaml=request.manifest_yaml,
+                created_at=time.time(),
+                code_key=request.code_key,
+            )
+        )
+        return lcm_pb2.SubmitJobReply(job_id=request.job_id, status="QUEUED")
+
+    @translate_errors
+    def HaltJob(self, request, context):
+        rec = self.store.get(request.job_id)
+        if rec.status in FINAL:
+            raise InvalidTransition(f"job {rec.job_id} is already {rec.status}")
+        t = Transition(Status.HALTED, time.time(), request.reason)
+        self.store.record_transition(rec.job_id, rec.last_seq + 1, t)
+        return lcm_pb2.JobStatusReply(job_id=rec.job_id, status="HALTED")
+
+    @translate_errors
+    def DeleteJob(self, request, context):
+        rec = self.store.get(request.job_id)
+        if rec.status not in FINAL:
+            raise InvalidTransition(f"job {rec.job_id} is {rec.status}; halt it first")
+        self.store.delete(rec.job_id)
+        return lcm_pb2.Empty()
+
+    def Cluster(self, request, context):
+        return lcm_pb2.ClusterReply(nodes=[lcm_pb2.NodeInfo(name="local", cpus=8, healthy=True)])
+
+
+class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
+    """FAKE scheduler: its queue is whatever the test puts in `entries`."""
+
+    def __init__(self):
+        self.entries: list[scheduler_pb2.QueueEntry] = []
+
+    def Queue(self, request, context):
+        return scheduler_pb2.QueueReply(entries=self.entries)
+
+
+def start_fakes(store):
+    lcm, sched = FakeLcm(store), FakeScheduler()
+    addr = f"127.0.0.1:{free_port()}"
+
+    def register(server):
+        lcm_pb2_grpc.add_LifecycleManagerServicer_to_server(lcm, server)
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(sched, server)
+
+    server = start_server(addr, register, ["dlaas.v1.LifecycleManager", "dlaas.v1.Scheduler"])
+    return server, addr, lcm, sched
+
+
+def make_settings(s3_server, store_path, lcm_addr: str) -> tuple[PlatformSettings, ApiSettings]:
+    settings = PlatformSettings(
+        s3_endpoint=s3_server.endpoint,
+        s3_access_key=s3_server.access_key,
+        s3_secret_key=s3_server.secret_key,
+        s3_bucket=f"plat-{uuid.uuid4().hex[:12]}",
+        store_url=f"sqlite:///{store_path}",
+        lcm_addr=lcm_addr,
+        scheduler_addr=lcm_addr,
+    )
+    api = ApiSettings(tokens=f"{ALICE}:alice,{BOB}:bob", admin_token=ADMIN, max_code_archive_mb=1)
+    return settings, api
+
+
+class Env:
+    """One API over the fakes, with handles the tests poke at."""
+
+    def __init__(self, client, store, s3, settings, lcm, sched):
+        self.client, self.store, self.s3, self.settings = client, store, s3, settings
+        self.lcm, self.sched = lcm, sched
+        self.results = f"res-{uuid.uuid4().hex[:12]}"
+        s3.create_bucket(Bucket=self.results)
+
+    def manifest(self, learners: int = 1) -> str:
+        return MANIFEST.format(learners=learners, results=self.results)
+
+    def submit(self, token=ALICE, manifest: str | None = None, code=None, code_name="code.tar.gz"):
+        files = {"manifest": ("manifest.yml", manifest or self.manifest(), "application/yaml")}
+        if code is not None:
+            files["code"] = (code_name, code, "application/gzip")
+        return self.client.post("/v1/jobs", files=files, headers=auth(token))
+
+    def finish(self, job_id: str, status: Status = Status.COMPLETED, **kw) -> None:
+        rec = self.store.get(job_id)
+        t = Transition(status, time.time(), kw.pop("reason", "done"), **kw)
+        self.store.record_transition(job_id, rec.last_seq + 1, t)
+
+    def code_objects(self) -> list[str]:
+        try:
+            listing = self.s3.list_objects_v2(Bucket=self.settings.s3_bucket, Prefix="code/")
+        except self.s3.exceptions.NoSuchBucket:
+            return []
+        return [o["Key"] for o in listing.get("Contents", [])]
+
+
+@pytest.fixture
+def env(s3_server, s3_client, job_store, tmp_path):
+    server, addr, lcm, sched = start_fakes(job_store)
+    settings, api = make_settings(s3_server, tmp_path / "jobs.db", addr)
+    app = create_app(
+        settings,
+        api,
+        store=job_store,
+        lcm=LcmClient(addr),
+        s3=s3_client,
+        docker=False,
+        scheduler=SchedulerClient(addr),
+        log_poll_s=0.05,
+    )
+    try:
+        with TestClient(app) as client:
+            yield Env(client, job_store, s3_client, settings, lcm, sched)
+    finally:
+        server.stop(0)
+
+
+def tar_gz(members: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return out.getvalue()
+
+
+# --------------------------------------------------------------------------- system
+
+
+def test_health_metrics_docs_need_no_token(env):
+    assert env.client.get("/health").json() == {"status": "ok"}
+    assert env.client.get("/metrics").status_code == 200
+    assert env.client.get("/docs").status_code == 200
+    spec = env.client.get("/openapi.json").json()
+    assert "/v1/jobs/{job_id}/logs" in spec["paths"]
+    # One-line route docstrings become the OpenAPI text.
+    assert spec["paths"]["/v1/jobs"]["post"]["description"].startswith("Submit a job")
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer nope"}, {"Authorization": f"Basic {ALICE}"}],
+    ids=["missing", "unknown", "not-bearer"],
+)
+def test_requests_without_a_valid_token_are_refused(env, headers):
+    r = env.client.get("/v1/jobs", headers=headers)
+    assert r.status_code == 401
+    assert r.json()["error"] == "unauthorized"
+    assert r.headers["www-authenticate"] == "Bearer"
+
+
+# --------------------------------------------------------------------------- submit
+
+
+def test_submit_then_get_shows_status_history_and_masked_manifest(env):
+    r = env.submit()
+    assert r.status_code == 201, r.text
+    job_id = r.json()["job_id"]
+    assert r.json()["status"] == "QUEUED"
+    assert job_id.startswith("job-") and len(job_id) == 16
+    got = env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE))
+    assert got.status_code == 200
+    body = got.json()
+    assert body["status"] == "QUEUED" and body["user"] == "alice" and body["name"] == "digits"
+    assert [h["status"] for h in body["history"]] == ["QUEUED"]
+    assert body["history"][0]["at"] > 0
+    assert body["manifest"]["memory_mb"] == 512
+    assert body["manifest"]["data_stores"][0]["connection"]["secret_key"] == "**********"
+    assert "s3cr3t-never-shown" not in got.text
+    assert "manifest_yaml" not in body
+
+
+def test_get_shows_failure_reason_exit_code_and_learners(env):
+    job_id = env.submit().json()["job_id"]
+    env.store.update_info(job_id, {"learners": [{"index": 0, "container": "c0"}], "token": "x"})
+    env.finish(job_id, Status.FAILED, reason="learner 0 exited 3", error_code="exit", exit_code=3)
+    body = env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).json()
+    assert body["status"] == "FAILED" and body["exit_code"] == 3
+    assert body["history"][-1] == {
+        "status": "FAILED",
+        "at": body["history"][-1]["at"],
+        "reason": "learner 0 exited 3",
+        "error_code": "exit",
+        "exit_code": 3,
+    }
+    assert body["learners"] == [{"index": 0, "container": "c0"}]
+    assert "token" not in body["info"]
+
+
+@pytest.mark.parametrize("ctype", ["application/yaml", "text/plain"])
+def test_submit_accepts_a_yaml_body(env, ctype):
+    r = env.client.post(
+        "/v1/jobs",
+        content=env.manifest(),
+        headers={**auth(ALICE), "Content-Type": ctype},
+    )
+    assert r.status_code == 201, r.text
+
+
+def test_submit_accepts_a_json_body(env):
+    import yaml
+
+    as_object = yaml.safe_load(env.manifest())
+    r1 = env.client.post("/v1/jobs", json=as_object, headers=auth(ALICE))
+    r2 = env.client.post("/v1/jobs", json={"manifest": env.manifest()}, headers=auth(ALICE))
+    assert (r1.status_code, r2.status_code) == (201, 201), (r1.text, r2.text)
+
+
+def test_malformed_yaml_is_refused_with_its_position(env):
+    r = env.submit(manifest="name: x\nframework: [unclosed\n")
+    assert r.status_code == 422
+    body = r.json()
+    assert body["error"] == "invalid_manifest"
+    assert "malformed YAML at line" in body["problems"][0]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (("learners: 1", "learners: many"), "learners"),
+        (("learners: 1", "learners: 0"), "learners"),
+        (("cpus: 1", "cpus: 0"), "cpus"),
+        (("cpus: 1", "cpus: -2"), "cpus"),
+        (("memory: 512MiB", "memory: 0Gb"), "memory"),
+        (("memory: 512MiB", "memory: lots"), "memory"),
+        (("    type: s3", "    type: nfs"), "data_stores[0].type"),
+        (("  command: python3 train.py", "  command: [1, 2]"), "framework.command"),
+    ],
+)
+def test_bad_fields_are_refused_naming_the_field(env, change, field):
+    text = env.manifest().replace(*change)
+    assert text != env.manifest()
+    r = env.submit(manifest=text)
+    assert r.status_code == 422
+    body = r.json()
+    assert body["error"] == "invalid_manifest"
+    assert any(p.startswith(f"{field}:") for p in body["problems"]), body["problems"]
+    assert "Traceback" not in r.text
+    assert env.client.get("/v1/jobs", headers=auth(ALICE)).json()["total"] == 0
+
+
+def test_missing_manifest_is_named(env):
+    r = env.client.post(
+        "/v1/jobs", files={"code": ("c.tar.gz", tar_gz({"a": b"1"}))}, headers=auth(ALICE)
+    )
+    assert r.status_code == 422
+    assert r.json()["message"].startswith("manifest:")
+
+
+def test_more_learners_than_the_cluster_can_hold_is_refused_leaving_nothing(env):
+    r = env.submit(manifest=env.manifest(learners=9), code=tar_gz({"train.py": b"print(1)"}))
+    assert r.status_code == 422
+    assert r.json()["error"] == "capacity_exceeded"
+    assert "can never fit" in r.json()["message"]
+    assert env.client.get("/v1/jobs", headers=auth(ADMIN)).json()["total"] == 0
+    assert env.code_objects() == []  # the uploaded archive was removed again
+
+
+def test_unknown_image_is_refused_at_submit(env):
+    text = env.manifest().replace("name: python", "name: no-such-image")
+    r = env.submit(manifest=text)
+    assert (r.status_code, r.json()["error"]) == (422, "image_unavailable")
+
+
+def test_lcm_down_is_a_503_and_leaves_nothing(s3_server, s3_client, job_store, tmp_path):
+    dead = f"127.0.0.1:{free_port()}"
+    settings, api = make_settings(s3_server, tmp_path / "j.db", dead)
+    app = create_app(
+        settings, api, store=job_store, lcm=LcmClient(dead, timeout=2), s3=s3_client, docker=False
+    )
+    with TestClient(app) as client:
+        files = {
+            "manifest": ("m.yml", MANIFEST.format(learners=1, results="r")),
+            "code": ("c.tar.gz", tar_gz({"train.py": b"x"})),
+        }
+        r = client.post("/v1/jobs", files=files, headers=auth(ALICE))
+    assert r.status_code == 503
+    assert r.json()["error"] == "unavailable"
+    listing = s3_client.list_objects_v2(Bucket=settings.s3_bucket)
+    assert listing.get("KeyCount", 0) == 0
+
+
+# --------------------------------------------------------------------------- code archives
+
+
+def test_code_archive_is_stored_under_the_job_id(env):
+    code = tar_gz({"train.py": b"print('hi')\n", "pkg/util.py": b""})
+    job_id = env.submit(code=code).json()["job_id"]
+    key = f"code/{job_id}.tar.gz"
+    assert env.store.get(job_id).code_key == key
+    stored = env.s3.get_object(Bucket=env.settings.s3_bucket, Key=key)["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(stored)) as tar:
+        assert sorted(tar.getnames()) == ["pkg/util.py", "train.py"]
+
+
+def test_zip_archive_is_converted_to_tar_gz(env):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("train.py", "print('zip')\n")
+    job_id = env.submit(code=buf.getvalue(), code_name="code.zip").json()["job_id"]
+    stored = env.s3.get_object(Bucket=env.settings.s3_bucket, Key=f"code/{job_id}.tar.gz")
+    with tarfile.open(fileobj=io.BytesIO(stored["Body"].read()), mode="r:gz") as tar:
+        assert tar.extractfile("train.py").read() == b"print('zip')\n"
+
+
+def test_oversized_code_archive_is_413_and_nothing_is_created(env):
+    import os
+
+    big = tar_gz({"weights.bin": os.urandom(1024 * 1024 + 10)})  # incompressible, > 1 MiB
+    r = env.submit(code=big)
+    assert r.status_code == 413
+    assert r.json()["error"] == "payload_too_large"
+    assert "code" in r.json()["message"]
+    assert env.code_objects() == []
+    assert env.client.get("/v1/jobs", headers=auth(ADMIN)).json()["total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("members", "links", "offender"),
+    [
+        ({"../evil.py": b"x"}, None, "../evil.py"),
+        ({"ok/../../evil.py": b"x"}, None, "ok/../../evil.py"),
+        ({"/etc/cron.d/evil": b"x"}, None, "/etc/cron.d/evil"),
+        ({"a.py": b"x"}, {"link": "../../etc/passwd"}, "link"),
+        ({"a.py": b"x"}, {"abs": "/etc/passwd"}, "abs"),
+    ],
+    ids=["dotdot", "nested-dotdot", "absolute", "escaping-link", "absolute-link"],
+)
+def test_archive_escaping_its_root_is_refused_naming_the_member(env, members, links, offender):
+    r = env.submit(code=tar_gz(members, links))
+    assert r.status_code == 422
+    assert r.json()["error"] == "invalid_request"
+    assert repr(offender) in r.json()["message"]
+    assert env.code_objects() == []
+    assert env.client.get("/v1/jobs", headers=auth(ADMIN)).json()["total"] == 0
+
+
+def test_zip_with_dotdot_is_refused():
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("../../x.py", "x")
+    with pytest.raises(Exception, match=r"'\.\./\.\./x\.py'"):
+        normalize_archive(buf.getvalue(), "c.zip")
+
+
+def test_links_inside_the_archive_and_garbage_archives():
+    ok = normalize_archive(tar_gz({"a/b.py": b"x"}, {"a/c.py": "b.py"}))
+    assert ok[:2] == b"\x1f\x8b"
+    with pytest.raises(Exception, match="not a readable tar"):
+        normalize_archive(b"definitely not an archive")
+
+
+def test_archive_bomb_is_refused():
+    bomb = tar_gz({"zeros": b"\0" * (3 * 2**20)})
+    assert len(bomb) < 2**20
+    with pytest.raises(Exception, match="unpacks to more than"):
+        normalize_archive(bomb, max_unpacked=2**20)
+
+
+# --------------------------------------------------------------------------- isolation, listing
+
+
+def test_someone_elses_job_is_404_exactly_like_a_missing_one(env):
+    job_id = env.submit(token=ALICE).json()["job_id"]
+    missing = "job-000000000000"
+    for method, path in [
+        ("GET", ""),
+        ("POST", "/halt"),
+        ("DELETE", ""),
+        ("GET", "/logs"),
+        ("GET", "/results"),
+    ]:
+        theirs = env.client.request(method, f"/v1/jobs/{job_id}{path}", headers=auth(BOB))
+        nothing = env.client.request(method, f"/v1/jobs/{missing}{path}", headers=auth(BOB))
+        assert theirs.status_code == nothing.status_code == 404, (method, path)
+        assert theirs.json() == {
+            **nothing.json(),
+            "message": nothing.json()["message"].replace(missing, job_id),
+        }
+    assert env.client.get("/v1/jobs", headers=auth(BOB)).json()["total"] == 0
+    assert env.store.get(job_id).status == Status.QUEUED  # bob's halt did nothing
+
+
+def test_admin_sees_all_users_see_their_own(env):
+    a = env.submit(token=ALICE).json()["job_id"]
+    b = env.submit(token=BOB).json()["job_id"]
+    def ids(tok):
+        jobs = env.client.get("/v1/jobs", headers=auth(tok)).json()["jobs"]
+        return {j["job_id"] for j in jobs}
+
+    assert ids(ALICE) == {a}
+    assert ids(BOB) == {b}
+    assert ids(ADMIN) == {a, b}
+    assert env.client.get(f"/v1/jobs/{b}", headers=auth(ADMIN)).status_code == 200
+
+
+def test_list_filters_by_status_and_pages(env):
+    ids = [env.submit().json()["job_id"] for _ in range(5)]
+    env.finish(ids[0])
+    env.finish(ids[1])
+    page = env.client.get("/v1/jobs?limit=2&offset=0", headers=auth(ALICE)).json()
+    assert (page["total"], len(page["jobs"]), page["limit"]) == (5, 2, 2)
+    rest = env.client.get("/v1/jobs?limit=2&offset=4", headers=auth(ALICE)).json()
+    assert len(rest["jobs"]) == 1
+    seen = {j["job_id"] for off in (0, 2, 4) for j in env.client.get(
+        f"/v1/jobs?limit=2&offset={off}", headers=auth(ALICE)).json()["jobs"]}  # fmt: skip
+    assert seen == set(ids)
+    done = env.client.get("/v1/jobs?status=completed", headers=auth(ALICE)).json()
+    assert done["total"] == 2 and {j["job_id"] for j in done["jobs"]} == {ids[0], ids[1]}
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("status=RUNNINGISH", "status"), ("limit=0", "limit"), ("offset=-1", "offset")],
+)
+def test_bad_list_parameters_are_named(env, query, field):
+    r = env.client.get(f"/v1/jobs?{query}", headers=auth(ALICE))
+    assert r.status_code == 422
+    assert r.json()["error"] == "invalid_request"
+    assert r.json()["problems"][0].startswith(f"{field}:"), r.json()
+
+
+def test_unknown_job_is_404(env):
+    r = env.client.get("/v1/jobs/job-ffffffffffff", headers=auth(ALICE))
+    assert r.status_code == 404
+    assert r.json() == {
+        "error": "not_found",
+        "message": "job job-ffffffffffff not found",
+        "problems": [],
+    }
+
+
+# --------------------------------------------------------------------------- halt, delete
+
+
+def test_halt_then_delete(env):
+    job_id = env.submit(code=tar_gz({"train.py": b"x"})).json()["job_id"]
+    r = env.client.delete(f"/v1/jobs/{job_id}", headers=auth(ALICE))
+    assert (r.status_code, r.json()["error"]) == (409, "invalid_transition")
+    r = env.client.post(f"/v1/jobs/{job_id}/halt", headers=auth(ALICE))
+    assert r.json() == {"job_id": job_id, "status": "HALTED"}
+    history = env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).json()["history"]
+    assert history[-1]["reason"] == "halted by alice through the API"
+    again = env.client.post(f"/v1/jobs/{job_id}/halt", headers=auth(ALICE))
+    assert again.status_code == 409
+    assert env.client.delete(f"/v1/jobs/{job_id}", headers=auth(ALICE)).status_code == 204
+    assert env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).status_code == 404
+    assert env.code_objects() == []
+
+
+# --------------------------------------------------------------------------- logs, results
+
+
+def put_log(env, job_id: str, learner: int, lines: list[str]) -> None:
+    key = jobspec.log_object_key(job_id, learner)
+    env.s3.put_object(Bucket=env.results, Key=key, Body=("\n".join(lines) + "\n").encode())
+
+
+def test_logs_from_s3_with_offset(env):
+    job_id = env.submit().json()["job_id"]
+    lines = [f"epoch {i} loss {1 / (i + 1):.3f}" for i in range(10)]
+    put_log(env, job_id, 0, lines)
+    env.finish(job_id)
+    r = env.client.get(f"/v1/jobs/{job_id}/logs", headers=auth(ALICE))
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    assert r.text.splitlines() == lines
+    r = env.client.get(f"/v1/jobs/{job_id}/logs?offset=7", headers=auth(ALICE))
+    assert r.text.splitlines() == lines[7:]
+    r = env.client.get(f"/v1/jobs/{job_id}/logs?offset=99", headers=auth(ALICE))
+    assert r.text == ""
+
+
+def test_follow_waits_for_the_logs_and_ends_when_the_job_is_final(env):
+    import threading
+
+    job_id = env.submit(manifest=env.manifest(learners=2)).json()["job_id"]
+
+    def later():
+        time.sleep(0.4)
+        put_log(env, job_id, 1, ["one", "two"])
+        env.finish(job_id)
+
+    threading.Thread(target=later).start()
+    start = time.monotonic()
+    r = env.client.get(f"/v1/jobs/{job_id}/logs?learner=1&follow=true", headers=auth(ALICE))
+    assert r.text.splitlines() == ["one", "two"]
+    assert time.monotonic() - start >= 0.4
+
+
+def test_logs_of_a_learner_the_job_does_not_have(env):
+    job_id = env.submit().json()["job_id"]
+    r = env.client.get(f"/v1/jobs/{job_id}/logs?learner=3", headers=auth(ALICE))
+    assert r.status_code == 422
+    assert r.json()["message"].startswith("learner:")
+
+
+def test_results_download_is_a_tar_gz_of_the_results_prefix(env):
+    job_id = env.submit().json()["job_id"]
+    r = env.client.get(f"/v1/jobs/{job_id}/results", headers=auth(ALICE))
+    assert (r.status_code, r.json()["error"]) == (404, "no_results")
+    model = bytes(range(256)) * 5  # not a multiple of the tar block size
+    env.s3.put_object(Bucket=env.results, Key=f"{job_id}/model.npz", Body=model)
+    put_log(env, job_id, 0, ["done"])
+    env.s3.put_object(Bucket=env.results, Key="job-other/model.npz", Body=b"not mine")
+    r = env.client.get(f"/v1/jobs/{job_id}/results", headers=auth(ALICE))
+    assert r.status_code == 200
+    with tarfile.open(fileobj=io.BytesIO(r.content), mode="r:gz") as tar:
+        assert sorted(tar.getnames()) == ["logs/learner-0.log", "model.npz"]
+        assert tar.extractfile("model.npz").read() == model
+
+
+# --------------------------------------------------------------------------- queue, metrics
+
+
+def test_queue_shows_only_your_jobs(env):
+    a = env.submit(token=ALICE).json()["job_id"]
+    b = env.submit(token=BOB).json()["job_id"]
+    env.sched.entries = [
+        scheduler_pb2.QueueEntry(job_id=a, position=1, reason="waiting for cpus", eta_low_s=5),
+        scheduler_pb2.QueueEntry(job_id=b, position=2, reason="behind job 1", eta_high_s=9),
+    ]
+    mine = env.client.get("/v1/queue", headers=auth(ALICE)).json()["entries"]
+    assert [(e["job_id"], e["reason"]) for e in mine] == [(a, "waiting for cpus")]
+    every = env.client.get("/v1/queue", headers=auth(ADMIN)).json()["entries"]
+    assert [e["job_id"] for e in every] == [a, b]
+
+
+def test_metrics_count_requests_and_submissions(env):
+    env.submit()
+    env.submit(manifest="name: [")
+    env.client.get("/v1/jobs", headers=auth(ALICE))
+    text = env.client.get("/metrics").text
+    assert "dlaas_api_jobs_submitted_total 1.0" in text
+    assert 'dlaas_api_jobs_refused_total{error="invalid_manifest"} 1.0' in text
+    assert 'dlaas_api_requests_total{method="GET",route="/v1/jobs",status="200"} 1.0' in text
+    assert 'dlaas_api_request_seconds_count{method="POST",route="/v1/jobs"} 2.0' in text
+
+
+def test_error_bodies_never_carry_a_trace(env):
+    r = env.client.post(
+        "/v1/jobs", content=b"\xff\xfe", headers={**auth(ALICE), "Content-Type": "application/yaml"}
+    )
+    assert r.status_code == 422
+    assert set(r.json()) == {"error", "message", "problems"}
+    r = env.client.post(
+        "/v1/jobs", content=b"{", headers={**auth(ALICE), "Content-Type": "application/json"}
+    )
+    assert r.status_code == 422 and "malformed JSON" in r.json()["problems"][0]
+    assert json.loads(r.text)["error"] == "invalid_manifest"
