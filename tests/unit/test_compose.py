@@ -1,0 +1,153 @@
+"""docker-compose.yml is valid for docker-compose and describes the whole platform.
+
+Runs the real `docker-compose config` (Debian's 1.29) with the required variables set
+and an empty env file (a developer's .env must not change the outcome); no image is
+pulled or built. Skipped where the binary is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = REPO / "docker-compose.yml"
+BINARY = shutil.which("docker-compose")
+pytestmark = pytest.mark.skipif(BINARY is None, reason="docker-compose binary not installed")
+
+SECRETS = {
+    "DLAAS_S3_ACCESS_KEY": "test-access",
+    "DLAAS_S3_SECRET_KEY": "test-secret",
+    "DLAAS_API_ADMIN_TOKEN": "test-admin",
+}
+INFRA = {"etcd", "mongo", "seaweedfs", "redis"}
+PLATFORM = {"api", "lcm", "jobmonitor", "scheduler"}
+
+
+def compose(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    empty_env_file = tmp_path / "empty.env"
+    empty_env_file.write_text("")
+    base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    assert BINARY is not None
+    cmd = [BINARY, "--env-file", str(empty_env_file), "-f", str(COMPOSE), *args]
+    return subprocess.run(
+        cmd, env={**base_env, **env}, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory) -> dict:
+    """The resolved configuration, as docker-compose itself prints it."""
+    tmp = tmp_path_factory.mktemp("compose")
+    done = compose(tmp, "config", env=SECRETS)
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def test_config_is_valid(tmp_path):
+    done = compose(tmp_path, "config", "-q", env=SECRETS)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("missing", sorted(SECRETS))
+def test_every_secret_is_required(tmp_path, missing):
+    env = {k: v for k, v in SECRETS.items() if k != missing}
+    done = compose(tmp_path, "config", "-q", env=env)
+    assert done.returncode != 0
+    assert missing in done.stderr
+    # The message names the variable, never the other secrets' values.
+    assert not any(v in done.stderr for v in env.values())
+
+
+def test_expected_services(config):
+    assert set(config["services"]) == INFRA | PLATFORM
+
+
+def test_infrastructure_images(config):
+    images = {name: config["services"][name]["image"] for name in INFRA}
+    assert images["etcd"].startswith("quay.io/coreos/etcd:")
+    assert images["mongo"] == "mongo:7"
+    assert images["seaweedfs"].startswith("chrislusf/seaweedfs")
+    assert images["redis"].startswith("redis:")
+    assert "-s3" in config["services"]["seaweedfs"]["command"]
+
+
+@pytest.mark.parametrize("name", sorted(PLATFORM))
+def test_platform_service(config, name):
+    svc = config["services"][name]
+    assert svc["build"]["dockerfile"] == "images/Dockerfile.platform"
+    assert Path(svc["build"]["context"]) == REPO
+    assert svc["command"] == ["python", "-m", f"services.{name}.main"]
+    env = svc["environment"]
+    assert env["DLAAS_STORE_URL"] == "mongodb://mongo:27017/dlaas"
+    assert env["DLAAS_ETCD_ENDPOINTS"] == "etcd:2379"
+    assert env["DLAAS_S3_ENDPOINT"] == "http://seaweedfs:8333"
+    assert (env["DLAAS_S3_ACCESS_KEY"], env["DLAAS_S3_SECRET_KEY"]) == (
+        "test-access",
+        "test-secret",
+    )
+    assert (env["DLAAS_LCM_ADDR"], env["DLAAS_SCHEDULER_ADDR"]) == (
+        "lcm:50051",
+        "scheduler:50052",
+    )
+    deps = svc["depends_on"]
+    assert deps["etcd"] == {"condition": "service_healthy"}
+    for dep in deps:
+        # Anything waited on as healthy must define how its health is checked.
+        if deps[dep]["condition"] == "service_healthy":
+            assert "healthcheck" in config["services"][dep], f"{name} waits on {dep}"
+
+
+@pytest.mark.parametrize("name", ["lcm", "jobmonitor"])
+def test_docker_socket_is_mounted_where_containers_are_managed(config, name):
+    svc = config["services"][name]
+    assert svc["environment"]["DLAAS_DOCKER_HOST"] == "unix:///var/run/docker.sock"
+    assert any(v.startswith("/var/run/docker.sock:/var/run/docker.sock") for v in svc["volumes"])
+
+
+def test_socket_is_not_mounted_elsewhere(config):
+    for name, svc in config["services"].items():
+        if name not in {"lcm", "jobmonitor"}:
+            assert not any("docker.sock" in v for v in svc.get("volumes", [])), name
+
+
+def test_api_settings(config):
+    api = config["services"]["api"]
+    env = api["environment"]
+    assert env["DLAAS_API_ADMIN_TOKEN"] == "test-admin"
+    assert env["DLAAS_API_HOST"] == "0.0.0.0"  # reachable from outside its container
+    assert "8080:8080" in {f"{p['published']}:{p['target']}" for p in _ports(api)}
+    assert {"lcm", "scheduler", "mongo", "seaweedfs"} <= set(api["depends_on"])
+
+
+def test_healthcheck_python_snippets_compile(config):
+    snippets = [
+        svc["healthcheck"]["test"][3]
+        for svc in config["services"].values()
+        if svc.get("healthcheck", {}).get("test", [None, None])[1:3] == ["python", "-c"]
+    ]
+    assert len(snippets) == 3  # api, lcm, scheduler
+    for code in snippets:
+        compile(code, "<healthcheck>", "exec")
+
+
+def test_service_entrypoints_exist():
+    missing = [n for n in sorted(PLATFORM) if not (REPO / "services" / n / "main.py").is_file()]
+    assert not missing, f"docker-compose.yml starts services.<name>.main for: {missing}"
+
+
+def _ports(svc: dict) -> list[dict]:
+    # docker-compose 1.29 prints ports either as "a:b" strings or as mappings.
+    out = []
+    for p in svc.get("ports", []):
+        if isinstance(p, str):
+            published, _, target = p.rpartition(":")
+            out.append({"published": published, "target": target})
+        else:
+            out.append({"published": str(p.get("published")), "target": str(p["target"])})
+    return out
