@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The test command, here and in CI: install what is missing, make sure a Docker engine runs
+# (the tests start etcd, SeaweedFS and Redis themselves on free ports), then run pytest.
+# Extra arguments go to pytest, e.g. `scripts/test.sh tests/unit -x`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install.sh
+
+VENV=${DLAAS_VENV:-.venv}
+state=${DLAAS_TEST_STATE:-$PWD/.dlaas/test}
+mkdir -p "$state"
+# The engine stays up afterwards: it is the machine's, and holds the image cache.
+if ! "$VENV/bin/python" -c "
+import sys
+from dlaas.servers import ServerError, ensure_dockerd
+try:
+    print('test: docker engine on', ensure_dockerd(sys.argv[1]))
+except ServerError as e:
+    sys.exit(f'test: no Docker engine ({e}); Docker tests will be skipped')
+" "$state"; then
+  :
+fi
+
+exec "$VENV/bin/pytest" -q -ra -p no:cacheprovider --durations=15 "$@" </dev/null
