@@ -9,6 +9,7 @@ through unique names: a key prefix per test in etcd, a bucket per test in S3.
 from __future__ import annotations
 
 import secrets
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,12 +102,13 @@ def s3_bucket(s3_client) -> str:
 
 
 @pytest.fixture(scope="session")
-def docker_client(tmp_path_factory):
+def docker_client():
     """docker.DockerClient on the machine's engine, started if needed; skip if none can run."""
     import docker
 
     try:
-        host = servers.ensure_dockerd(tmp_path_factory.mktemp("dockerd"))
+        # A dockerd started here outlives the session: its log goes to a lasting place.
+        host = servers.ensure_dockerd(Path(tempfile.gettempdir()) / "dlaas-dockerd")
     except servers.ServerError as e:
         pytest.skip(f"no Docker engine: {e}")
     client = docker.DockerClient(base_url=host, timeout=60)
