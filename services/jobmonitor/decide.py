@@ -9,8 +9,8 @@ so every rule is tested with plain data and a fake clock.
 
 Who owns which edge (dlaas.status): the LCM moves QUEUED -> PENDING -> DOWNLOADING and
 handles user halt; the monitor advances DOWNLOADING -> PROCESSING -> STORING -> COMPLETED
-and fails jobs whose containers failed (from PENDING on). So in PENDING the monitor only
-reacts to failures and otherwise waits for the LCM.
+and fails jobs whose containers failed, from DOWNLOADING on. While a job is PENDING the LCM
+is still deploying it, and the monitor changes nothing.
 """
 
 from __future__ import annotations
@@ -159,6 +159,10 @@ def _status_change(
 ) -> TransitionTo | None:
     """The one status change the containers call for, or None."""
     status = view.state.status
+    if status == Status.PENDING:
+        # The LCM is still creating and starting containers (it fails the job itself when
+        # deployment fails); acting now would race its deploy. DOWNLOADING comes next.
+        return None
 
     failed = _first_failed_learner(learners)
     if failed is not None:
@@ -166,9 +170,6 @@ def _status_change(
 
     if helper is not None and helper.exited and helper.exit_code != 0:
         return _helper_failure(helper, view.helper_events)
-
-    if status == Status.PENDING:
-        return None  # the LCM is still deploying; it moves the job to DOWNLOADING
 
     if helper is None:
         what = "containers are" if not view.containers else "helper container is"

@@ -62,6 +62,7 @@ class JobMonitor:
         resync_s: float = 15.0,
         stop_grace_s: int = 10,
         release_retry_s: float = 5.0,
+        owns_job: Callable[[str], bool] = lambda job_id: True,
     ):
         self.docker = docker_client
         self.keeper = keeper
@@ -73,6 +74,9 @@ class JobMonitor:
         self.resync_s = resync_s
         self.stop_grace_s = stop_grace_s
         self.release_retry_s = release_retry_s
+        # Which jobs this monitor may touch. Every job on its engine in production; tests
+        # sharing one Docker engine narrow it so a monitor never removes another's containers.
+        self.owns_job = owns_job
 
         self._lock = threading.Condition()
         self._dirty: set[str] = set()
@@ -90,6 +94,8 @@ class JobMonitor:
 
     def mark(self, job_id: str) -> None:
         """Ask the worker to reconcile `job_id` soon."""
+        if not self.owns_job(job_id):
+            return
         with self._lock:
             self._dirty.add(job_id)
             self._lock.notify()
@@ -102,7 +108,7 @@ class JobMonitor:
         except Exception:
             log.exception("resync: could not list jobs")
             return
-        for job_id in sorted(jobs):
+        for job_id in sorted(j for j in jobs if self.owns_job(j)):
             self._safe_reconcile(job_id)
 
     def reconcile_job(self, job_id: str) -> d.Decision | None:

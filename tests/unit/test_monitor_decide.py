@@ -202,9 +202,11 @@ def test_the_first_learner_to_fail_is_the_cause():
     assert transition(dec).exit_code == 7
 
 
-def test_a_learner_failure_in_pending_is_still_reported():
-    dec = decide(view(Status.PENDING, [helper(), learner(0, "exited", 2)]))
-    assert transition(dec).exit_code == 2
+def test_failures_in_pending_wait_for_the_lcm_to_finish_deploying():
+    dec = decide(view(Status.PENDING, [helper("exited", 10), learner(0, "exited", 2)]))
+    assert dec.actions == []
+    # Once the LCM wrote DOWNLOADING, the same containers fail the job.
+    assert transition(decide(view(Status.DOWNLOADING, [learner(0, "exited", 2), helper()])))
 
 
 def test_helper_data_not_found_fails_with_its_error_message():

@@ -1,0 +1,326 @@
+"""The job monitor against the real Docker engine and the real etcd.
+
+Each test deploys a job by hand the way the LCM does (jobspec names and labels, a network,
+a volume, a helper and learners started together with init), using small `python3 -c`
+scripts in the test base image as stand-ins for the helper and the learners, then lets a
+JobMonitor running in a thread carry the job to its end and clean up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import docker
+import docker.errors
+import pytest
+
+from dlaas import jobspec
+from dlaas.etcd_status import StatusKeeper
+from dlaas.status import Status
+from dlaas.store.base import JobRecord
+from services.jobmonitor.monitor import JobMonitor
+
+pytestmark = pytest.mark.docker
+
+IMAGE = "dlaas-test-base:latest"
+SCOPE = "mon-"  # the monitor under test touches only these jobs (the engine is shared)
+
+# The helper stand-in: data ready at once, then wait for the finish signal, store, exit 0.
+HELPER_OK = """
+import signal, sys, time
+done = []
+signal.signal(signal.SIGUSR1, lambda *a: done.append(1))
+signal.signal(signal.SIGTERM, lambda *a: done.append(1))
+print("fetching data", flush=True)
+print('DLAAS-EVENT {"event": "data_ready"}', flush=True)
+while not done:
+    time.sleep(0.05)
+print('DLAAS-EVENT {"event": "stored"}', flush=True)
+"""
+
+HELPER_NO_DATA = """
+import sys
+print('DLAAS-EVENT {"code": "data_not_found", "event": "error", '
+      '"message": "bucket training-data has no objects"}', flush=True)
+sys.exit(10)
+"""
+
+
+def learner_script(code: int, lines: int = 3, sleep: float = 1.0) -> str:
+    return (
+        "import sys, time\n"
+        f"time.sleep({sleep})\n"
+        f"for i in range({lines}): print(f'epoch {{i}} loss {{1.0 / (i + 1):.3f}}', flush=True)\n"
+        f"sys.exit({code})\n"
+    )
+
+
+OOM_LEARNER = "import time\ntime.sleep(0.5)\nx = b'x' * (256 << 20)\nprint('survived')\n"
+
+
+def manifest(learners: int) -> str:
+    return (
+        f"name: monitor-test\nlearners: {learners}\n"
+        "framework: {name: python, version: '3', command: python3 train.py}\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def image(docker_client):
+    try:
+        docker_client.images.get(IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"test image {IMAGE} is not built on this engine")
+    return IMAGE
+
+
+@pytest.fixture
+def keeper(etcd_client, etcd_prefix, job_store):
+    return StatusKeeper(etcd_client, job_store, prefix=etcd_prefix)
+
+
+class Harness:
+    """Deploys jobs like the LCM and runs monitors in threads; removes everything after."""
+
+    def __init__(self, docker_client, keeper: StatusKeeper, store, image: str):
+        self.docker = docker_client
+        self.keeper = keeper
+        self.store = store
+        self.image = image
+        self.released: list[str] = []
+        self.jobs: list[str] = []
+        self._runs: list[tuple[threading.Event, threading.Thread]] = []
+
+    def new_job(self, learners: int) -> str:
+        job_id = f"{SCOPE}{uuid.uuid4().hex[:10]}"
+        self.jobs.append(job_id)
+        self.store.create(
+            JobRecord(job_id, "alice", "monitor-test", manifest(learners), time.time())
+        )
+        self.keeper.create(job_id)
+        self.keeper.transition(job_id, Status.PENDING, "placed on local")
+        return job_id
+
+    def deploy(self, job_id: str, helper: str, learners: list[str], mem_limit: str | None = None):
+        labels = {jobspec.LABEL_MANAGED: "true", jobspec.LABEL_JOB: job_id}
+        self.docker.networks.create(jobspec.network_name(job_id), labels=labels)
+        self.docker.volumes.create(jobspec.volume_name(job_id), labels=labels)
+        specs = [(jobspec.helper_name(job_id), jobspec.ROLE_HELPER, None, helper, None)]
+        specs += [
+            (jobspec.learner_name(job_id, i), jobspec.ROLE_LEARNER, i, script, mem_limit)
+            for i, script in enumerate(learners)
+        ]
+        created = []
+        for name, role, index, script, mem in specs:
+            lab = {**labels, jobspec.LABEL_ROLE: role}
+            if index is not None:
+                lab[jobspec.LABEL_LEARNER] = str(index)
+            created.append(
+                self.docker.containers.create(
+                    self.image,
+                    ["python3", "-u", "-c", script],
+                    name=name,
+                    labels=lab,
+                    init=True,
+                    network=jobspec.network_name(job_id),
+                    volumes={jobspec.volume_name(job_id): {"bind": jobspec.JOB_MOUNT}},
+                    mem_limit=mem,
+                    memswap_limit=mem,
+                )
+            )
+        for c in created:
+            c.start()
+        self.keeper.transition(job_id, Status.DOWNLOADING, "helper and learners started")
+
+    def start_monitor(self, **kw) -> threading.Event:
+        monitor = JobMonitor(
+            self.docker,
+            self.keeper,
+            self.store,
+            self.released.append,
+            helper_timeout_s=kw.pop("helper_timeout_s", 10),
+            resync_s=kw.pop("resync_s", 3),
+            stop_grace_s=1,
+            owns_job=lambda job_id: job_id in self.jobs,
+            **kw,
+        )
+        stop = threading.Event()
+        thread = threading.Thread(target=monitor.run, args=(stop,), daemon=True)
+        thread.start()
+        self._runs.append((stop, thread))
+        return stop
+
+    def stop_monitors(self) -> None:
+        for stop, thread in self._runs:
+            stop.set()
+        for stop, thread in self._runs:
+            thread.join(timeout=10)
+            assert not thread.is_alive(), "the monitor did not stop"
+        self._runs.clear()
+
+    def wait_until(self, what, predicate, timeout: float = 30.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def wait_cleaned(self, job_id: str, timeout: float = 30.0):
+        self.wait_until(
+            f"{job_id} cleaned up",
+            lambda: self.store.get(job_id).info.get("cleaned_up"),
+            timeout,
+        )
+        return self.store.get(job_id)
+
+    def leftovers(self, job_id: str) -> list[str]:
+        label = {"label": f"{jobspec.LABEL_JOB}={job_id}"}
+        return (
+            [c.name for c in self.docker.containers.list(all=True, filters=label)]
+            + [n.name for n in self.docker.networks.list(filters=label)]
+            + [v.name for v in self.docker.volumes.list(filters=label)]
+        )
+
+    def remove_all(self) -> None:
+        for job_id in self.jobs:
+            label = {"label": f"{jobspec.LABEL_JOB}={job_id}"}
+            for c in self.docker.containers.list(all=True, filters=label):
+                c.remove(force=True)
+            for n in self.docker.networks.list(filters=label):
+                n.remove()
+            for v in self.docker.volumes.list(filters=label):
+                v.remove(force=True)
+
+
+@pytest.fixture
+def harness(docker_client, keeper, job_store, image):
+    h = Harness(docker_client, keeper, job_store, image)
+    try:
+        yield h
+    finally:
+        h.stop_monitors()
+        h.remove_all()
+
+
+def statuses(record) -> list[str]:
+    return [t.status.value for t in record.history]
+
+
+def test_happy_path_completes_with_full_history_and_leaves_nothing(harness):
+    job = harness.new_job(learners=2)
+    harness.start_monitor()
+    harness.deploy(job, HELPER_OK, [learner_script(0), learner_script(0, sleep=1.5)])
+
+    record = harness.wait_cleaned(job)
+    assert statuses(record) == [
+        "QUEUED",
+        "PENDING",
+        "DOWNLOADING",
+        "PROCESSING",
+        "STORING",
+        "COMPLETED",
+    ]
+    assert record.status == Status.COMPLETED and record.error_code == ""
+    assert harness.leftovers(job) == []
+    assert harness.released == [job]
+    learners = record.info["learners"]
+    assert [(e["id"], e["state"], e["exit_code"]) for e in learners] == [
+        (0, "exited", 0),
+        (1, "exited", 0),
+    ]
+    assert learners[1]["container"] == jobspec.learner_name(job, 1)
+    assert record.info.get("logs_incomplete") is None
+
+
+def test_learner_exit_3_fails_with_its_code_and_last_log_lines(harness):
+    job = harness.new_job(learners=2)
+    harness.start_monitor()
+    long_running = "import time\ntime.sleep(60)\n"
+    harness.deploy(job, HELPER_OK, [long_running, learner_script(3, lines=15)])
+
+    record = harness.wait_cleaned(job)
+    assert record.status == Status.FAILED
+    assert (record.error_code, record.exit_code) == ("exit_code", 3)
+    assert record.reason.startswith("learner 1 exited with code 3; last log lines:")
+    assert "epoch 14 loss 0.067" in record.reason  # the last line
+    assert "epoch 4 loss" not in record.reason  # only the last ten
+    # The other learner was stopped and the helper let go before cleanup.
+    assert harness.leftovers(job) == []
+    assert harness.released == [job]
+    assert not record.info.get("logs_incomplete")
+
+
+def test_helper_exit_10_fails_data_not_found_with_its_message(harness):
+    job = harness.new_job(learners=1)
+    harness.start_monitor()
+    harness.deploy(job, HELPER_NO_DATA, ["import time\ntime.sleep(60)\n"])
+
+    record = harness.wait_cleaned(job)
+    assert record.status == Status.FAILED and record.error_code == "data_not_found"
+    assert record.reason == "training data not found: bucket training-data has no objects"
+    assert statuses(record)[-2:] == ["DOWNLOADING", "FAILED"]
+    assert harness.leftovers(job) == []
+
+
+def test_oom_killed_learner_fails_oom_killed(harness):
+    job = harness.new_job(learners=1)
+    harness.start_monitor()
+    harness.deploy(job, HELPER_OK, [OOM_LEARNER], mem_limit="64m")
+
+    record = harness.wait_cleaned(job)
+    assert record.status == Status.FAILED
+    assert (record.error_code, record.exit_code) == ("oom_killed", 137)
+    assert "out of memory" in record.reason
+    assert record.info["learners"][0].get("oom_killed") is True
+    assert harness.leftovers(job) == []
+
+
+def test_restarted_monitor_picks_up_where_it_was(harness):
+    job = harness.new_job(learners=1)
+    stop = harness.start_monitor()
+    harness.deploy(job, HELPER_OK, [learner_script(0, sleep=4)])
+    harness.wait_until(
+        "PROCESSING", lambda: harness.keeper.get(job).status == Status.PROCESSING, 15
+    )
+    stop.set()
+    harness.stop_monitors()  # down while the learner trains and exits
+    harness.wait_until(
+        "the learner to exit",
+        lambda: harness.docker.containers.get(jobspec.learner_name(job, 0)).status == "exited",
+        15,
+    )
+    assert harness.keeper.get(job).status == Status.PROCESSING  # nobody noticed yet
+
+    harness.start_monitor()
+    record = harness.wait_cleaned(job)
+    assert statuses(record)[-3:] == ["PROCESSING", "STORING", "COMPLETED"]
+    assert harness.leftovers(job) == []
+
+
+def test_halted_job_with_a_stubborn_helper_is_killed_and_cleaned_up(harness):
+    job = harness.new_job(learners=1)
+    harness.start_monitor(helper_timeout_s=2)
+    stubborn = (
+        "import signal, time\nsignal.signal(signal.SIGUSR1, signal.SIG_IGN)\ntime.sleep(60)\n"
+    )
+    harness.deploy(job, stubborn, ["import time\ntime.sleep(60)\n"])
+    harness.keeper.transition(job, Status.HALTED, "halted by the user")
+
+    record = harness.wait_cleaned(job, timeout=20)
+    assert record.status == Status.HALTED
+    assert record.info["logs_incomplete"] is True
+    assert "logs may be incomplete" in record.info["logs_note"]
+    assert harness.released == [job]
+    assert harness.leftovers(job) == []
+
+
+def test_containers_of_a_deleted_job_are_removed(harness):
+    job = harness.new_job(learners=1)
+    harness.deploy(job, "import time\ntime.sleep(60)\n", ["import time\ntime.sleep(60)\n"])
+    harness.keeper.delete(job)  # the job is gone; its containers are orphans
+    harness.start_monitor()
+    harness.wait_until("orphans removed", lambda: not harness.leftovers(job), 20)
