@@ -1,0 +1,216 @@
+"""A small REST client for the dlaas API, used by the CLI (and usable from scripts).
+
+`DlaasClient(url, token)` wraps httpx; an error reply becomes `ApiError` (status, error
+code, message, problems) and an unreachable server `Unreachable`, so callers print a
+clear line instead of a traceback. `load_config(state_dir)` reads the client.json that
+`dlaas up` writes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+# What `submit --code DIR` leaves out of the archive it packs.
+_SKIP_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", ".venv", ".mypy_cache"})
+
+
+class ClientError(Exception):
+    """Anything the CLI reports as one line."""
+
+
+class Unreachable(ClientError):
+    pass
+
+
+class NotConfigured(ClientError):
+    pass
+
+
+@dataclass
+class ApiError(ClientError):
+    status: int
+    code: str
+    message: str
+    problems: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    url: str
+    token: str
+    admin_token: str = ""
+
+    def __repr__(self) -> str:  # never show tokens
+        return f"ClientConfig(url={self.url!r})"
+
+
+def load_config(state_dir: Path, url: str | None = None, token: str | None = None) -> ClientConfig:
+    """client.json in `state_dir`, overridden by `url`/`token` (flags or $DLAAS_URL/$DLAAS_TOKEN)."""
+    data: dict[str, Any] = {}
+    path = Path(state_dir) / "client.json"
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except ValueError:
+            raise NotConfigured(f"{path} is not valid JSON; run `dlaas up` again") from None
+    url = url or os.environ.get("DLAAS_URL") or data.get("url")
+    token = token or os.environ.get("DLAAS_TOKEN") or data.get("token")
+    if not url or not token:
+        raise NotConfigured(
+            f"no API address/token: run `dlaas up` (writes {path}) or pass --url and --token"
+        )
+    return ClientConfig(url.rstrip("/"), token, data.get("admin_token", ""))
+
+
+def pack_code(path: Path) -> tuple[bytes, str]:
+    """(archive bytes, file name) for `--code`: a directory is packed to tar.gz in memory."""
+    path = Path(path)
+    if path.is_file():
+        return path.read_bytes(), path.name
+    if not path.is_dir():
+        raise ClientError(f"--code: {path} is neither a directory nor an archive")
+    root = path.resolve()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for item in sorted(root.rglob("*")):
+            rel = item.relative_to(root)
+            if any(part in _SKIP_DIRS for part in rel.parts) or item.suffix == ".pyc":
+                continue
+            if item.is_symlink():
+                target = item.resolve()
+                if not target.is_relative_to(root):
+                    raise ClientError(f"--code: {rel} links outside {path} (to {target})")
+            if item.is_dir() and not item.is_symlink():
+                continue  # directories come with their files
+            tar.add(item, arcname=rel.as_posix(), recursive=False)
+    return buf.getvalue(), f"{path.name or 'code'}.tar.gz"
+
+
+class DlaasClient:
+    def __init__(
+        self, url: str, token: str, timeout: float = 30.0, http: httpx.Client | None = None
+    ):
+        self.url = url.rstrip("/")
+        self._http = http or httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(timeout, read=None),  # log streams wait as long as jobs run
+        )
+
+    @classmethod
+    def from_config(cls, config: ClientConfig, admin: bool = False) -> DlaasClient:
+        token = config.admin_token if admin else config.token
+        if admin and not token:
+            raise NotConfigured("no admin token in client.json")
+        return cls(config.url, token)
+
+    def close(self) -> None:
+        self._http.close()
+
+    # --- plumbing -------------------------------------------------------------------
+
+    def _raise_for(self, r: httpx.Response) -> None:
+        if r.is_success:
+            return
+        try:
+            body = r.json()
+        except ValueError:
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        raise ApiError(
+            r.status_code,
+            body.get("error", f"http_{r.status_code}"),
+            body.get("message") or f"the server answered {r.status_code} {r.reason_phrase}",
+            list(body.get("problems") or []),
+        )
+
+    def _request(self, method: str, path: str, **kw) -> httpx.Response:
+        try:
+            r = self._http.request(method, path, **kw)
+        except httpx.TransportError as exc:
+            raise Unreachable(
+                f"cannot reach the dlaas API at {self.url} ({exc.__class__.__name__}); "
+                "is the platform up? (`dlaas up`, `dlaas status`)"
+            ) from None
+        self._raise_for(r)
+        return r
+
+    def _stream(self, path: str, params: dict[str, Any]):
+        try:
+            with self._http.stream("GET", path, params=params) as r:
+                if not r.is_success:
+                    r.read()
+                    self._raise_for(r)
+                yield r
+        except httpx.TransportError as exc:
+            raise Unreachable(
+                f"lost the connection to {self.url} ({exc.__class__.__name__})"
+            ) from None
+
+    # --- API ------------------------------------------------------------------------
+
+    def health(self) -> dict:
+        return self._request("GET", "/health").json()
+
+    def submit(self, manifest_text: str, code: bytes | None = None, code_name: str = "") -> dict:
+        files: dict[str, Any] = {
+            "manifest": ("manifest.yml", manifest_text.encode(), "application/yaml")
+        }
+        if code is not None:
+            files["code"] = (code_name or "code.tar.gz", code, "application/octet-stream")
+        return self._request("POST", "/v1/jobs", files=files).json()
+
+    def list_jobs(self, status: str | None = None, offset: int = 0, limit: int = 50) -> dict:
+        params: dict[str, Any] = {"offset": offset, "limit": limit}
+        if status:
+            params["status"] = status
+        return self._request("GET", "/v1/jobs", params=params).json()
+
+    def get_job(self, job_id: str) -> dict:
+        return self._request("GET", f"/v1/jobs/{job_id}").json()
+
+    def halt(self, job_id: str) -> dict:
+        return self._request("POST", f"/v1/jobs/{job_id}/halt").json()
+
+    def delete(self, job_id: str) -> None:
+        self._request("DELETE", f"/v1/jobs/{job_id}")
+
+    def queue(self) -> dict:
+        return self._request("GET", "/v1/queue").json()
+
+    def logs(
+        self, job_id: str, learner: int = 0, offset: int = 0, follow: bool = False
+    ) -> Iterator[str]:
+        """Log lines; with `follow`, resumes after a dropped connection at the line reached."""
+        seen, retries = offset, 0
+        while True:
+            params = {"learner": learner, "offset": seen, "follow": str(follow).lower()}
+            try:
+                for r in self._stream(f"/v1/jobs/{job_id}/logs", params):
+                    for line in r.iter_lines():
+                        seen += 1
+                        yield line
+                return
+            except Unreachable:
+                retries += 1
+                if not follow or retries > 5:
+                    raise
+                # A follow stream that broke: check the server is back, then resume.
+                self.health()
+
+    def download(self, job_id: str) -> Iterator[bytes]:
+        for r in self._stream(f"/v1/jobs/{job_id}/results", {}):
+            yield from r.iter_bytes()

@@ -1,0 +1,245 @@
+"""The `dlaas` CLI against a real API server (uvicorn on a free port).
+
+Behind the API: a real SQLite store and real S3; the LCM and scheduler are the FAKES of
+test_api.py (in-process gRPC). The CLI reads its address and token from client.json
+in a temporary --home, as after `dlaas up`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import threading
+import time
+
+import pytest
+import uvicorn
+from test_api import ADMIN, ALICE, MANIFEST, make_settings, put_log, start_fakes
+from typer.testing import CliRunner
+
+from dlaas.cli import app
+from dlaas.sdk import LcmClient, SchedulerClient
+from dlaas.servers import free_port
+from dlaas.status import Status, Transition
+from services.api.app import create_app
+
+runner = CliRunner()
+
+
+class Server:
+    def __init__(self, url, store, s3, results, home):
+        self.url, self.store, self.s3, self.results, self.home = url, store, s3, results, home
+
+    def cli(self, *args: str):
+        return runner.invoke(app, ["--home", str(self.home), *args])
+
+    def finish(self, job_id: str, status: Status = Status.COMPLETED, **kw) -> None:
+        rec = self.store.get(job_id)
+        t = Transition(status, time.time(), kw.pop("reason", "done"), **kw)
+        self.store.record_transition(job_id, rec.last_seq + 1, t)
+
+
+@pytest.fixture
+def server(s3_server, s3_client, job_store, tmp_path):
+    grpc_server, addr, _, _ = start_fakes(job_store)
+    settings, api = make_settings(s3_server, tmp_path / "jobs.db", addr)
+    application = create_app(
+        settings, api, store=job_store, lcm=LcmClient(addr), s3=s3_client, docker=False,
+        scheduler=SchedulerClient(addr), log_poll_s=0.05,
+    )  # fmt: skip
+    port = free_port()
+    uv = uvicorn.Server(
+        uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not uv.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    home = tmp_path / "home"
+    home.mkdir()
+    url = f"http://127.0.0.1:{port}"
+    (home / "client.json").write_text(
+        json.dumps({"url": url, "token": ALICE, "admin_token": ADMIN})
+    )
+    results = f"res-cli-{port}"
+    s3_client.create_bucket(Bucket=results)
+    try:
+        yield Server(url, job_store, s3_client, results, home)
+    finally:
+        uv.should_exit = True
+        thread.join(10)
+        grpc_server.stop(0)
+
+
+@pytest.fixture
+def manifest_file(server, tmp_path):
+    path = tmp_path / "manifest.yml"
+    path.write_text(MANIFEST.format(learners=1, results=server.results))
+    return path
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def test_validate_prints_the_normalized_manifest(tmp_path):
+    path = tmp_path / "m.yml"
+    path.write_text(MANIFEST.format(learners=2, results="r"))
+    r = runner.invoke(app, ["validate", str(path)])
+    assert r.exit_code == 0, r.output
+    assert "valid" in r.output and "memory_mb: 512" in r.output
+    assert "s3cr3t-never-shown" not in r.output
+
+
+def test_validate_json(tmp_path):
+    path = tmp_path / "m.yml"
+    path.write_text(MANIFEST.format(learners=2, results="r"))
+    r = runner.invoke(app, ["validate", "--json", str(path)])
+    data = json.loads(r.stdout)
+    assert data["valid"] is True and data["manifest"]["learners"] == 2
+
+
+def test_validate_lists_every_problem_and_exits_1(tmp_path):
+    path = tmp_path / "m.yml"
+    text = MANIFEST.format(learners=0, results="r").replace("cpus: 1", "cpus: -1")
+    path.write_text(text)
+    r = runner.invoke(app, ["validate", str(path)])
+    assert r.exit_code == 1
+    assert "learners:" in r.output and "cpus:" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_validate_warns_about_an_unknown_framework_image(tmp_path):
+    path = tmp_path / "m.yml"
+    path.write_text(MANIFEST.format(learners=1, results="r").replace("name: python", "name: caffe"))
+    r = runner.invoke(app, ["validate", str(path)])
+    assert r.exit_code == 0
+    assert "warning" in r.output and "caffe" in r.output
+
+
+def test_validate_missing_file_is_a_clear_error(tmp_path):
+    r = runner.invoke(app, ["validate", str(tmp_path / "nope.yml")])
+    assert r.exit_code == 1
+    assert "cannot read" in r.output
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+def test_submit_list_show(server, manifest_file, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hi')\n")
+    (code / "__pycache__").mkdir()
+    (code / "__pycache__" / "x.pyc").write_bytes(b"junk")
+    r = server.cli("submit", str(manifest_file), "--code", str(code))
+    assert r.exit_code == 0, r.output
+    job_id = r.stdout.strip().splitlines()[0]
+    assert job_id.startswith("job-")
+    stored = server.store.get(job_id)
+    assert stored.user == "alice" and stored.code_key == f"code/{job_id}.tar.gz"
+
+    r = server.cli("list")
+    assert r.exit_code == 0 and job_id in r.output and "QUEUED" in r.output
+    r = server.cli("list", "--json")
+    page = json.loads(r.stdout)
+    assert page["total"] == 1 and page["jobs"][0]["job_id"] == job_id
+
+    r = server.cli("show", job_id)
+    assert r.exit_code == 0 and "history" in r.output and "memory_mb: 512" in r.output
+    r = server.cli("show", job_id, "--json")
+    assert json.loads(r.stdout)["history"][0]["status"] == "QUEUED"
+
+
+def test_submit_follow_streams_logs_then_exits_by_final_status(server, manifest_file):
+    r = server.cli("submit", str(manifest_file))
+    first = r.stdout.strip()
+
+    put_log(server, first, 0, ["epoch 1 acc 0.5", "epoch 2 acc 0.9"])
+    server.finish(first)
+    r = server.cli("logs", first)
+    assert r.stdout.splitlines() == ["epoch 1 acc 0.5", "epoch 2 acc 0.9"]
+
+    def finish_later(status, **kw):
+        def run():
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                jobs, _ = server.store.list(status=Status.QUEUED)
+                if jobs:
+                    put_log(server, jobs[0].job_id, 0, ["training ..."])
+                    server.finish(jobs[0].job_id, status, **kw)
+                    return
+                time.sleep(0.05)
+
+        threading.Thread(target=run).start()
+
+    finish_later(Status.COMPLETED)
+    r = server.cli("submit", str(manifest_file), "--follow")
+    assert r.exit_code == 0, r.output
+    assert "training ..." in r.output and "COMPLETED" in r.output
+
+    finish_later(Status.FAILED, reason="learner 0 exited 3", exit_code=3)
+    r = server.cli("submit", str(manifest_file), "--follow")
+    assert r.exit_code == 1
+    assert "FAILED" in r.output and "exit code 3" in r.output
+
+
+def test_halt_delete_and_errors(server, manifest_file):
+    job_id = server.cli("submit", str(manifest_file)).stdout.strip()
+    r = server.cli("delete", job_id)
+    assert r.exit_code == 1 and "invalid_transition" in r.output and "HTTP 409" in r.output
+    r = server.cli("halt", job_id)
+    assert r.exit_code == 0 and "HALTED" in r.output
+    assert server.cli("delete", job_id).exit_code == 0
+    r = server.cli("show", job_id)
+    assert r.exit_code == 1 and "not found" in r.output and "Traceback" not in r.output
+
+
+def test_submit_refused_prints_the_problems(server, tmp_path):
+    path = tmp_path / "bad.yml"
+    path.write_text(MANIFEST.format(learners=1, results="r").replace("cpus: 1", "cpus: 0"))
+    r = server.cli("submit", str(path))
+    assert r.exit_code == 1
+    assert "cpus:" in r.output and "HTTP 422" in r.output
+
+
+def test_admin_flag_uses_the_admin_token(server, manifest_file):
+    job_id = server.cli("submit", str(manifest_file)).stdout.strip()
+    other = server.cli("--token", "tok-bob", "show", job_id)
+    assert other.exit_code == 1 and "not found" in other.output
+    assert server.cli("--admin", "show", job_id).exit_code == 0
+
+
+def test_download_extracts_the_results(server, manifest_file, tmp_path):
+    job_id = server.cli("submit", str(manifest_file)).stdout.strip()
+    server.s3.put_object(Bucket=server.results, Key=f"{job_id}/model.txt", Body=b"weights")
+    out = tmp_path / "out"
+    r = server.cli("download", job_id, "-o", str(out))
+    assert r.exit_code == 0, r.output
+    assert (out / "model.txt").read_bytes() == b"weights"
+
+
+def test_platform_not_up_is_exit_3_with_a_hint(tmp_path):
+    home = tmp_path / "h"
+    home.mkdir()
+    r = runner.invoke(app, ["--home", str(home), "list"])
+    assert r.exit_code == 3 and "dlaas up" in r.output
+    url = f"http://127.0.0.1:{free_port()}"
+    (home / "client.json").write_text(json.dumps({"url": url, "token": "t"}))
+    r = runner.invoke(app, ["--home", str(home), "list"])
+    assert r.exit_code == 3 and "cannot reach" in r.output and "Traceback" not in r.output
+
+
+def test_pack_code_refuses_links_outside(tmp_path):
+    from dlaas.client import ClientError, pack_code
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "ok.py").write_text("x")
+    data, name = pack_code(tmp_path / "code")
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        assert tar.getnames() == ["ok.py"]
+    assert name == "code.tar.gz"
+    (tmp_path / "code" / "evil").symlink_to("/etc/passwd")
+    with pytest.raises(ClientError, match="links outside"):
+        pack_code(tmp_path / "code")
