@@ -12,6 +12,7 @@ import sys
 import threading
 
 import docker
+import docker.errors
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -50,11 +51,15 @@ def main() -> None:
     # Imported here: the SDK pulls in gRPC, which the pure parts of this service never need.
     from dlaas.sdk import SchedulerClient
 
+    try:
+        engine = docker.DockerClient(base_url=settings.docker_host)
+    except docker.errors.DockerException as exc:
+        sys.exit(f"jobmonitor: no Docker engine at {settings.docker_host}: {exc}")
     store = open_store(settings.store_url)
     keeper = StatusKeeper(connect(settings.etcd_hostports()), store, settings.etcd_prefix)
     scheduler = SchedulerClient(settings.scheduler_addr)
     monitor = JobMonitor(
-        docker.DockerClient(base_url=settings.docker_host),
+        engine,
         keeper,
         store,
         scheduler.release,
