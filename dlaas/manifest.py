@@ -57,7 +57,8 @@ _UNITS = {
     "ti": 1024**4,
 }
 _MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*$", re.IGNORECASE)
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+# Spaces are allowed: FfDL examples use names such as "pytorch ddl" (the name is only shown).
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -173,7 +174,7 @@ class Manifest(_Model):
     def _name(cls, v: str) -> str:
         if not _NAME_RE.match(v):
             raise ValueError(
-                "must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+                "must be 1-63 letters, digits, spaces, '.', '_' or '-', starting with a letter or digit"
             )
         return v
 
