@@ -181,14 +181,12 @@ def finish(cfg: HelperConfig, client, paths: JobPaths) -> int:
     return HELPER_EXIT_OK
 
 
-def run(env: dict[str, str]) -> int:
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame) -> None:
-        stop.set()
-
-    for sig in (signal.SIGUSR1, signal.SIGTERM):
-        signal.signal(sig, on_signal)
+def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
+    """The whole helper; `stop` is set by the finish signals (handlers installed if None)."""
+    if stop is None:
+        stop = threading.Event()
+        for sig in (signal.SIGUSR1, signal.SIGTERM):
+            signal.signal(sig, lambda _signum, _frame: stop.set())
 
     try:
         cfg = HelperConfig.from_env(env)
