@@ -72,7 +72,7 @@ def parse_memory_mb(value: Any) -> int:
         m = _MEM_RE.match(value)
         if not m:
             raise ValueError(f"{value!r} is not a size; use a number with a unit such as 512MiB or 2Gb")
-        unit = (m.group(2) or "m").lower()  # a bare number means MiB
+        unit = (m.group(2) or "mi").lower()  # a bare number means MiB
         mib = float(m.group(1)) * _UNITS[unit] / 1024**2
     else:
         raise ValueError("must be a size such as 512MiB or 2Gb")
