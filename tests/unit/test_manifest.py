@@ -1,0 +1,222 @@
+"""Manifest v1: FfDL's own examples parse unchanged; every error names its field path.
+
+The FfDL manifests under tests/fixtures/manifests/ are copies of IBM/FfDL's
+etc/examples (each file names its source).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dlaas.errors import InvalidManifest
+from dlaas.manifest import RESERVED_ENV, parse_manifest, parse_memory_mb
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"
+FFDL_OK = [
+    "ffdl-tf-model.yml",
+    "ffdl-pytorch-model.yml",
+    "ffdl-horovod-tfmnist.yml",
+    "ffdl-caffe-model.yml",
+    "ffdl-c10d-native-parallelism.yml",
+]
+
+BASE = """
+name: job
+framework:
+  name: python
+  command: python3 train.py
+"""
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(InvalidManifest) as info:
+        parse_manifest(text)
+    return info.value.problems
+
+
+def with_lines(*lines: str) -> str:
+    return BASE + "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- FfDL examples
+
+
+@pytest.mark.parametrize("name", FFDL_OK)
+def test_ffdl_examples_parse_unchanged(name):
+    m = parse_manifest((FIXTURES / name).read_text())
+    store = m.data_store()
+    assert store is not None and store.type == "s3"  # FfDL's mount_cos is our S3
+    assert store.training_data.container and store.training_results.container
+    assert store.connection.endpoint.startswith("http")  # auth_url
+    assert store.connection.access_key == "test"  # user_name
+    assert store.connection.secret_key.get_secret_value() == "test"  # password
+    assert m.framework.command.strip()
+
+
+def test_ffdl_example_details():
+    tf = parse_manifest((FIXTURES / "ffdl-tf-model.yml").read_text())
+    assert (tf.name, tf.cpus, tf.learners, tf.framework.version) == (
+        "tf_convolutional_network_tutorial", 0.5, 1, "1.5.0-py3",
+    )  # fmt: skip
+    assert tf.evaluation_metrics["type"] == "tensorboard"
+    c10d = parse_manifest((FIXTURES / "ffdl-c10d-native-parallelism.yml").read_text())
+    assert (c10d.name, c10d.gpus, c10d.learners) == ("Pytorch DDL on torchvision dataset", 1, 2)
+    assert c10d.memory_mb == round(16 * 1000**3 / 2**20)  # 16Gb, decimal like FfDL
+
+
+def test_ffdl_secret_is_masked_when_normalized():
+    m = parse_manifest((FIXTURES / "ffdl-pytorch-model.yml").read_text())
+    shown = m.normalized()["data_stores"][0]["connection"]
+    assert shown["secret_key"] == "**********"
+    assert shown["endpoint"] == "http://s3.default.svc.cluster.local"
+
+
+def test_ffdl_unsupported_store_type_is_refused_with_a_reason():
+    found = problems((FIXTURES / "ffdl-tf-model-hostmount.yml").read_text())
+    assert len(found) == 1
+    assert found[0].startswith("data_stores[0].type:")
+    assert "'mount_volume' is not supported" in found[0] and "s3" in found[0]
+
+
+# --------------------------------------------------------------------------- units
+
+
+@pytest.mark.parametrize(
+    ("text", "mib"),
+    [
+        ("1000MiB", 1000),
+        ("1GiB", 1024),
+        ("16GiB", 16384),
+        ("1Gb", round(1000**3 / 2**20)),  # FfDL's Gb: decimal gigabytes
+        ("16Gb", round(16 * 1000**3 / 2**20)),
+        ("16GB", round(16 * 1000**3 / 2**20)),
+        ("512M", round(512 * 1000**2 / 2**20)),
+        ("300MiB", 300),
+        (2048, 2048),  # a bare number is MiB
+        ("2048", 2048),
+        ("1.5GiB", 1536),
+    ],
+)
+def test_memory_units(text, mib):
+    assert parse_memory_mb(text) == mib
+    assert parse_manifest(with_lines(f"memory: {text}")).memory_mb == mib
+
+
+@pytest.mark.parametrize("bad", ["0Gb", "-1Gb", "lots", "1 parsec", "true", "[1]"])
+def test_bad_memory_names_the_field(bad):
+    found = problems(with_lines(f"memory: {bad}"))
+    assert len(found) == 1 and found[0].startswith("memory:"), found
+
+
+# --------------------------------------------------------------------------- field paths
+
+
+@pytest.mark.parametrize(
+    ("lines", "path"),
+    [
+        (["learners: 0"], "learners"),
+        (["learners: -3"], "learners"),
+        (["learners: two"], "learners"),
+        (["cpus: 0"], "cpus"),
+        (["cpus: -0.5"], "cpus"),
+        (["gpus: -1"], "gpus"),
+        (["gpus: 0.5"], "gpus"),
+        (["max_restarts: -1"], "max_restarts"),
+        (["priority: urgent"], "priority"),
+        (["checkpoint:", "  interval_s: -5"], "checkpoint.interval_s"),
+        (["colour: blue"], "colour"),
+        (["data_stores:", "  - id: a", "    type: s3", "    training_data: {}"],
+         "data_stores[0].training_data.container"),
+        (["data_stores:", "  - id: a", "    type: hdfs"], "data_stores[0].type"),
+        (["data_stores:", "  - type: s3"], "data_stores[0].id"),
+        (["env:", "  1BAD: x"], "env"),
+    ],
+)  # fmt: skip
+def test_every_error_names_its_field_path(lines, path):
+    found = problems(with_lines(*lines))
+    assert any(p.startswith(f"{path}:") for p in found), found
+
+
+def test_missing_required_fields_are_each_named():
+    found = problems("description: nothing else\n")
+    assert any(p.startswith("name:") for p in found)
+    assert any(p.startswith("framework:") for p in found)
+
+
+def test_framework_fields_are_named():
+    found = problems("name: j\nframework:\n  name: ''\n  command: ''\n")
+    assert {p.split(":")[0] for p in found} >= {"framework.name", "framework.command"}
+
+
+def test_all_problems_are_reported_at_once():
+    found = problems(with_lines("learners: 0", "cpus: -1", "memory: nope"))
+    assert {p.split(":")[0] for p in found} == {"learners", "cpus", "memory"}
+
+
+def test_malformed_yaml_gives_the_position():
+    found = problems("name: x\nframework: {command: [\n")
+    assert len(found) == 1 and "malformed YAML at line" in found[0]
+
+
+def test_not_a_mapping():
+    assert problems("- just\n- a list\n") == ["(manifest): must be a YAML mapping of fields"]
+
+
+def test_problems_never_echo_secret_values():
+    text = with_lines(
+        "data_stores:",
+        "  - id: a",
+        "    type: nfs",
+        "    connection: {password: hunter2-secret}",
+    )
+    assert "hunter2-secret" not in " ".join(problems(text))
+
+
+# --------------------------------------------------------------------------- env, elastic
+
+
+@pytest.mark.parametrize("name", sorted(RESERVED_ENV))
+def test_reserved_env_is_refused(name):
+    found = problems(with_lines("env:", f"  {name}: mine"))
+    assert len(found) == 1 and found[0].startswith("env:")
+    assert name in found[0] and "set by the platform" in found[0]
+
+
+def test_env_values_become_strings():
+    m = parse_manifest(with_lines("env:", "  EPOCHS: 5", "  LR: 0.1"))
+    assert m.env == {"EPOCHS": "5", "LR": "0.1"}
+
+
+def test_elastic_range_defaults_to_the_fixed_size():
+    m = parse_manifest(with_lines("learners: 3"))
+    assert (m.min_learners, m.max_learners, m.elastic) == (3, 3, False)
+
+
+def test_elastic_range():
+    m = parse_manifest(with_lines("learners: 2", "min_learners: 1", "max_learners: 4"))
+    assert (m.min_learners, m.learners, m.max_learners, m.elastic) == (1, 2, 4, True)
+
+
+@pytest.mark.parametrize(
+    ("lines", "word"),
+    [
+        (["learners: 2", "min_learners: 3"], "min_learners"),
+        (["learners: 4", "max_learners: 2"], "max_learners"),
+        (["min_learners: 0"], "min_learners"),
+    ],
+)
+def test_bad_elastic_range_is_refused(lines, word):
+    found = problems(with_lines(*lines))
+    assert any(word in p for p in found), found
+
+
+def test_priority_classes_and_numbers():
+    assert parse_manifest(with_lines("priority: high")).priority == 100
+    assert parse_manifest(with_lines("priority: -5")).priority == -5
+
+
+def test_duplicate_store_ids_are_refused():
+    text = with_lines("data_stores:", "  - {id: a, type: s3}", "  - {id: a, type: s3}")
+    assert any("unique" in p for p in problems(text))
