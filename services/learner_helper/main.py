@@ -25,6 +25,9 @@ Env (set by the LCM):
   DLAAS_RESULTS_BUCKET    required; created if missing
   DLAAS_CODE_BUCKET       optional, with DLAAS_CODE_KEY: the code archive (.tar.gz)
   DLAAS_CODE_KEY          optional
+  DLAAS_CODE_ENDPOINT, DLAAS_CODE_ACCESS_KEY, DLAAS_CODE_SECRET_KEY
+                          optional: the code archive lives in another S3 than data/results
+                          (e.g. the platform's own); all three together (secret never printed)
   DLAAS_JOB_DIR           optional, default /job (tests run the helper outside a container)
 
 Events (stdout, one line each, dlaas.jobspec.format_event): data_ready, stored, and
@@ -79,6 +82,9 @@ class HelperConfig:
     results_bucket: str
     code_bucket: str
     code_key: str
+    code_endpoint: str = ""
+    code_access_key: str = ""
+    code_secret_key: str = ""
 
     def __repr__(self) -> str:  # never show the secret, even in a traceback
         return f"HelperConfig(job_id={self.job_id!r}, endpoint={self.endpoint!r}, ...)"
@@ -109,6 +115,9 @@ class HelperConfig:
             raise ConfigError("NUM_LEARNERS must be a positive integer") from None
         if bool(get("DLAAS_CODE_BUCKET")) != bool(get("DLAAS_CODE_KEY")):
             raise ConfigError("DLAAS_CODE_BUCKET and DLAAS_CODE_KEY must be set together")
+        code_store = ("DLAAS_CODE_ENDPOINT", "DLAAS_CODE_ACCESS_KEY", "DLAAS_CODE_SECRET_KEY")
+        if any(get(n) for n in code_store) and not all(get(n) for n in code_store):
+            raise ConfigError(f"{', '.join(code_store)} must be set together")
         return cls(
             job_id=get("JOB_ID"),
             num_learners=num_learners,
@@ -121,6 +130,9 @@ class HelperConfig:
             results_bucket=get("DLAAS_RESULTS_BUCKET"),
             code_bucket=get("DLAAS_CODE_BUCKET"),
             code_key=get("DLAAS_CODE_KEY"),
+            code_endpoint=get("DLAAS_CODE_ENDPOINT"),
+            code_access_key=get("DLAAS_CODE_ACCESS_KEY"),
+            code_secret_key=get("DLAAS_CODE_SECRET_KEY"),
         )
 
 
@@ -148,9 +160,14 @@ def prepare(cfg: HelperConfig, client, paths: JobPaths, stop: threading.Event) -
     else:
         say("no data bucket: the job has no training data")
     if cfg.code_key:
+        code_client = client
+        if cfg.code_endpoint:
+            code_client = store.make_client(
+                cfg.code_endpoint, cfg.code_access_key, cfg.code_secret_key, cfg.region
+            )
         with tempfile.TemporaryDirectory(prefix="dlaas-code-") as tmp:
             archive = Path(tmp) / "code.tar.gz"
-            store.download_object(client, cfg.code_bucket, cfg.code_key, archive, stop.is_set)
+            store.download_object(code_client, cfg.code_bucket, cfg.code_key, archive, stop.is_set)
             files = safe_extract(archive, paths.code_dir)
         say(f"extracted {files} files of the code archive into {paths.code_dir}")
 

@@ -247,6 +247,17 @@ def test_helper_config_names_what_is_missing_and_hides_the_secret():
         HelperConfig.from_env({**GOOD_ENV, "NUM_LEARNERS": "zero"})
     with pytest.raises(ConfigError, match="together"):
         HelperConfig.from_env({**GOOD_ENV, "DLAAS_CODE_KEY": "code.tgz"})
+    with pytest.raises(ConfigError, match="DLAAS_CODE_SECRET_KEY must be set together"):
+        HelperConfig.from_env({**GOOD_ENV, "DLAAS_CODE_ENDPOINT": "http://other:8333"})
+    other = HelperConfig.from_env(
+        {
+            **GOOD_ENV,
+            "DLAAS_CODE_ENDPOINT": "http://other:8333",
+            "DLAAS_CODE_ACCESS_KEY": "cak",
+            "DLAAS_CODE_SECRET_KEY": "code-secret",
+        }
+    )
+    assert other.code_endpoint == "http://other:8333" and "code-secret" not in repr(other)
 
 
 def test_object_keys_map_inside_the_data_dir():
