@@ -200,15 +200,22 @@ def test_stop_pid_kills_a_process_that_ignores_sigterm():
 
 
 def test_pid_matches_detects_a_stale_pid():
-    proc = subprocess.Popen(["sleep", "30"])
+    token = f"marker-{uuid.uuid4().hex[:8]}"
+    # The child says it is ready only after exec, so its command line is final.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "print('ready', flush=True); import time; time.sleep(30)", token],
+        stdout=subprocess.PIPE,
+    )
     try:
-        assert servers.pid_matches(proc.pid, "sleep")
+        assert proc.stdout.readline().strip() == b"ready"
+        assert servers.pid_matches(proc.pid, token)
+        # The same pid running another program (a reused number) is not a match.
         assert not servers.pid_matches(proc.pid, "etcd")
     finally:
         proc.kill()
         proc.wait()
     assert not servers.pid_alive(proc.pid)
-    assert not servers.pid_matches(proc.pid, "sleep")
+    assert not servers.pid_matches(proc.pid, token)
 
 
 def test_a_server_that_never_answers_is_stopped(tmp_path):
