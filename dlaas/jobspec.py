@@ -41,12 +41,14 @@ HELPER_EXIT_DATA_NOT_FOUND = 10
 HELPER_EXIT_STORE_REFUSED = 11
 HELPER_EXIT_UPLOAD_FAILED = 12
 HELPER_EXIT_BAD_ARCHIVE = 13
+HELPER_EXIT_STORE_UNREACHABLE = 14
 
 HELPER_EXIT_REASONS = {
     HELPER_EXIT_DATA_NOT_FOUND: ("data_not_found", "training data not found"),
     HELPER_EXIT_STORE_REFUSED: ("store_refused", "the data store refused the credentials"),
     HELPER_EXIT_UPLOAD_FAILED: ("upload_failed", "results or logs could not be stored"),
     HELPER_EXIT_BAD_ARCHIVE: ("bad_archive", "the code archive could not be unpacked"),
+    HELPER_EXIT_STORE_UNREACHABLE: ("store_unreachable", "the data store could not be reached"),
 }
 
 # The helper finishes (stores results and logs, exits) on this signal.

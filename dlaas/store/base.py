@@ -72,7 +72,7 @@ class JobStore(abc.ABC):
     def delete(self, job_id: str) -> bool:
         """Remove the job; False if it did not exist."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release connections."""
 
 

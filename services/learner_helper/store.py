@@ -23,11 +23,11 @@ from dlaas.jobspec import (
     HELPER_EXIT_DATA_NOT_FOUND,
     HELPER_EXIT_REASONS,
     HELPER_EXIT_STORE_REFUSED,
+    HELPER_EXIT_STORE_UNREACHABLE,
     HELPER_EXIT_UPLOAD_FAILED,
 )
 
 # Not in dlaas.jobspec (yet): the store could not be reached at all.
-EXIT_STORE_UNREACHABLE = 1
 CHUNK = 1 << 20
 
 _REFUSED = {
@@ -55,7 +55,7 @@ class Interrupted(Exception):
 
 
 def _error(exit_code: int, message: str) -> StoreError:
-    code = HELPER_EXIT_REASONS.get(exit_code, ("store_unreachable", ""))[0]
+    code = HELPER_EXIT_REASONS[exit_code][0]
     return StoreError(exit_code, code, message)
 
 
@@ -84,7 +84,7 @@ def classify(exc: Exception, what: str, *, upload: bool = False) -> StoreError:
     if upload:
         return _error(HELPER_EXIT_UPLOAD_FAILED, f"storing {what} failed: {exc.__class__.__name__}")
     return _error(
-        EXIT_STORE_UNREACHABLE,
+        HELPER_EXIT_STORE_UNREACHABLE,
         f"the object store could not be reached for {what}: {exc.__class__.__name__}",
     )
 
