@@ -479,6 +479,7 @@ def test_someone_elses_job_is_404_exactly_like_a_missing_one(env):
 def test_admin_sees_all_users_see_their_own(env):
     a = env.submit(token=ALICE).json()["job_id"]
     b = env.submit(token=BOB).json()["job_id"]
+
     def ids(tok):
         jobs = env.client.get("/v1/jobs", headers=auth(tok)).json()["jobs"]
         return {j["job_id"] for j in jobs}
@@ -643,3 +644,58 @@ def test_error_bodies_never_carry_a_trace(env):
     )
     assert r.status_code == 422 and "malformed JSON" in r.json()["problems"][0]
     assert json.loads(r.text)["error"] == "invalid_manifest"
+
+
+# --------------------------------------------------------------------------- logs: container -> S3
+
+
+@pytest.mark.docker
+def test_follow_hands_over_from_the_container_to_s3_without_gaps(env, docker_client):
+    """Lines come live from `docker logs`; when the container is removed mid-stream, the rest
+    comes from the S3 log object, with no line lost or repeated."""
+    import contextlib
+    import threading
+
+    import docker.errors
+
+    from dlaas.logs import LogReader
+
+    job_id = env.submit().json()["job_id"]
+    lines = [f"line {i}" for i in range(10)]
+    # The container has written lines 0-4 when it is removed; lines 5-9 exist only in S3
+    # (the reader was slower than the learner), so they must come from there, once.
+    script = (
+        "import time\n"
+        "for i in range(5):\n"
+        "    print(f'line {i}', flush=True)\n"
+        "    time.sleep(0.1)\n"
+        "time.sleep(30)\n"  # keeps running: the test removes it mid-stream
+    )
+    container = docker_client.containers.run(
+        "dlaas-test-base:latest",
+        ["python3", "-c", script],
+        name=jobspec.learner_name(job_id, 0),
+        detach=True,
+        init=True,
+    )
+    reader = LogReader(env.store, env.settings, docker_client, lambda loc: env.s3, poll_s=0.05)
+    got: list[str] = []
+
+    def clean_up_like_the_monitor():
+        deadline = time.monotonic() + 20
+        while len(got) < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        put_log(env, job_id, 0, lines)  # the helper stores the whole log ...
+        container.remove(force=True)  # ... then the monitor removes the container
+        time.sleep(0.3)
+        env.finish(job_id)
+
+    try:
+        cleaner = threading.Thread(target=clean_up_like_the_monitor)
+        cleaner.start()
+        got.extend(reader.lines(job_id, 0, offset=1, follow=True))  # appends as lines arrive
+        cleaner.join()
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):  # already removed by the test
+            container.remove(force=True)
+    assert got == lines[1:]
