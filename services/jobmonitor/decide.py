@@ -159,8 +159,8 @@ def _status_change(
 ) -> TransitionTo | None:
     """The one status change the containers call for, or None."""
     status = view.state.status
-    if status == Status.PENDING:
-        # The LCM is still creating and starting containers (it fails the job itself when
+    if status in (Status.QUEUED, Status.PENDING):
+        # QUEUED jobs have no containers yet; while PENDING the LCM is still creating and starting containers (it fails the job itself when
         # deployment fails); acting now would race its deploy. DOWNLOADING comes next.
         return None
 
