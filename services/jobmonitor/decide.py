@@ -160,8 +160,9 @@ def _status_change(
     """The one status change the containers call for, or None."""
     status = view.state.status
     if status in (Status.QUEUED, Status.PENDING):
-        # QUEUED jobs have no containers yet; while PENDING the LCM is still creating and starting containers (it fails the job itself when
-        # deployment fails); acting now would race its deploy. DOWNLOADING comes next.
+        # A QUEUED job has no containers yet; while PENDING the LCM is still creating and
+        # starting them (it fails the job itself when deployment fails), and acting now
+        # would race its deploy. DOWNLOADING comes next.
         return None
 
     failed = _first_failed_learner(learners)

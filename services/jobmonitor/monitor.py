@@ -8,6 +8,11 @@ reconciles of a job ever race inside this process. A slow periodic resync (and t
 deadlines decide() asks for) is the safety net for anything missed, and on start every
 active job is reconciled against the containers that exist.
 
+Leftovers of a deleted job (containers whose status is gone) are removed when this monitor
+saw the status key deleted. Containers with no status that it did not see go are left
+alone: several platforms (their own etcd each, e.g. tests) may share one Docker engine,
+and the labels do not yet say which platform a container belongs to.
+
 A reconcile reads the job's status (etcd), its containers (Docker) and the monitor's
 bookkeeping (kept in the job store's info, so a restarted monitor carries on), calls the
 pure `decide()`, then performs its actions. Every action is idempotent: a container or
@@ -27,6 +32,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import pyetcd.events
 
 from dlaas import jobspec
 from dlaas.errors import DlaasError, JobNotFound, PermanentError
@@ -88,6 +94,8 @@ class JobMonitor:
         self._learner_info: dict[str, list[dict]] = {}  # job -> last learners info written
         self._manifest_learners: dict[str, int | None] = {}
         self._closers: list[Callable[[], None]] = []
+        self._deleted: set[str] = set()  # jobs whose status key we saw deleted
+        self._unknown: set[str] = set()  # jobs with containers but no status (warned once)
         self._stop = threading.Event()
 
     # ---- entry points ----------------------------------------------------------------
@@ -116,10 +124,17 @@ class JobMonitor:
         state = self.keeper.get(job_id)
         containers = self._containers(job_id)
         if state is None:
-            # No status: the job was deleted; whatever is left of it goes.
-            log.info("job %s has no status; removing its leftovers", job_id)
-            self._remove_resources(job_id, containers)
-            self._forget(job_id)
+            if job_id in self._deleted:
+                # We watched its status go: the job was deleted; whatever is left of it goes.
+                log.info("job %s was deleted; removing its leftovers", job_id)
+                self._remove_resources(job_id, containers)
+                self._forget(job_id)
+                self._deleted.discard(job_id)
+            elif job_id not in self._unknown:
+                # Another platform sharing this Docker engine (its own etcd) may own it:
+                # without a platform label there is no telling, so leave it alone.
+                self._unknown.add(job_id)
+                log.warning("job %s has containers but no status here; leaving them", job_id)
             return None
 
         record = self._record(job_id)
@@ -463,8 +478,11 @@ class JobMonitor:
                         break
                     key = event.key.decode()
                     job_id = key[len(prefix) :].split("/", 1)[0]
-                    if job_id:
-                        self.mark(job_id)
+                    if not job_id:
+                        continue
+                    if isinstance(event, pyetcd.events.DeleteEvent) and key.endswith("/status"):
+                        self._deleted.add(job_id)
+                    self.mark(job_id)
             except Exception as exc:  # noqa: BLE001 - any broken stream: reconnect
                 if self._stop.is_set():
                     break

@@ -320,7 +320,17 @@ def test_halted_job_with_a_stubborn_helper_is_killed_and_cleaned_up(harness):
 
 def test_containers_of_a_deleted_job_are_removed(harness):
     job = harness.new_job(learners=1)
-    harness.deploy(job, "import time\ntime.sleep(60)\n", ["import time\ntime.sleep(60)\n"])
-    harness.keeper.delete(job)  # the job is gone; its containers are orphans
     harness.start_monitor()
-    harness.wait_until("orphans removed", lambda: not harness.leftovers(job), 20)
+    harness.deploy(job, "import time\ntime.sleep(60)\n", ["import time\ntime.sleep(60)\n"])
+    harness.keeper.delete(job)  # the job is gone; its containers are leftovers
+    harness.wait_until("leftovers removed", lambda: not harness.leftovers(job), 20)
+
+
+def test_containers_with_no_status_it_never_saw_are_left_alone(harness):
+    # They may belong to another platform sharing the engine.
+    job = harness.new_job(learners=1)
+    harness.deploy(job, "import time\ntime.sleep(60)\n", ["import time\ntime.sleep(60)\n"])
+    harness.keeper.delete(job)
+    harness.start_monitor(resync_s=0.5)
+    time.sleep(2)
+    assert len(harness.leftovers(job)) == 4  # helper, learner, network, volume

@@ -66,6 +66,10 @@ def test_pending_job_waits_for_the_lcm_even_when_data_is_ready():
     assert dec.actions == []
 
 
+def test_queued_job_without_containers_is_left_to_the_lcm():
+    assert decide(view(Status.QUEUED, [])).actions == []
+
+
 def test_pending_job_without_containers_waits_for_the_lcm():
     assert decide(view(Status.PENDING, [])).actions == []
 
