@@ -49,6 +49,8 @@ app = typer.Typer(
 )
 images_app = typer.Typer(help="Job container images (built locally, no registry needed).")
 app.add_typer(images_app, name="images")
+data_app = typer.Typer(help="Training data in the platform's own S3 (local platform only).")
+app.add_typer(data_app, name="data")
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -182,6 +184,41 @@ def images_build(force: Annotated[bool, typer.Option(help="rebuild even if curre
     from dlaas import images
 
     raise typer.Exit(images.main(["--force"] if force else []))
+
+
+@data_app.command("upload")
+def data_upload(
+    ctx: typer.Context,
+    bucket: Annotated[str, typer.Argument(help="bucket to upload into (created if missing)")],
+    paths: Annotated[list[Path], typer.Argument(help="files or directories")],
+    prefix: Annotated[str, typer.Option(help="key prefix inside the bucket")] = "",
+) -> None:
+    """Upload files (directories recursively) to a bucket of the platform's S3."""
+    from dlaas import platform
+
+    try:
+        s3 = platform.platform_s3(ctx.obj.home)
+    except platform.PlatformError as exc:
+        _fail(str(exc), code=EXIT_UNREACHABLE)
+    files = []
+    for path in paths:
+        if not path.exists():
+            _fail(f"{path}: no such file or directory")
+        base = path if path.is_dir() else path.parent
+        files += [
+            (f, f.relative_to(base).as_posix())
+            for f in ([path] if path.is_file() else sorted(path.rglob("*")))
+            if f.is_file()
+        ]
+    from botocore.exceptions import ClientError
+
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except ClientError:
+        s3.create_bucket(Bucket=bucket)
+    for f, key in files:
+        s3.upload_file(str(f), bucket, prefix + key)
+        console.print(f"uploaded s3://{bucket}/{prefix}{key} ({f.stat().st_size} bytes)")
 
 
 @app.command(

@@ -537,3 +537,18 @@ def down(state_dir: Path | None = None, progress: Progress = print) -> list[str]
     if not stopped:
         progress("nothing was running")
     return stopped
+
+
+# --------------------------------------------------------------------------- data
+
+
+def platform_s3(state_dir: Path | None = None):
+    """A boto3 client for the platform's own S3, from the state dir (the platform must be up)."""
+    from dlaas.s3 import client
+
+    state = StateDir(Path(state_dir or default_state_dir()))
+    port = _read_json(state.root / "platform.json").get("s3_port")
+    creds = _read_json(state.root / "secrets.json")
+    if not port or not creds.get("s3_access_key"):
+        raise PlatformError(f"no platform in {state.root}: run `dlaas up` first")
+    return client(f"http://127.0.0.1:{port}", creds["s3_access_key"], creds["s3_secret_key"])
