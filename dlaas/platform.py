@@ -294,7 +294,9 @@ class _Up:
         self.config.update(etcd_client_port=server.port, etcd_peer_port=server.peer_port)
         self.save_config()
         self.state.write_pid(
-            "etcd", {"pid": server.pid, "match": "etcd", "address": server.endpoint}
+            # The data dir is in its command line: a pid reused by any other etcd won't match.
+            "etcd",
+            {"pid": server.pid, "match": str(server.data_dir), "address": server.endpoint},
         )
         self.progress(f"etcd: started on {server.endpoint} (pid {server.pid})")
         return server.endpoint
@@ -315,7 +317,9 @@ class _Up:
         )
         self.config.update(s3_port=server.port)
         self.save_config()
-        self.state.write_pid("s3", {"pid": server.pid, "match": "weed", "address": server.endpoint})
+        self.state.write_pid(
+            "s3", {"pid": server.pid, "match": str(server.data_dir), "address": server.endpoint}
+        )
         self.progress(f"s3: started SeaweedFS on {server.endpoint} (pid {server.pid})")
         return server.endpoint
 
