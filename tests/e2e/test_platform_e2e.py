@@ -1,0 +1,195 @@
+"""End to end: REST -> gRPC -> LCM -> Docker containers -> status, logs and results.
+
+The whole platform is brought up once for this module with `dlaas.platform.up` in a
+temporary state dir (real Docker engine, etcd, SeaweedFS, SQLite and the four services as
+processes) and taken down afterwards. Jobs go in over REST as a user would send them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dlaas import jobspec, platform
+from dlaas.client import pack_code
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+
+REPO = Path(__file__).resolve().parents[2]
+FINAL = {"COMPLETED", "FAILED", "HALTED"}
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory, docker_client):
+    home = tmp_path_factory.mktemp("platform")
+    platform.up(home, progress=lambda line: None)
+    try:
+        cfg = json.loads((home / "client.json").read_text())
+        http = httpx.Client(
+            base_url=cfg["url"], headers={"Authorization": f"Bearer {cfg['token']}"}, timeout=30
+        )
+        s3 = platform.platform_s3(home)
+        _upload_digits(s3)
+        yield http, s3, docker_client
+        http.close()
+    finally:
+        platform.down(home, progress=lambda line: None)
+
+
+def _upload_digits(s3) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prepare", REPO / "examples/digits/prepare.py")
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    try:
+        s3.create_bucket(Bucket="digits-data")
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    s3.put_object(Bucket="digits-data", Key="digits.npz", Body=prepare.digits_npz())
+
+
+def submit(http, manifest: str, code_dir: Path | None = None) -> str:
+    files = {"manifest": ("manifest.yaml", manifest.encode(), "application/yaml")}
+    if code_dir is not None:
+        data, name = pack_code(code_dir)
+        files["code"] = (name, data, "application/gzip")
+    reply = http.post("/v1/jobs", files=files)
+    assert reply.status_code == 201, reply.text
+    return reply.json()["job_id"]
+
+
+def wait_final(http, job_id: str, timeout: float = 90) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        job = http.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in FINAL:
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"{job_id} still {job['status']} after {timeout} s")
+
+
+def wait_cleaned(docker_client, job_id: str, timeout: float = 30) -> None:
+    label = f"{jobspec.LABEL_JOB}={job_id}"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        left = docker_client.containers.list(all=True, filters={"label": label})
+        nets = docker_client.networks.list(filters={"label": label})
+        vols = docker_client.volumes.list(filters={"label": label})
+        if not (left or nets or vols):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{job_id}: containers/networks/volumes left: {left} {nets} {vols}")
+
+
+def logs(http, job_id: str, learner: int = 0, offset: int = 0) -> list[str]:
+    reply = http.get(f"/v1/jobs/{job_id}/logs", params={"learner": learner, "offset": offset})
+    assert reply.status_code == 200, reply.text
+    return reply.text.splitlines()
+
+
+def test_digits_example_completes_with_model_in_s3_and_logs_readable(live):
+    http, s3, docker_client = live
+    manifest = (REPO / "examples/digits/manifest.yaml").read_text()
+    job_id = submit(http, manifest, REPO / "examples/digits")
+    job = wait_final(http, job_id)
+    assert job["status"] == "COMPLETED", job["history"]
+    statuses = [h["status"] for h in job["history"]]
+    assert statuses == ["QUEUED", "PENDING", "DOWNLOADING", "PROCESSING", "STORING", "COMPLETED"]
+    assert all(h["reason"] for h in job["history"])
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="digits-results")["Contents"]}
+    assert {f"{job_id}/model.npz", f"{job_id}/metrics.json", f"{job_id}/logs/learner-0.log"} <= keys
+    metrics = json.loads(
+        s3.get_object(Bucket="digits-results", Key=f"{job_id}/metrics.json")["Body"].read()
+    )
+    assert metrics["test_accuracy"] > 0.9
+    lines = logs(http, job_id)
+    assert any(re.match(r"epoch 20/20 loss=", line) for line in lines)
+    assert logs(http, job_id, offset=len(lines) - 2) == lines[-2:]  # resume from an offset
+    results = http.get(f"/v1/jobs/{job_id}/results")
+    with tarfile.open(fileobj=io.BytesIO(results.content)) as tar:
+        assert "model.npz" in {Path(n).name for n in tar.getnames()}
+    wait_cleaned(docker_client, job_id)
+
+
+def test_two_learners_exchange_gradients_and_agree(live):
+    http, _, docker_client = live
+    manifest = (REPO / "examples/ddp/manifest.yaml").read_text()
+    job_id = submit(http, manifest, REPO / "examples/ddp")
+    job = wait_final(http, job_id)
+    assert job["status"] == "COMPLETED", job["history"]
+    sums = set()
+    for learner in (0, 1):
+        text = "\n".join(logs(http, job_id, learner))
+        rounds = [int(x) for x in re.findall(r"allreduce_rounds=(\d+)", text)]
+        assert rounds and rounds[-1] > 100
+        sums.update(re.findall(r"weights_sha256=([0-9a-f]{64})", text))
+    assert len(sums) == 1  # both learners ended with the same weights
+    wait_cleaned(docker_client, job_id)
+
+
+def test_exit_code_3_fails_the_job_with_the_code_and_last_log_lines(live):
+    http, _, docker_client = live
+    job_id = submit(
+        http,
+        "name: exits-3\ncpus: 0.5\nmemory: 128MiB\n"
+        'framework: {name: python, command: "echo preparing; echo something broke >&2; exit 3"}\n',
+    )
+    job = wait_final(http, job_id)
+    assert job["status"] == "FAILED"
+    last = job["history"][-1]
+    assert last["exit_code"] == 3 and last["error_code"] == "exit_code"
+    assert "something broke" in last["reason"]
+    assert "something broke" in logs(http, job_id)
+    wait_cleaned(docker_client, job_id)
+
+
+def test_halted_job_ends_halted_and_leaves_no_containers(live):
+    http, _, docker_client = live
+    job_id = submit(
+        http,
+        "name: long\ncpus: 0.5\nmemory: 128MiB\n"
+        'framework: {name: python, command: "echo started; sleep 300"}\n',
+    )
+    deadline = time.time() + 30
+    while http.get(f"/v1/jobs/{job_id}").json()["status"] != "PROCESSING":
+        assert time.time() < deadline
+        time.sleep(0.1)
+    reply = http.post(f"/v1/jobs/{job_id}/halt")
+    assert reply.status_code == 200, reply.text
+    job = wait_final(http, job_id, timeout=30)
+    assert job["status"] == "HALTED"
+    wait_cleaned(docker_client, job_id)
+    assert http.post(f"/v1/jobs/{job_id}/halt").status_code == 409
+
+
+def test_gang_bigger_than_the_cluster_is_refused_at_submit_not_queued(live):
+    http, _, _ = live
+    reply = http.post(
+        "/v1/jobs",
+        content="name: huge\nlearners: 500\ncpus: 1\nframework: {name: python, command: 'true'}\n",
+        headers={"Content-Type": "application/yaml"},
+    )
+    assert reply.status_code == 422
+    assert reply.json()["error"] == "capacity_exceeded"
+    names = [j["name"] for j in http.get("/v1/jobs", params={"limit": 500}).json()["jobs"]]
+    assert "huge" not in names
+
+
+def test_framework_without_an_image_is_refused_naming_the_field(live):
+    http, _, _ = live
+    reply = http.post(
+        "/v1/jobs",
+        content="name: tf\nframework: {name: tensorflow, version: '1.5', command: 'python t.py'}\n",
+        headers={"Content-Type": "application/yaml"},
+    )
+    assert reply.status_code == 422
+    assert "framework" in reply.json()["message"]
+
