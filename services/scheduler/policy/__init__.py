@@ -21,3 +21,7 @@ __all__ = [
     "can_ever_fit",
     "schedule",
 ]
+
+from .eta import DurationModel, forward_starts, queue_report
+
+__all__ += ["DurationModel", "forward_starts", "queue_report"]

@@ -172,6 +172,7 @@ class _Round:
     shrunk_to: dict[str, list[Allocation]] = field(default_factory=dict)
     reserved_for: str | None = None
     waiting: list[QueuedJob] = field(default_factory=list)
+    _ranked_cache: list | None = None
 
     def __post_init__(self) -> None:
         self.idx = FreeIndex(
@@ -208,58 +209,61 @@ class _Round:
         self.decisions.append(Decision(j.job_id, "start", cause, allocs))
 
     # -- preemption -----------------------------------------------------------------------
-    def _victims(self, j: QueuedJob) -> list[RunningJob]:
+    def _ranked(self) -> list[tuple[tuple, RunningJob]]:
+        """Running jobs, least important first, then least work lost; computed once a round."""
+        if self._ranked_cache is None:
+
+            def lost(r: RunningJob) -> float:
+                ck = r.last_checkpoint_time if r.last_checkpoint_time is not None else r.start_time
+                return self.now - max(ck, r.start_time)
+
+            rows = []
+            for r in self.snapshot.running:
+                since = max(r.start_time, r.last_resize_time or r.start_time)
+                if self.now - since < self.cfg.min_run_s:
+                    continue  # thrash guard: never a victim
+                cls = running_class(r, self.policy, self.cfg)
+                rows.append(
+                    (
+                        tuple(-x for x in cls),
+                        lost(r) * max(r.gpus, 1),
+                        -r.start_time,
+                        r.job_id,
+                        cls,
+                        r,
+                    )
+                )
+            rows.sort(key=lambda x: x[:4])
+            self._ranked_cache = [(x[4], x[5]) for x in rows]
+        return self._ranked_cache
+
+    def _victims(self, j: QueuedJob, elastic_only: bool = False):
+        """Lower-class running jobs this job may take resources from, best victim first."""
         cls = queued_class(j, self.now, self.policy, self.cfg)
-        out = []
-        for r in self.snapshot.running:
+        for rcls, r in self._ranked():
+            if rcls <= cls:
+                return  # sorted: everyone after is at least as important
             if r.job_id in self.touched:
                 continue
-            if running_class(r, self.policy, self.cfg) <= cls:
+            if elastic_only and r.learners <= r.min_gang:
                 continue
-            since = max(r.start_time, r.last_resize_time or r.start_time)
-            if self.now - since < self.cfg.min_run_s:
-                continue  # thrash guard
             if j.gpu_type and not any(
                 self.idx.nodes.get(a.node) is not None
                 and self.idx.nodes[a.node].node.gpu_type == j.gpu_type
                 for a in r.allocations
             ):
                 continue  # frees nothing this job can use
-            out.append(r)
-
-        # Least important first, then the least work lost (most recent checkpoint / start).
-        def lost(r: RunningJob) -> float:
-            ck = r.last_checkpoint_time if r.last_checkpoint_time is not None else r.start_time
-            return self.now - max(ck, r.start_time)
-
-        out.sort(
-            key=lambda r: (
-                tuple(-x for x in running_class(r, self.policy, self.cfg)),
-                lost(r) * max(r.gpus, 1),
-                -r.start_time,
-                r.job_id,
-            )
-        )
-        return out
+            yield r
 
     def try_preempt(self, j: QueuedJob) -> bool:
-        victims = self._victims(j)
-        if not victims:
-            return False
         need = j.min_gang
         g = j.gpus_per_learner
-        if g > 0:
-            freeable = self.idx.total_free_gpus(j.gpu_type) + sum(r.gpus for r in victims)
-            if freeable < need * g:
-                return False
         cause_cls = queued_class(j, self.now, self.policy, self.cfg)
 
         # 1. shrink-before-kill: remove learners of elastic victims, never below their min.
         shrinks: list[tuple[RunningJob, list[Allocation]]] = []
         allocs = None
-        for r in victims:
-            if r.learners <= r.min_gang:
-                continue
+        for r in self._victims(j, elastic_only=True):
             removable = sorted(r.allocations, key=lambda a: -a.learner)[: r.learners - r.min_gang]
             taken: list[Allocation] = []
             for a in removable:
@@ -301,7 +305,7 @@ class _Round:
 
         # 2. preempt whole jobs, least important / least work lost first.
         chosen: list[RunningJob] = []
-        for r in victims:
+        for r in self._victims(j):
             self.idx.give(r.allocations)
             chosen.append(r)
             if g > 0 and self.idx.upper_capacity(g, j.gpu_type) < need:
@@ -314,12 +318,14 @@ class _Round:
                 self.idx.take(r.allocations)
             return False
         # minimality: drop victims whose resources turned out not to be needed
-        for r in list(reversed(chosen[:-1])):
+        dropped: set[str] = set()
+        for r in reversed(chosen[:-1]):
             self.idx.take(r.allocations)
             if self._place(j, need) is None:
                 self.idx.give(r.allocations)
             else:
-                chosen.remove(r)
+                dropped.add(r.job_id)
+        chosen = [r for r in chosen if r.job_id not in dropped]
         allocs = self._place(j, need)
         for r in chosen:
             self.touched.add(r.job_id)
@@ -343,7 +349,7 @@ class _Round:
             or j.gpus_per_learner * j.learners < self.cfg.reserve_min_gpus
         ):
             return
-        if self.policy != "fifo" and self.now - _wait_since(j) < self.cfg.reserve_after_s:
+        if self.now - _wait_since(j) < self.cfg.reserve_after_s:
             return
         g, c, m = j.gpus_per_learner, j.cpus_per_learner, j.memory_mb_per_learner
         nodes = [
@@ -375,7 +381,7 @@ class _Round:
     def wait(self, j: QueuedJob, why: str) -> None:
         self.waiting.append(j)
         if self.include_waits:
-            self.decisions.append(Decision(j.job_id, "wait", why))
+            self.decisions.append(Decision(j.job_id, "wait", why or self.why_not(j)))
 
     def why_not(self, j: QueuedJob) -> str:
         free = self.idx.total_free_gpus(j.gpu_type)
@@ -389,6 +395,8 @@ class _Round:
     # -- grow -----------------------------------------------------------------------------
     def grow(self) -> None:
         if not self.cfg.grow:
+            return
+        if not any(r.learners < r.max_gang for r in self.snapshot.running):
             return
         for j in self.waiting:
             # A waiting job that could use idle GPUs has them first.
@@ -479,7 +487,29 @@ class _Round:
 
     def run(self) -> list[Decision]:
         can_preempt = preempts(self.policy) and bool(self.snapshot.running)
+        # "a job of this shape and class did not fit (nor preempt) at index version v with n
+        # learners": a later job of the same shape needing >= n cannot do better. This keeps a
+        # long queue behind a full cluster O(queue), not O(queue x nodes).
+        failed: dict[tuple, tuple[int, int]] = {}
         for j in self.ordered():
+            cls = queued_class(j, self.now, self.policy, self.cfg) if can_preempt else ()
+            shape = (
+                cls,
+                j.gpus_per_learner,
+                j.cpus_per_learner,
+                j.memory_mb_per_learner,
+                j.gpu_type,
+                j.placement,
+            )
+            f = failed.get(shape)
+            if (
+                f is not None
+                and f[0] == self.idx.version
+                and j.min_gang >= f[1]
+                and self.reserved_for != j.job_id
+            ):
+                self.wait(j, "")
+                continue
             g = j.gpus_per_learner
             fits_gpus = g == 0 or self.idx.upper_capacity(g, j.gpu_type) >= j.min_gang
             allocs = self.try_start(j) if fits_gpus or self.reserved_for == j.job_id else None
@@ -491,13 +521,14 @@ class _Round:
                 continue
             if can_preempt and self.try_preempt(j):
                 continue
-            why = self.why_not(j)
+            why = self.why_not(j) if self.include_waits else ""
             if self.reserved_for is None:
                 self.try_reserve(j)
                 if self.reserved_for == j.job_id:
                     why += "; nodes reserved for it so smaller jobs cannot starve it"
             elif self.reserved_for != j.job_id:
                 why += f"; behind {self.reserved_for}, which holds a reservation"
+            failed[shape] = (self.idx.version, j.min_gang)
             self.wait(j, why)
         self.grow()
         return self.decisions

@@ -63,11 +63,16 @@ class FreeIndex:
         # buckets[gpu_type][k] = ordered set (dict) of node names with exactly k free GPUs
         self.buckets: dict[str, list[dict[str, None]]] = {}
         self.free_gpus: dict[str, int] = {}
+        # bumped on every change, so callers can memoize "did not fit" within one state
+        self.version = 0
+        self.reserved: dict[str, list[str]] = {}  # job_id -> node names held for it
+        self._cap_cache: dict[tuple[int, str], tuple[int, int]] = {}
         for nf in self.nodes.values():
             self._bucket_add(nf)
 
     # -- bucket bookkeeping -------------------------------------------------------------
     def _bucket_add(self, nf: NodeFree) -> None:
+        self.version += 1
         if nf.reserved_for is not None:
             return
         t = nf.node.gpu_type
@@ -79,6 +84,7 @@ class FreeIndex:
         self.free_gpus[t] += len(nf.free)
 
     def _bucket_remove(self, nf: NodeFree) -> None:
+        self.version += 1
         if nf.reserved_for is not None:
             return
         t = nf.node.gpu_type
@@ -118,9 +124,10 @@ class FreeIndex:
             if nf.reserved_for is None:
                 self._bucket_remove(nf)
                 nf.reserved_for = job_id
+                self.reserved.setdefault(job_id, []).append(name)
 
     def unreserve(self, job_id: str) -> list[str]:
-        names = [n for n, nf in self.nodes.items() if nf.reserved_for == job_id]
+        names = self.reserved.pop(job_id, [])
         for name in names:
             nf = self.nodes[name]
             nf.reserved_for = None
@@ -135,6 +142,9 @@ class FreeIndex:
         """Upper bound on learners of g GPUs placeable now (GPUs only; CPUs/memory not checked)."""
         if g <= 0:
             return 1 << 30
+        hit = self._cap_cache.get((g, gpu_type))
+        if hit is not None and hit[0] == self.version:
+            return hit[1]
         total = 0
         for t in self._types(gpu_type):
             b = self.buckets.get(t)
@@ -143,6 +153,7 @@ class FreeIndex:
             for k in range(g, len(b)):
                 if b[k]:
                     total += len(b[k]) * (k // g)
+        self._cap_cache[(g, gpu_type)] = (self.version, total)
         return total
 
     def largest_free_block(self, gpu_type: str = "") -> int:
@@ -159,8 +170,8 @@ class FreeIndex:
         """(NodeFree, fit) for every node that can host at least one learner, most free first."""
         out: list[tuple[NodeFree, int]] = []
         if job_id is not None:  # nodes reserved for this very job are usable by it
-            for nf in self.nodes.values():
-                if nf.reserved_for == job_id and (not gpu_type or nf.node.gpu_type == gpu_type):
+            for nf in (self.nodes[x] for x in self.reserved.get(job_id, ())):
+                if not gpu_type or nf.node.gpu_type == gpu_type:
                     k = nf.fit(g, c, m, cap)
                     if k > 0:
                         out.append((nf, k))
@@ -202,11 +213,7 @@ class FreeIndex:
         """Place a whole gang or nothing. Does NOT take the resources; call `take` to commit."""
         if learners <= 0:
             return []
-        if (
-            g > 0
-            and self.upper_capacity(g, gpu_type) < learners
-            and not any(nf.reserved_for == job_id for nf in self.nodes.values())
-        ):
+        if g > 0 and self.upper_capacity(g, gpu_type) < learners and job_id not in self.reserved:
             return None
         plan = self._plan(job_id, learners, g, c, m, gpu_type, mode)
         if plan is None:
@@ -226,8 +233,8 @@ class FreeIndex:
             if g > 0:
                 own = [
                     nf
-                    for nf in self.nodes.values()
-                    if nf.reserved_for == job_id and nf.fit(g, c, m, learners) >= learners
+                    for nf in (self.nodes[x] for x in self.reserved.get(job_id, ()))
+                    if nf.fit(g, c, m, learners) >= learners
                 ]
                 if own:
                     return [(min(own, key=lambda nf: len(nf.free)), learners)]

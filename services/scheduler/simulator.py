@@ -1,0 +1,402 @@
+"""Trace-driven, event-driven simulator: replays a Philly-style trace through `schedule()`.
+
+    python -m services.scheduler.simulator --trace PATH --vc VC --start DATE --end DATE \
+        --nodes N --gpus-per-node G --policy NAME [--json]
+
+It calls the SAME pure `schedule()` the live scheduler service calls, once per batch of events
+(submits and finishes at the same instant, plus LAS level crossings and a coarse tick while jobs
+wait so starvation promotion is noticed). Time only jumps between events; nothing ticks per second.
+
+Modelling choices (all stated, none hidden):
+- a job of n GPUs on G-GPU nodes is a gang of learners: n <= G is one learner of n GPUs; a bigger
+  job is n/d learners of d GPUs, d the largest divisor of n that is <= G (16 GPUs on 4-GPU nodes:
+  4 learners of 4 GPUs, which need 4 whole nodes at once);
+- a job larger than the cluster is REFUSED at submit and counted, never silently dropped;
+- a preemption costs the victim a checkpoint save (`--checkpoint-save-s`, the preemptor starts
+  that much later on the freed GPUs) and a restore on its next start (`--restore-s`); the victim
+  loses no other work (cooperative checkpoint-on-preempt);
+- the policy never sees durations; the ETA model learns run times only from jobs that finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import heapq
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from services.scheduler.policy import (
+    DEFAULT_CONFIG,
+    POLICIES,
+    DurationModel,
+    Node,
+    PolicyConfig,
+    QueuedJob,
+    RunningJob,
+    Snapshot,
+    forward_starts,
+    schedule,
+)
+from services.scheduler.policy.core import preempts
+
+_FINISH, _SUBMIT, _TICK = 0, 1, 2
+
+
+@dataclass(slots=True)
+class TraceJob:
+    job_id: str
+    submit: float
+    duration: float
+    gpus: int
+
+
+@dataclass(slots=True)
+class _State:
+    job: TraceJob
+    learners: int
+    gpl: int
+    remaining: float
+    attained: float = 0.0
+    run_start: float = 0.0  # when the current run's allocation began
+    work_start: float = 0.0  # when it began making progress (after save/restore delays)
+    epoch: int = 0
+    first_start: float | None = None
+    end: float | None = None
+    preemptions: int = 0
+    restore_due: bool = False
+    eta: tuple[float, float] | None = None
+    running: RunningJob | None = None
+    queued: QueuedJob | None = None
+
+
+def _parse_date(s: str, field: str) -> datetime:
+    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(s, fmt)
+        except ValueError:
+            pass
+    raise SystemExit(f"error: --{field}: expected YYYY-MM-DD[ HH:MM:SS], got {s!r}")
+
+
+def load_trace(path: str, vc: str, start: datetime, end: datetime) -> list[TraceJob]:
+    """Jobs of one virtual cluster submitted in [start, end), times in seconds since `start`."""
+    out = []
+    lo, hi = start.strftime("%Y-%m-%d %H:%M:%S"), end.strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        fh = open(path, newline="")
+    except OSError as e:
+        raise SystemExit(f"error: --trace: cannot read {path}: {e.strerror}") from None
+    with fh:
+        reader = csv.DictReader(fh)
+        missing = {"timestamp", "duration", "num_gpus", "cluster"} - set(reader.fieldnames or [])
+        if missing:
+            raise SystemExit(f"error: --trace: missing column(s) {', '.join(sorted(missing))}")
+        for i, row in enumerate(reader):
+            ts = row["timestamp"]
+            if row["cluster"] != vc or not (lo <= ts < hi):  # ISO strings sort as times
+                continue
+            t = (datetime.strptime(ts, "%Y-%m-%d %H:%M:%S") - start).total_seconds()
+            out.append(TraceJob(f"j{i}", t, float(row["duration"]), int(float(row["num_gpus"]))))
+    out.sort(key=lambda j: (j.submit, j.job_id))
+    return out
+
+
+def _gang(n: int, g: int) -> tuple[int, int]:
+    if n <= g:
+        return 1, max(n, 0)
+    d = max(x for x in range(1, g + 1) if n % x == 0)
+    return n // d, d
+
+
+def _pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, int(round(p / 100 * len(xs) + 0.5)) - 1))
+    return xs[k]
+
+
+def simulate(
+    jobs: list[TraceJob],
+    nodes: int,
+    gpus_per_node: int,
+    policy: str,
+    save_s: float = 20.0,
+    restore_s: float = 30.0,
+    tick_s: float = 300.0,
+    config: PolicyConfig | None = None,
+) -> dict:
+    cfg = config or DEFAULT_CONFIG
+    cluster = tuple(
+        Node(
+            f"n{i:04d}",
+            gpus_per_node,
+            float(8 * gpus_per_node),
+            64_000 * gpus_per_node,
+            labels={"rack": f"r{i // 8}"},
+        )
+        for i in range(nodes)
+    )
+    capacity = nodes * gpus_per_node
+    events: list[tuple[float, int, int, str]] = []
+    seq = 0
+    states: dict[str, _State] = {}
+    refused = 0
+    for j in jobs:
+        if j.gpus > capacity or j.gpus <= 0:
+            refused += 1
+            continue
+        learners, gpl = _gang(j.gpus, gpus_per_node)
+        states[j.job_id] = _State(j, learners, gpl, j.duration)
+        events.append((j.submit, _SUBMIT, seq, j.job_id))
+        seq += 1
+    heapq.heapify(events)
+    queue: dict[str, QueuedJob] = {}
+    running: dict[str, _State] = {}
+    model = DurationModel()
+    preemptions = 0
+    busy_gpu_s = 0.0
+    last_t = None
+    tick_pending = False
+    thresholds = cfg.las_thresholds if policy in ("las", "default") else ()
+    first_t = events[0][0] if events else 0.0
+    last_end = first_t
+
+    def push(t: float, kind: int, jid: str) -> None:
+        nonlocal seq
+        heapq.heappush(events, (t, kind, seq, jid))
+        seq += 1
+
+    def start_run(st: _State, t: float, allocs, extra_delay: float) -> None:
+        delay = extra_delay + (restore_s if st.restore_due else 0.0)
+        st.restore_due = False
+        st.run_start = t
+        st.work_start = t + delay
+        st.epoch += 1
+        if st.first_start is None:
+            st.first_start = t
+        st.running = RunningJob(
+            st.job.job_id,
+            "trace",
+            tuple(allocs),
+            0,
+            t,
+            st.attained,
+            t,
+            submit_time=st.job.submit,
+            gpus_per_learner=st.gpl,
+            cpus_per_learner=0.0,
+            memory_mb_per_learner=0,
+        )
+        running[st.job.job_id] = st
+        push(st.work_start + st.remaining, _FINISH, f"{st.job.job_id}#{st.epoch}")
+        for thr in thresholds:  # wake up when it drops a LAS level: someone may preempt it
+            if st.attained < thr:
+                push(st.work_start + (thr - st.attained) / st.job.gpus + 1e-3, _TICK, "")
+
+    while events:
+        t = events[0][0]
+        # utilization: GPUs held by running jobs between events
+        if last_t is not None:
+            busy_gpu_s += (t - last_t) * sum(s.job.gpus for s in running.values())
+        last_t = t
+        submitted = []
+        while events and events[0][0] == t:
+            _, kind, _, jid = heapq.heappop(events)
+            if kind == _FINISH:
+                job_id, _, ep = jid.partition("#")
+                st = running.get(job_id)
+                if st is None or st.epoch != int(ep):
+                    continue  # stale finish of a run that was preempted
+                del running[job_id]
+                st.end = t
+                st.remaining = 0.0
+                last_end = max(last_end, t)
+                model.add(st.job.duration)
+            elif kind == _SUBMIT:
+                st = states[jid]
+                queue[jid] = QueuedJob(jid, "trace", st.learners, st.gpl, 0.0, 0, 0, st.job.submit)
+                submitted.append(jid)
+            else:
+                tick_pending = False
+        # progress of running jobs so far (attained service is what LAS ranks by)
+        run_jobs = []
+        for st in running.values():
+            done = max(0.0, t - max(st.work_start, st.run_start))
+            att = st.attained + done * st.job.gpus
+            r = st.running
+            if r.attained_service != att:
+                r = RunningJob(
+                    r.job_id,
+                    r.user,
+                    r.allocations,
+                    0,
+                    r.start_time,
+                    att,
+                    r.last_checkpoint_time,
+                    submit_time=r.submit_time,
+                    gpus_per_learner=st.gpl,
+                    cpus_per_learner=0.0,
+                    memory_mb_per_learner=0,
+                )
+            run_jobs.append(r)
+        if not queue:
+            continue
+        snap = Snapshot(cluster, run_jobs, list(queue.values()))
+        decisions = schedule(snap, t, policy, cfg, include_waits=False)
+        preempted_now = False
+        for d in decisions:
+            st = states[d.job_id]
+            if d.action == "preempt":
+                preemptions += 1
+                preempted_now = True
+                done = max(0.0, t - st.work_start)
+                st.remaining = max(0.0, st.remaining - done)
+                st.attained += done * st.job.gpus
+                st.preemptions += 1
+                st.restore_due = True
+                del running[d.job_id]
+                queue[d.job_id] = QueuedJob(
+                    d.job_id,
+                    "trace",
+                    st.learners,
+                    st.gpl,
+                    0.0,
+                    0,
+                    0,
+                    st.job.submit,
+                    attained_service=st.attained,
+                    preemptions=st.preemptions,
+                    last_preempted_time=t,
+                )
+            elif d.action == "start":
+                del queue[d.job_id]
+                start_run(st, t, d.allocations, save_s if preempted_now else 0.0)
+        if submitted:  # ETA predicted at submission for jobs that had to wait
+            waiting = [j for j in submitted if j in queue]
+            for j in submitted:
+                if j not in queue:
+                    states[j].eta = (t, t)
+            if waiting:
+                snap = Snapshot(
+                    cluster, [s.running for s in running.values()], list(queue.values())
+                )
+                want = set(waiting)
+                fwd = forward_starts(snap, t, policy, model, (0.1, 0.9), cfg, want)
+                for j in waiting:
+                    a, b = fwd[j]
+                    states[j].eta = (min(a, b), max(a, b))
+        if queue and preempts(policy) and not tick_pending:
+            push(t + tick_s, _TICK, "")
+            tick_pending = True
+
+    done = [s for s in states.values() if s.end is not None]
+    jct = [s.end - s.job.submit for s in done]
+    qd = [s.first_start - s.job.submit for s in done]
+    in_range, errors, waited_in = 0, [], 0
+    waited = 0
+    for s in done:
+        lo, hi = s.eta or (s.job.submit, s.job.submit)
+        ok = lo - 1e-6 <= s.first_start <= hi + 1e-6
+        in_range += ok
+        mid = (lo + hi) / 2 if hi != float("inf") else lo
+        errors.append(abs(s.first_start - mid))
+        if s.first_start > s.job.submit:
+            waited += 1
+            waited_in += ok
+    span = max(last_end - first_t, 1e-9)
+    return {
+        "jobs": len(done),
+        "refused": refused,
+        "avg_jct": statistics.fmean(jct) if jct else 0.0,
+        "p50_jct": _pct(jct, 50),
+        "p95_jct": _pct(jct, 95),
+        "p99_jct": _pct(jct, 99),
+        "avg_queue": statistics.fmean(qd) if qd else 0.0,
+        "p99_queue": _pct(qd, 99),
+        "utilization": busy_gpu_s / (capacity * span),
+        "preemptions": preemptions,
+        "eta_in_range": in_range / len(done) if done else 1.0,
+        "eta_median_abs_error": statistics.median(errors) if errors else 0.0,
+        "_waited": waited,
+        "_eta_in_range_waited": waited_in / waited if waited else 1.0,
+    }
+
+
+KEYS = (
+    "jobs",
+    "refused",
+    "avg_jct",
+    "p50_jct",
+    "p95_jct",
+    "p99_jct",
+    "avg_queue",
+    "p99_queue",
+    "utilization",
+    "preemptions",
+    "eta_in_range",
+    "eta_median_abs_error",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="dlaas simulate", description=__doc__.split("\n")[0])
+    p.add_argument("--trace", required=True, help="CSV: timestamp,duration,num_gpus,...,cluster")
+    p.add_argument("--vc", required=True, help="virtual cluster to replay, e.g. 6c71a0")
+    p.add_argument("--start", required=True, help="first submit day, YYYY-MM-DD")
+    p.add_argument("--end", required=True, help="end of submits (exclusive), YYYY-MM-DD")
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--gpus-per-node", type=int, required=True)
+    p.add_argument("--policy", default="default", choices=POLICIES)
+    p.add_argument("--checkpoint-save-s", type=float, default=20.0)
+    p.add_argument("--restore-s", type=float, default=30.0)
+    p.add_argument("--json", action="store_true", help="last line: one JSON object of metrics")
+    a = p.parse_args(argv)
+    for name in ("nodes", "gpus_per_node"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')}: must be at least 1")
+    for name in ("checkpoint_save_s", "restore_s"):
+        if getattr(a, name) < 0:
+            p.error(f"--{name.replace('_', '-')}: must not be negative")
+    start, end = _parse_date(a.start, "start"), _parse_date(a.end, "end")
+    if end <= start:
+        p.error("--end: must be after --start")
+    t0 = time.perf_counter()
+    jobs = load_trace(a.trace, a.vc, start, end)
+    m = simulate(jobs, a.nodes, a.gpus_per_node, a.policy, a.checkpoint_save_s, a.restore_s)
+    wall = time.perf_counter() - t0
+    print(
+        f"policy {a.policy}  VC {a.vc}  {a.nodes}x{a.gpus_per_node} GPUs  "
+        f"submits [{a.start}, {a.end})  replayed in {wall:.1f} s"
+    )
+    rows = [
+        ("jobs (finished)", f"{m['jobs']:,}"),
+        ("refused (larger than cluster)", f"{m['refused']:,}"),
+        ("avg JCT", f"{m['avg_jct']:,.0f} s"),
+        (
+            "p50 / p95 / p99 JCT",
+            f"{m['p50_jct']:,.0f} / {m['p95_jct']:,.0f} / {m['p99_jct']:,.0f} s",
+        ),
+        ("avg / p99 queueing delay", f"{m['avg_queue']:,.0f} / {m['p99_queue']:,.0f} s"),
+        ("GPU utilization", f"{m['utilization']:.1%}"),
+        ("preemptions", f"{m['preemptions']:,}"),
+        (
+            "ETA in range (all / jobs that waited)",
+            f"{m['eta_in_range']:.1%} / {m['_eta_in_range_waited']:.1%} of {m['_waited']:,}",
+        ),
+        ("ETA median abs error", f"{m['eta_median_abs_error']:,.0f} s"),
+    ]
+    for k, v in rows:
+        print(f"  {k:<40} {v}")
+    if a.json:
+        print(json.dumps({k: m[k] for k in KEYS}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""Unit tests of the pure scheduling core: one test per rule of issue 3."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.scheduler.policy import (
+    Allocation,
+    DurationModel,
+    Node,
+    PolicyConfig,
+    QueuedJob,
+    RunningJob,
+    Snapshot,
+    can_ever_fit,
+    queue_report,
+    schedule,
+)
+
+
+def nodes(n: int, gpus: int = 4, **kw) -> list[Node]:
+    return [
+        Node(f"n{i}", gpus, 32.0, 256_000, labels={"rack": f"r{i // 2}", "area": "a0"}, **kw)
+        for i in range(n)
+    ]
+
+
+def q(job_id, learners=1, gpus=1, prio=0, t=0.0, user="u", **kw) -> QueuedJob:
+    return QueuedJob(job_id, user, learners, gpus, 1.0, 1000, prio, t, **kw)
+
+
+def running(job_id, node_gpus, prio=0, start=0.0, attained=0.0, ckpt=None, user="u", **kw):
+    allocs = tuple(
+        Allocation(i, node, tuple(ix), 1.0, 1000) for i, (node, ix) in enumerate(node_gpus)
+    )
+    return RunningJob(job_id, user, allocs, prio, start, attained, ckpt, **kw)
+
+
+def by_action(decisions, action):
+    return [d for d in decisions if d.action == action]
+
+
+def test_gang_is_placed_whole_or_not_at_all():
+    # 3 free GPUs in total, gang wants 2 x 2: it must not get a partial placement.
+    snap = Snapshot(
+        nodes(2),
+        [running("r", [("n0", (0, 1, 2)), ("n1", (0, 1, 2))])],
+        [q("g", learners=2, gpus=2)],
+    )
+    ds = schedule(snap, 1000, "fifo")
+    assert by_action(ds, "start") == []
+    assert [d.job_id for d in by_action(ds, "wait")] == ["g"]
+
+
+def test_pack_uses_fewest_nodes_and_spread_uses_many():
+    snap = Snapshot(nodes(4), [], [q("p", learners=4, gpus=1, placement="pack")])
+    (start,) = schedule(snap, 0, "fifo")
+    assert len({a.node for a in start.allocations}) == 1
+    snap = Snapshot(nodes(4), [], [q("s", learners=4, gpus=1, placement="spread")])
+    (start,) = schedule(snap, 0, "fifo")
+    assert len({a.node for a in start.allocations}) == 4
+
+
+def test_topology_prefers_one_rack():
+    # n0 (rack r0) and n2 (rack r1) have 2 free GPUs; n3 (rack r1) has 2 free too.
+    busy = [
+        running("b0", [("n0", (0, 1))]),
+        running("b1", [("n1", (0, 1, 2, 3))]),
+        running("b2", [("n2", (0, 1))]),
+        running("b3", [("n3", (0, 1))]),
+    ]
+    snap = Snapshot(nodes(4), busy, [q("t", learners=2, gpus=2)])
+    (start,) = schedule(snap, 0, "fifo")
+    assert {a.node for a in start.allocations} == {"n2", "n3"}
+
+
+def test_gpu_type_constraint():
+    cluster = [Node("k80", 4, 8, 64000, gpu_type="k80"), Node("v100", 4, 8, 64000, gpu_type="v100")]
+    (start,) = schedule(Snapshot(cluster, [], [q("j", gpus=2, gpu_type="v100")]), 0, "fifo")
+    assert start.allocations[0].node == "v100"
+    ok, reason = can_ever_fit(q("x", gpus=1, gpu_type="a100"), cluster)
+    assert not ok and "a100" in reason
+
+
+def test_can_ever_fit_refuses_a_gang_bigger_than_the_cluster():
+    ok, reason = can_ever_fit(q("big", learners=3, gpus=4), nodes(2))
+    assert not ok and "never fit" in reason
+    assert can_ever_fit(q("ok", learners=2, gpus=4), nodes(2)) == (True, "")
+
+
+def test_cpu_only_jobs_are_placed_by_cpu_and_memory():
+    box = [Node("local", 0, 2.0, 4096)]
+    queue = [QueuedJob(f"j{i}", "u", 1, 0, 0.5, 512, 0, float(i)) for i in range(6)]
+    ds = schedule(Snapshot(box, [], queue), 0, "fifo")
+    assert [d.job_id for d in by_action(ds, "start")] == ["j0", "j1", "j2", "j3"]
+    assert len(by_action(ds, "wait")) == 2
+
+
+def test_priority_preempts_minimal_victims_and_never_half_a_job():
+    # Four 1-node jobs and one 2-node job hold the 4 nodes... a 1-node job arrives at prio 5.
+    busy = [
+        running("a", [("n0", (0, 1, 2, 3))], start=0),
+        running("b", [("n1", (0, 1, 2, 3))], start=0),
+        running("gang", [("n2", (0, 1, 2, 3)), ("n3", (0, 1, 2, 3))], start=0),
+    ]
+    snap = Snapshot(nodes(4), busy, [q("hi", gpus=4, prio=5, t=100)])
+    ds = schedule(snap, 10_000, "priority")
+    pre = by_action(ds, "preempt")
+    assert len(pre) == 1, ds  # one victim is enough
+    victim = next(r for r in busy if r.job_id == pre[0].job_id)
+    assert len(pre[0].allocations) == len(victim.allocations)  # the whole gang, never half
+    assert by_action(ds, "start")[0].job_id == "hi"
+    assert ds.index(pre[0]) < ds.index(by_action(ds, "start")[0])
+
+
+def test_preemption_prefers_the_most_recent_checkpoint():
+    busy = [
+        running("old_ckpt", [("n0", (0, 1, 2, 3))], start=0, ckpt=100),
+        running("new_ckpt", [("n1", (0, 1, 2, 3))], start=0, ckpt=9_900),
+    ]
+    ds = schedule(Snapshot(nodes(2), busy, [q("hi", gpus=4, prio=1)]), 10_000, "priority")
+    assert [d.job_id for d in by_action(ds, "preempt")] == ["new_ckpt"]
+
+
+def test_thrash_guard_protects_just_started_jobs():
+    busy = [running("fresh", [("n0", (0, 1, 2, 3))], start=9_950)]
+    ds = schedule(
+        Snapshot(nodes(1), busy, [q("hi", gpus=4, prio=1)]),
+        10_000,
+        "priority",
+        PolicyConfig(min_run_s=300),
+    )
+    assert by_action(ds, "preempt") == [] and by_action(ds, "wait")
+
+
+def test_equal_priority_never_preempts():
+    busy = [running("a", [("n0", (0, 1, 2, 3))])]
+    ds = schedule(Snapshot(nodes(1), busy, [q("b", gpus=4)]), 10_000, "priority")
+    assert by_action(ds, "preempt") == []
+
+
+def test_shrink_before_kill_and_never_below_min():
+    elastic = running(
+        "el",
+        [("n0", (0, 1)), ("n0", (2, 3)), ("n1", (0, 1)), ("n1", (2, 3))],
+        min_learners=2,
+        max_learners=4,
+    )
+    ds = schedule(Snapshot(nodes(2), [elastic], [q("hi", gpus=4, prio=1)]), 10_000, "priority")
+    assert by_action(ds, "preempt") == []
+    (shrink,) = by_action(ds, "shrink")
+    assert len(shrink.allocations) == 2  # 4 -> 2 learners, exactly the min
+    assert by_action(ds, "start")[0].job_id == "hi"
+    # Asking for more than shrinking can give kills the job instead (whole).
+    ds = schedule(
+        Snapshot(nodes(2), [elastic], [q("huge", learners=2, gpus=4, prio=1)]), 10_000, "priority"
+    )
+    assert by_action(ds, "shrink") == [] and len(by_action(ds, "preempt")[0].allocations) == 4
+
+
+def test_grow_into_idle_gpus_up_to_max():
+    elastic = running("el", [("n0", (0, 1))], min_learners=1, max_learners=3, gpus_per_learner=2)
+    ds = schedule(Snapshot(nodes(1), [elastic], []), 10_000, "default")
+    (grow,) = by_action(ds, "grow")
+    assert len(grow.allocations) == 1 and grow.allocations[0].gpu_indices == (2, 3)
+    # but not while someone waits who could use them
+    ds = schedule(Snapshot(nodes(1), [elastic], [q("w", gpus=2)]), 10_000, "fifo")
+    assert by_action(ds, "grow") == [] and by_action(ds, "start")[0].job_id == "w"
+
+
+def test_big_gang_is_not_starved_by_small_jobs():
+    # 2 nodes, one GPU busy on each. A 2x4 gang waits; a stream of 1-GPU jobs arrives behind it.
+    cfg = PolicyConfig(reserve_after_s=0)
+    busy = [running("x", [("n0", (0,))]), running("y", [("n1", (0,))])]
+    queue = [q("gang", learners=2, gpus=4, t=0)] + [q(f"s{i}", t=1 + i) for i in range(6)]
+    ds = schedule(Snapshot(nodes(2), busy, queue), 10, "fifo", cfg)
+    assert [d.job_id for d in by_action(ds, "start")] == []  # nothing eats the reserved nodes
+    # once x and y end, the gang starts first
+    ds = schedule(Snapshot(nodes(2), [], queue), 20, "fifo", cfg)
+    assert by_action(ds, "start")[0].job_id == "gang"
+
+
+def test_backfill_outside_the_reservation():
+    cfg = PolicyConfig(reserve_after_s=0)
+    busy = [running("x", [("n0", (0,))]), running("y", [("n1", (0,))])]
+    queue = [q("gang", learners=1, gpus=4, t=0), q("small", t=1)]
+    ds = schedule(Snapshot(nodes(2), busy, queue), 10, "fifo", cfg)
+    (gang_wait,) = [d for d in by_action(ds, "wait") if d.job_id == "gang"]
+    assert "reserved" in gang_wait.cause
+    (small,) = by_action(ds, "start")
+    assert small.job_id == "small" and small.allocations[0].node == "n1"  # n0 is held
+
+
+def test_fair_share_between_two_users():
+    # alice holds the whole cluster; bob and alice both queue; bob goes first on free GPUs.
+    busy = [running("a0", [("n0", (0, 1, 2))], user="alice")]
+    queue = [q("a1", t=1, user="alice"), q("b1", t=2, user="bob"), q("b2", t=3, user="bob")]
+    ds = schedule(Snapshot(nodes(1), busy, queue), 10, "fair")
+    assert [d.job_id for d in by_action(ds, "start")] == ["b1"]
+    # With two free GPUs, shares alternate: bob (0) then ... bob again (1/4 < 3/4)
+    busy = [running("a0", [("n0", (0, 1))], user="alice")]
+    ds = schedule(Snapshot(nodes(1), busy, queue), 10, "fair")
+    assert [d.job_id for d in by_action(ds, "start")] == ["b1", "b2"]
+
+
+def test_las_demotes_long_running_jobs():
+    # a long-running job (level 2) is preempted by a fresh one (level 0) under las
+    busy = [running("long", [("n0", (0, 1, 2, 3))], start=0, attained=400_000)]
+    ds = schedule(Snapshot(nodes(1), busy, [q("new", gpus=4, t=5000)]), 100_000, "las")
+    assert [d.job_id for d in by_action(ds, "preempt")] == ["long"]
+
+
+def test_eta_range_contains_the_start_in_a_deterministic_scenario():
+    # Every finished job ran exactly 1000 s; a running job started 400 s ago holds the node.
+    model = DurationModel([1000.0] * 50)
+    busy = [running("r", [("n0", (0, 1, 2, 3))], start=0, attained=400 * 4)]
+    snap = Snapshot(nodes(1), busy, [q("w", gpus=4, t=400)])
+    (entry,) = queue_report(snap, 400, "fifo", model)
+    assert entry.position == 1
+    assert entry.eta_low_s <= 600 <= entry.eta_high_s  # it will start when r ends, at t=1000
+    assert "expected to start" in entry.reason
+
+
+def test_pending_reason_has_a_counterfactual():
+    busy = [running("r0", [("n0", (0, 1))]), running("r1", [("n1", (0, 1))])]
+    snap = Snapshot(nodes(2), busy, [q("w", gpus=4)])
+    (entry,) = queue_report(snap, 10, "fifo")
+    assert "largest free block 2" in entry.reason
+    assert "would start now as 2x2 GPUs" in entry.reason
+
+
+def test_unknown_policy_is_refused_by_name():
+    with pytest.raises(ValueError, match="policy"):
+        schedule(Snapshot(nodes(1)), 0, "nope")
