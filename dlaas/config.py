@@ -16,6 +16,9 @@ class PlatformSettings(BaseSettings):
     # etcd client endpoints, "host:port[,host:port...]".
     etcd_endpoints: str = "127.0.0.1:2379"
     etcd_prefix: str = "/dlaas"
+    # Labels every container this platform creates (jobspec.LABEL_MANAGED): platforms that
+    # share a Docker engine only ever see and touch their own.
+    platform_id: str = "dlaas"
     # Job store: a path or sqlite:///path (embedded default) or mongodb://...
     store_url: str = "sqlite:///dlaas.db"
     # The platform's S3 (training data when a manifest names no endpoint, code archives).

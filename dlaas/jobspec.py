@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 # Labels on every container, network and volume the platform creates.
+# Its value is the platform instance id, so platforms (and test runs) sharing one Docker
+# engine never touch each other's containers.
 LABEL_MANAGED = "dlaas.managed"
 LABEL_JOB = "dlaas.job"
 LABEL_ROLE = "dlaas.role"  # "helper" | "learner"

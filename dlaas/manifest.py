@@ -65,7 +65,8 @@ _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def parse_memory_mb(value: Any) -> int:
     """Memory as MiB from FfDL-style strings: `1Gb`, `16GB`, `1000MiB`, `512M`, or a number of MiB."""
     if isinstance(value, bool):
-        raise ValueError("must be a size such as 512MiB or 2Gb, not a boolean")
+        # ValueError, not TypeError: pydantic reports only ValueErrors as field errors.
+        raise ValueError("must be a size such as 512MiB or 2Gb, not a boolean")  # noqa: TRY004
     if isinstance(value, int | float):
         mib = float(value)
     elif isinstance(value, str):
@@ -75,7 +76,7 @@ def parse_memory_mb(value: Any) -> int:
         unit = (m.group(2) or "mi").lower()  # a bare number means MiB
         mib = float(m.group(1)) * _UNITS[unit] / 1024**2
     else:
-        raise ValueError("must be a size such as 512MiB or 2Gb")
+        raise ValueError("must be a size such as 512MiB or 2Gb")  # noqa: TRY004
     if mib <= 0:
         raise ValueError("must be greater than zero")
     return max(1, round(mib))

@@ -458,10 +458,15 @@ def _up(run: _Up) -> PlatformInfo:
     lcm_port = run.service_port("lcm")
     scheduler_port = run.service_port("scheduler")
     api_port = run.service_port("api")
-    run.config.update(lcm_port=lcm_port, scheduler_port=scheduler_port, api_port=api_port)
+    # One id per platform instance labels its containers (a shared engine stays untangled).
+    platform_id = run.config.get("platform_id") or f"dlaas-{secrets.token_hex(4)}"
+    run.config.update(
+        lcm_port=lcm_port, scheduler_port=scheduler_port, api_port=api_port, platform_id=platform_id
+    )
     run.save_config()
 
     env = {
+        "DLAAS_PLATFORM_ID": platform_id,
         "DLAAS_ETCD_ENDPOINTS": etcd_endpoint,
         "DLAAS_STORE_URL": f"sqlite:///{state.root / 'jobs.db'}",
         "DLAAS_S3_ENDPOINT": s3_endpoint,

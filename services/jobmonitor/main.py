@@ -67,6 +67,7 @@ def main() -> None:
         store_timeout_s=ms.store_timeout_s,
         resync_s=ms.resync_s,
         stop_grace_s=ms.stop_grace_s,
+        platform_id=settings.platform_id,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

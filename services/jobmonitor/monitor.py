@@ -1,7 +1,7 @@
 """The job monitor's adapter: observes Docker and etcd, asks decide.py, acts.
 
 Observation is event driven: one thread follows the Docker event stream of the platform's
-containers (label dlaas.managed=true), one watches the job status keys in etcd, and one
+containers (label dlaas.managed=<platform id>), one watches the job status keys in etcd, and one
 thread per running helper follows its log stream for the `data_ready` event. Each only
 marks a job "dirty"; a single worker reconciles dirty jobs one at a time, so no two
 reconciles of a job ever race inside this process. A slow periodic resync (and the
@@ -69,7 +69,9 @@ class JobMonitor:
         stop_grace_s: int = 10,
         release_retry_s: float = 5.0,
         owns_job: Callable[[str], bool] = lambda job_id: True,
+        platform_id: str = "dlaas",
     ):
+        self.platform_id = platform_id
         self.docker = docker_client
         self.keeper = keeper
         self.store = store
@@ -326,12 +328,17 @@ class JobMonitor:
     def _containers(self, job_id: str) -> list:
         return self.docker.containers.list(
             all=True,
-            filters={"label": [f"{jobspec.LABEL_JOB}={job_id}", f"{jobspec.LABEL_MANAGED}=true"]},
+            filters={
+                "label": [
+                    f"{jobspec.LABEL_JOB}={job_id}",
+                    f"{jobspec.LABEL_MANAGED}={self.platform_id}",
+                ]
+            },
             ignore_removed=True,
         )
 
     def _jobs_with_resources(self) -> set[str]:
-        managed = {"label": f"{jobspec.LABEL_MANAGED}=true"}
+        managed = {"label": f"{jobspec.LABEL_MANAGED}={self.platform_id}"}
         objs: list = self.docker.containers.list(all=True, filters=managed, sparse=True)
         jobs = {(c.attrs.get("Labels") or {}).get(jobspec.LABEL_JOB) for c in objs}
         for n in self.docker.networks.list(filters=managed):
@@ -442,7 +449,7 @@ class JobMonitor:
 
     def _watch_docker(self) -> None:
         """Follow the Docker event stream; reconnect (and resync) when it breaks."""
-        filters = {"type": "container", "label": f"{jobspec.LABEL_MANAGED}=true"}
+        filters = {"type": "container", "label": f"{jobspec.LABEL_MANAGED}={self.platform_id}"}
         since = None
         first = True
         while not self._stop.is_set():

@@ -61,12 +61,13 @@ def resolve_image(manifest: Manifest, learner_image: str) -> str:
     )
 
 
-def job_labels(job_id: str, user: str) -> dict[str, str]:
-    return {jobspec.LABEL_MANAGED: "true", jobspec.LABEL_JOB: job_id, jobspec.LABEL_USER: user}
+def job_labels(platform_id: str, job_id: str, user: str) -> dict[str, str]:
+    return {jobspec.LABEL_MANAGED: platform_id, jobspec.LABEL_JOB: job_id, jobspec.LABEL_USER: user}
 
 
 def deployment_plan(
     *,
+    platform_id: str,
     job_id: str,
     user: str,
     manifest: Manifest,
@@ -79,7 +80,7 @@ def deployment_plan(
     code: S3Location | None,
 ) -> DeploymentPlan:
     """The containers of one job: a helper and `learners` learners, with limits and env."""
-    labels = job_labels(job_id, user)
+    labels = job_labels(platform_id, job_id, user)
     helper_env = {
         "JOB_ID": job_id,
         "NUM_LEARNERS": str(learners),

@@ -57,7 +57,9 @@ class Lcm:
 
     # ---- use cases -------------------------------------------------------------------
 
-    def submit(self, job_id: str, user: str, manifest_yaml: str, code_key: str) -> tuple[str, list[str]]:
+    def submit(
+        self, job_id: str, user: str, manifest_yaml: str, code_key: str
+    ) -> tuple[str, list[str]]:
         """Record the job as QUEUED and queue it; refuse what can never run. Idempotent by id."""
         if not job_id or not user:
             raise errors.InvalidRequest("job_id and user are required")
@@ -192,7 +194,12 @@ class Lcm:
         ]
         self.keeper.etcd.put(self._placement_key(job_id), json.dumps(placement))
         nodes = sorted({p["node"] for p in placement})
-        if self.keeper.try_transition(job_id, Status.PENDING, f"placed on {', '.join(nodes)}: {cause}") is None:
+        if (
+            self.keeper.try_transition(
+                job_id, Status.PENDING, f"placed on {', '.join(nodes)}: {cause}"
+            )
+            is None
+        ):
             # Halted or deleted while queued: give the allocation back.
             self.scheduler.release(job_id)
             return
@@ -216,6 +223,7 @@ class Lcm:
                 )
             image = resolve_image(manifest, self.settings.learner_image)
             plan = deployment_plan(
+                platform_id=self.settings.platform_id,
                 job_id=job_id,
                 user=record.user,
                 manifest=manifest,

@@ -163,9 +163,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             for d in schedule(snapshot, now, policy=self.policy):
                 if d.action == "wait":
                     continue
-                if d.action == "start":
-                    if not self.state.start(queue[d.job_id], d.allocations, now):
-                        continue
+                # A start that lost its etcd guard (released meanwhile) is not reported.
+                if d.action == "start" and not self.state.start(
+                    queue[d.job_id], d.allocations, now
+                ):
+                    continue
                 out.append(
                     scheduler_pb2.Decision(
                         job_id=d.job_id,

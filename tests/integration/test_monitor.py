@@ -25,6 +25,7 @@ from services.jobmonitor.monitor import JobMonitor
 pytestmark = pytest.mark.docker
 
 IMAGE = "dlaas-test-base:latest"
+PLATFORM = f"test-{uuid.uuid4().hex[:8]}"  # this run's containers only
 SCOPE = "mon-"  # the monitor under test touches only these jobs (the engine is shared)
 
 # The helper stand-in: data ready at once, then wait for the finish signal, store, exit 0.
@@ -104,7 +105,7 @@ class Harness:
         return job_id
 
     def deploy(self, job_id: str, helper: str, learners: list[str], mem_limit: str | None = None):
-        labels = {jobspec.LABEL_MANAGED: "true", jobspec.LABEL_JOB: job_id}
+        labels = {jobspec.LABEL_MANAGED: PLATFORM, jobspec.LABEL_JOB: job_id}
         self.docker.networks.create(jobspec.network_name(job_id), labels=labels)
         self.docker.volumes.create(jobspec.volume_name(job_id), labels=labels)
         specs = [(jobspec.helper_name(job_id), jobspec.ROLE_HELPER, None, helper, None)]
@@ -144,6 +145,7 @@ class Harness:
             resync_s=kw.pop("resync_s", 3),
             stop_grace_s=1,
             owns_job=lambda job_id: job_id in self.jobs,
+            platform_id=PLATFORM,
             **kw,
         )
         stop = threading.Event()

@@ -23,6 +23,7 @@ def plan(manifest_text=MANIFEST, learners=2):
     m = parse_manifest(manifest_text)
     loc = S3Location("http://s3:8333", "ak", "sk", "results")
     return deployment_plan(
+        platform_id="p1",
         job_id="job-1",
         user="alice",
         manifest=m,
@@ -49,7 +50,11 @@ def test_plan_has_one_helper_and_every_learner_with_the_platform_env():
     assert second.env["MASTER_ADDR"] == "learner-0" and second.env["EPOCHS"] == "3"
     for key in ("JOB_ID", "MASTER_PORT", "DATA_DIR", "RESULT_DIR", "CHECKPOINT_DIR", "LOG_DIR"):
         assert key in second.env
-    assert second.labels[jobspec.LABEL_ROLE] == "learner" and second.labels[jobspec.LABEL_LEARNER] == "1"
+    assert second.labels[jobspec.LABEL_MANAGED] == "p1"
+    assert (
+        second.labels[jobspec.LABEL_ROLE] == "learner"
+        and second.labels[jobspec.LABEL_LEARNER] == "1"
+    )
     assert second.nano_cpus == 500_000_000 and second.mem_limit_mb == 954
     assert second.gpu_indices == (1,) and second.gpus == 1
     assert second.command[-1] == "python3 train.py"
