@@ -262,7 +262,7 @@ def validate(
     warnings = []
     # What depends on the cluster is only a warning here; submit checks it again.
     try:
-        from services.lcm.plan import resolve_image
+        from dlaas.manifest import resolve_image
 
         resolve_image(manifest, "dlaas/learner:latest")
     except ImageUnavailable as exc:

@@ -22,8 +22,9 @@ from botocore.exceptions import ClientError
 from dlaas import jobspec
 from dlaas.config import PlatformSettings
 from dlaas.errors import JobNotFound
+from dlaas.locations import S3Location, job_locations
 from dlaas.manifest import parse_manifest
-from dlaas.s3 import S3Location, client_for, job_locations
+from dlaas.s3 import client_for
 from dlaas.status import FINAL
 from dlaas.store.base import JobStore
 

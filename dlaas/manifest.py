@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from dlaas.errors import InvalidManifest
+from dlaas.errors import ImageUnavailable, InvalidManifest
 
 # Env names the platform sets for every learner; a manifest may not override them.
 RESERVED_ENV = frozenset(
@@ -41,6 +41,9 @@ RESERVED_ENV = frozenset(
 
 # Store types that are S3 (FfDL used several names for the same thing).
 S3_STORE_TYPES = frozenset({"s3", "s3_datastore", "mount_cos", "cos", "s3_object_store"})
+
+# Framework names the platform's own learner image serves (any version).
+BUILTIN_FRAMEWORKS = frozenset({"python", "python3", "numpy", "dlaas"})
 
 # Priority classes a manifest may name instead of a number.
 PRIORITY_CLASSES = {"low": -100, "normal": 0, "high": 100, "critical": 1000}
@@ -286,3 +289,16 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
     except ValidationError as exc:
         raise InvalidManifest(errors_from_validation(exc)) from None
 
+
+def resolve_image(manifest: Manifest, learner_image: str) -> str:
+    """The image for the manifest's framework; raise ImageUnavailable when none is known."""
+    fw = manifest.framework
+    if fw.image:
+        return fw.image
+    if fw.name.lower() in BUILTIN_FRAMEWORKS:
+        return learner_image
+    raise ImageUnavailable(
+        f"framework.name: no image is known for framework {fw.name} {fw.version}; "
+        f"use framework name 'python' (the platform's learner image) or set framework.image "
+        f"to an image present on the nodes"
+    )

@@ -21,8 +21,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlaas import errors
 from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.locations import S3Location
 from dlaas.logs import LogReader
-from dlaas.s3 import S3Location, client_for, platform_client
+from dlaas.s3 import client_for, platform_client
 from dlaas.store.base import JobStore, open_store
 from services.api.auth import TokenTable
 from services.api.errors import NoResults, Unauthorized

@@ -32,8 +32,8 @@ from dlaas.errors import (
     PayloadTooLarge,
     TemporaryError,
 )
+from dlaas.locations import job_locations
 from dlaas.manifest import Manifest, parse_manifest
-from dlaas.s3 import job_locations
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
 from services.api.app import Deps

@@ -9,12 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dlaas import jobspec
-from dlaas.errors import ImageUnavailable
+from dlaas.locations import S3Location
 from dlaas.manifest import Manifest
-from dlaas.s3 import S3Location
-
-# Framework names the platform's own learner image serves (any version).
-BUILTIN_FRAMEWORKS = frozenset({"python", "python3", "numpy", "dlaas"})
 
 
 @dataclass(frozen=True)
@@ -45,20 +41,6 @@ class DeploymentPlan:
     @property
     def containers(self) -> list[ContainerSpec]:
         return [self.helper, *self.learners]
-
-
-def resolve_image(manifest: Manifest, learner_image: str) -> str:
-    """The image for the manifest's framework; raise ImageUnavailable when none is known."""
-    fw = manifest.framework
-    if fw.image:
-        return fw.image
-    if fw.name.lower() in BUILTIN_FRAMEWORKS:
-        return learner_image
-    raise ImageUnavailable(
-        f"framework.name: no image is known for framework {fw.name} {fw.version}; "
-        f"use framework name 'python' (the platform's learner image) or set framework.image "
-        f"to an image present on the nodes"
-    )
 
 
 def job_labels(platform_id: str, job_id: str, user: str) -> dict[str, str]:

@@ -18,15 +18,15 @@ from dlaas import errors
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper
 from dlaas.grpc_errors import translate_errors
-from dlaas.manifest import Manifest, parse_manifest
+from dlaas.locations import S3Location, job_locations
+from dlaas.manifest import Manifest, parse_manifest, resolve_image
 from dlaas.nodes import NodeSpec
-from dlaas.s3 import S3Location, job_locations
 from dlaas.sdk import SchedulerClient
 from dlaas.status import Status
 from dlaas.store.base import JobRecord, JobStore
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc, scheduler_pb2
 from services.lcm.deployer import Deployer
-from services.lcm.plan import deployment_plan, resolve_image
+from services.lcm.plan import deployment_plan
 
 log = logging.getLogger(__name__)
 

@@ -52,12 +52,15 @@ def lcm(etcd_server, docker_client, job_store, tmp_path):
         lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(sched, s),
         ["dlaas.v1.Scheduler"],
     )
-    settings = PlatformSettings(
-        s3_access_key="unused", s3_secret_key="unused", etcd_prefix=prefix
-    )
+    settings = PlatformSettings(s3_access_key="unused", s3_secret_key="unused", etcd_prefix=prefix)
     keeper = StatusKeeper(etcd, job_store, prefix)
     manager = Lcm(
-        settings, keeper, job_store, Deployer(docker_client), SchedulerClient(f"127.0.0.1:{port}"), [node]
+        settings,
+        keeper,
+        job_store,
+        Deployer(docker_client),
+        SchedulerClient(f"127.0.0.1:{port}"),
+        [node],
     )
     created: list[str] = []
     manager.created = created
@@ -74,7 +77,9 @@ def submit(lcm, job_id, learners=2, image="dlaas-test-base:latest"):
 
 
 def containers(docker_client, job_id):
-    return docker_client.containers.list(all=True, filters={"label": f"{jobspec.LABEL_JOB}={job_id}"})
+    return docker_client.containers.list(
+        all=True, filters={"label": f"{jobspec.LABEL_JOB}={job_id}"}
+    )
 
 
 def test_submit_place_deploy_and_redeploy_leave_exactly_one_set(lcm, docker_client):
@@ -86,7 +91,11 @@ def test_submit_place_deploy_and_redeploy_leave_exactly_one_set(lcm, docker_clie
     assert names == [jobspec.helper_name(job), *(jobspec.learner_name(job, i) for i in range(2))]
     learner = docker_client.containers.get(jobspec.learner_name(job, 1))
     env = dict(e.split("=", 1) for e in learner.attrs["Config"]["Env"])
-    assert env["LEARNER_ID"] == "1" and env["NUM_LEARNERS"] == "2" and env["MASTER_ADDR"] == "learner-0"
+    assert (
+        env["LEARNER_ID"] == "1"
+        and env["NUM_LEARNERS"] == "2"
+        and env["MASTER_ADDR"] == "learner-0"
+    )
     assert learner.attrs["HostConfig"]["NanoCpus"] == 500_000_000
     assert learner.attrs["HostConfig"]["Memory"] == 256 * 1024 * 1024
     assert learner.labels[jobspec.LABEL_ROLE] == "learner"

@@ -4,9 +4,9 @@ import pytest
 
 from dlaas import jobspec
 from dlaas.errors import ImageUnavailable
-from dlaas.manifest import parse_manifest
-from dlaas.s3 import S3Location
-from services.lcm.plan import deployment_plan, resolve_image
+from dlaas.locations import S3Location
+from dlaas.manifest import parse_manifest, resolve_image
+from services.lcm.plan import deployment_plan
 
 MANIFEST = """
 name: mnist
