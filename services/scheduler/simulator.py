@@ -88,7 +88,7 @@ def load_trace(path: str, vc: str, start: datetime, end: datetime) -> list[Trace
     out = []
     lo, hi = start.strftime("%Y-%m-%d %H:%M:%S"), end.strftime("%Y-%m-%d %H:%M:%S")
     try:
-        fh = open(path, newline="")
+        fh = open(path, newline="")  # noqa: SIM115 - opened here so the error names the flag
     except OSError as e:
         raise SystemExit(f"error: --trace: cannot read {path}: {e.strerror}") from None
     with fh:
@@ -117,7 +117,7 @@ def _pct(xs: list[float], p: float) -> float:
     if not xs:
         return 0.0
     xs = sorted(xs)
-    k = min(len(xs) - 1, max(0, int(round(p / 100 * len(xs) + 0.5)) - 1))
+    k = min(len(xs) - 1, max(0, round(p / 100 * len(xs) + 0.5) - 1))
     return xs[k]
 
 
@@ -222,7 +222,7 @@ def simulate(
                 st = states[jid]
                 queue[jid] = QueuedJob(jid, "trace", st.learners, st.gpl, 0.0, 0, 0, st.job.submit)
                 submitted.append(jid)
-            else:
+            elif jid == "tick":
                 tick_pending = False
         # progress of running jobs so far (attained service is what LAS ranks by)
         run_jobs = []
@@ -292,7 +292,7 @@ def simulate(
                     a, b = fwd[j]
                     states[j].eta = (min(a, b), max(a, b))
         if queue and preempts(policy) and not tick_pending:
-            push(t + tick_s, _TICK, "")
+            push(t + tick_s, _TICK, "tick")
             tick_pending = True
 
     done = [s for s in states.values() if s.end is not None]

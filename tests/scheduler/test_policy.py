@@ -170,7 +170,7 @@ def test_grow_into_idle_gpus_up_to_max():
 
 def test_big_gang_is_not_starved_by_small_jobs():
     # 2 nodes, one GPU busy on each. A 2x4 gang waits; a stream of 1-GPU jobs arrives behind it.
-    cfg = PolicyConfig(reserve_after_s=0)
+    cfg = PolicyConfig(reserve_after_s=0, reserve_policies=("fifo",))
     busy = [running("x", [("n0", (0,))]), running("y", [("n1", (0,))])]
     queue = [q("gang", learners=2, gpus=4, t=0)] + [q(f"s{i}", t=1 + i) for i in range(6)]
     ds = schedule(Snapshot(nodes(2), busy, queue), 10, "fifo", cfg)
@@ -181,7 +181,7 @@ def test_big_gang_is_not_starved_by_small_jobs():
 
 
 def test_backfill_outside_the_reservation():
-    cfg = PolicyConfig(reserve_after_s=0)
+    cfg = PolicyConfig(reserve_after_s=0, reserve_policies=("fifo",))
     busy = [running("x", [("n0", (0,))]), running("y", [("n1", (0,))])]
     queue = [q("gang", learners=1, gpus=4, t=0), q("small", t=1)]
     ds = schedule(Snapshot(nodes(2), busy, queue), 10, "fifo", cfg)

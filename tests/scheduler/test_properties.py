@@ -120,6 +120,6 @@ def test_no_decision_over_allocates(snap, policy, now):
     for name, used in gpus_used.items():
         assert len(used) == len(set(used)), f"GPU handed out twice on {name}"
         assert all(0 <= i < nodes[name].gpus for i in used)
-    for name in cpus:
-        assert cpus[name] <= nodes[name].cpus + 1e-6
+    for name, used_cpus in cpus.items():
+        assert used_cpus <= nodes[name].cpus + 1e-6
         assert mem[name] <= nodes[name].memory_mb

@@ -12,13 +12,15 @@ One round walks the queue in the policy's order and, for each gang:
 Leftover idle GPUs then GROW elastic jobs back toward their max, if nobody waiting could use them.
 
 Policies (all duration-blind; the policy never sees how long a job will run):
-  fifo     - submit order; no preemption; head-of-queue reservation + backfill.
+  fifo     - submit order, non-blocking (a job that does not fit lets later ones try);
+             no preemption; reservation only if configured (PolicyConfig.reserve_policies).
   priority - priority class, then submit order; preempts strictly lower classes.
   las      - Tiresias discretized 2D-LAS: class = (priority, queue level of attained GPU-seconds);
              FIFO inside a level; preempts worse levels; starving jobs promoted to level 0.
   fair     - DRF across users: the user with the smallest dominant share goes next.
-  default  - LAS levels + starvation promotion + DRF tie-break between users inside a level,
-             reservation for gangs waiting too long, thrash guard. See PolicyConfig.
+  default  - priority classes over 2D-LAS with three levels (1e3/1e4/1e5 GPU-s), starvation
+             promotion, reservation + backfill for a blocked gang, a thrash guard and a cap on
+             victims per preemption. See PolicyConfig.
 """
 
 from __future__ import annotations
@@ -38,15 +40,21 @@ class PolicyConfig:
     """Knobs of the policies. One configuration is used for every trace window."""
 
     # 2D-LAS queue thresholds, in attained GPU-seconds (Tiresias uses a few coarse levels).
-    las_thresholds: tuple[float, ...] = (3_600.0, 36_000.0)
+    las_thresholds: tuple[float, ...] = (1_000.0, 10_000.0, 100_000.0)
     # Promote a waiting job to level 0 once it waited this many times its executed time.
-    starve_factor: float = 4.0
+    starve_factor: float = 2.0
     # Thrash guard: a job that (re)started or was resized less than this ago is not a victim.
     min_run_s: float = 300.0
-    # Reserve nodes for the first blocked gang once it waited this long (fifo: always).
+    # Reserve nodes for the first blocked gang once it waited this long, under these policies.
+    # Plain fifo is the classic non-blocking FIFO of the peer simulators (calibration), so it
+    # does not reserve unless listed here.
     reserve_after_s: float = 0.0
+    reserve_policies: tuple[str, ...] = ("priority", "las", "fair", "default")
     # Only gangs at least this many GPUs get reservations (small ones will find a gap anyway).
     reserve_min_gpus: int = 2
+    # A preemption that needs more victims than this is not worth its disruption: the gang
+    # waits (and gets a reservation) instead. Also bounds the cost of one attempt.
+    max_victims: int = 16
     # Let elastic jobs grow into idle GPUs.
     grow: bool = True
 
@@ -173,6 +181,8 @@ class _Round:
     reserved_for: str | None = None
     waiting: list[QueuedJob] = field(default_factory=list)
     _ranked_cache: list | None = None
+    _elastic: list = field(default_factory=list)
+    _ranked_start: int = 0
 
     def __post_init__(self) -> None:
         self.idx = FreeIndex(
@@ -235,12 +245,24 @@ class _Round:
                 )
             rows.sort(key=lambda x: x[:4])
             self._ranked_cache = [(x[4], x[5]) for x in rows]
+            self._elastic = [x for x in self._ranked_cache if x[1].learners > x[1].min_gang]
         return self._ranked_cache
 
     def _victims(self, j: QueuedJob, elastic_only: bool = False):
         """Lower-class running jobs this job may take resources from, best victim first."""
         cls = queued_class(j, self.now, self.policy, self.cfg)
-        for rcls, r in self._ranked():
+        ranked = self._ranked()
+        if elastic_only:
+            ranked = self._elastic
+        else:
+            # victims already taken sit at the front: skip them once, not on every attempt
+            while self._ranked_start < len(ranked) and ranked[self._ranked_start][1].job_id in (
+                self.touched
+            ):
+                self._ranked_start += 1
+        first = 0 if elastic_only else self._ranked_start
+        for i in range(first, len(ranked)):
+            rcls, r = ranked[i]
             if rcls <= cls:
                 return  # sorted: everyone after is at least as important
             if r.job_id in self.touched:
@@ -306,6 +328,8 @@ class _Round:
         # 2. preempt whole jobs, least important / least work lost first.
         chosen: list[RunningJob] = []
         for r in self._victims(j):
+            if len(chosen) >= self.cfg.max_victims:
+                break
             self.idx.give(r.allocations)
             chosen.append(r)
             if g > 0 and self.idx.upper_capacity(g, j.gpu_type) < need:
@@ -348,6 +372,8 @@ class _Round:
             self.reserved_for is not None
             or j.gpus_per_learner * j.learners < self.cfg.reserve_min_gpus
         ):
+            return
+        if self.policy not in self.cfg.reserve_policies:
             return
         if self.now - _wait_since(j) < self.cfg.reserve_after_s:
             return

@@ -1,0 +1,105 @@
+"""The simulator on a small slice of the real trace, through the same schedule()."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from services.scheduler.simulator import KEYS, TraceJob, _gang, main, simulate
+
+TRACE = "/work/shared/traces/philly.csv"
+
+
+def test_gang_shapes_use_whole_nodes():
+    assert _gang(1, 4) == (1, 1)
+    assert _gang(4, 4) == (1, 4)
+    assert _gang(16, 4) == (4, 4)
+    assert _gang(6, 4) == (2, 3)  # 2 learners of 3 GPUs: each fits one 4-GPU node
+
+
+def test_synthetic_fifo_is_exact():
+    # 1 node x 2 GPUs: a (2 GPUs, 100 s) then b (1 GPU, 10 s) must wait for a.
+    jobs = [TraceJob("a", 0, 100, 2), TraceJob("b", 1, 10, 1), TraceJob("huge", 2, 5, 4)]
+    m = simulate(jobs, 1, 2, "fifo")
+    assert m["jobs"] == 2 and m["refused"] == 1  # counted, not silently dropped
+    assert m["avg_jct"] == pytest.approx((100 + (110 - 1)) / 2)
+    assert m["avg_queue"] == pytest.approx((0 + 99) / 2)
+
+
+def test_preemption_costs_save_and_restore():
+    # 1 GPU. long (1 GPU, 10,000 s) runs; short arrives at 2000 s and preempts it under las.
+    jobs = [TraceJob("long", 0, 10_000, 1), TraceJob("short", 2_000, 100, 1)]
+    m = simulate(jobs, 1, 1, "las", save_s=20, restore_s=30)
+    assert m["preemptions"] == 1
+    # short starts after the 20 s save: JCT 120; long loses no work but pays 20 + 100 + 30 s
+    assert m["avg_jct"] == pytest.approx((120 + 10_000 + 20 + 100 + 30) / 2)
+
+
+@pytest.mark.skipif(not os.path.exists(TRACE), reason="trace not present")
+def test_cli_on_a_slice_of_the_trace(capsys):
+    rc = main(
+        [
+            "--trace",
+            TRACE,
+            "--vc",
+            "6c71a0",
+            "--start",
+            "2017-10-09",
+            "--end",
+            "2017-10-12",
+            "--nodes",
+            "16",
+            "--gpus-per-node",
+            "4",
+            "--policy",
+            "default",
+            "--json",
+        ]
+    )
+    assert rc == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    m = json.loads(out[-1])
+    assert tuple(m) == KEYS
+    assert m["jobs"] > 100 and m["refused"] == 0
+    assert 0 < m["utilization"] <= 1 and 0 <= m["eta_in_range"] <= 1
+    assert m["p50_jct"] <= m["p95_jct"] <= m["p99_jct"]
+
+
+def test_cli_refuses_bad_arguments_by_name(capsys):
+    with pytest.raises(SystemExit, match="--start"):
+        main(
+            [
+                "--trace",
+                TRACE,
+                "--vc",
+                "x",
+                "--start",
+                "2017-13-01",
+                "--end",
+                "2017-10-10",
+                "--nodes",
+                "1",
+                "--gpus-per-node",
+                "4",
+            ]
+        )
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "--trace",
+                TRACE,
+                "--vc",
+                "x",
+                "--start",
+                "2017-10-01",
+                "--end",
+                "2017-10-10",
+                "--nodes",
+                "0",
+                "--gpus-per-node",
+                "4",
+            ]
+        )
+    assert "--nodes" in capsys.readouterr().err
