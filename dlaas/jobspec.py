@@ -36,6 +36,7 @@ EVENT_PREFIX = "DLAAS-EVENT "
 EVENT_DATA_READY = "data_ready"  # data and code are in place; learners may start
 EVENT_STORED = "stored"  # results and logs are in S3
 EVENT_ERROR = "error"  # {"code": ..., "message": ...} before a non-zero exit
+EVENT_CHECKPOINT_SYNCED = "checkpoint_synced"  # {"files": n, "at": unix time} after each sync
 
 # Helper exit codes, so the monitor can say why a job failed.
 HELPER_EXIT_OK = 0
@@ -84,6 +85,18 @@ def log_object_key(job_id: str, index: int) -> str:
 
 def results_prefix(job_id: str) -> str:
     return f"{job_id}/"
+
+
+def checkpoint_prefix(job_id: str) -> str:
+    """Where the helper keeps CHECKPOINT_DIR in the job's results bucket, across restarts."""
+    return f"{job_id}/checkpoints/"
+
+
+# Helper env for checkpoints: the helper restores CHECKPOINT_DIR from
+# checkpoint_prefix(JOB_ID) before data_ready, syncs it there every
+# DLAAS_CHECKPOINT_INTERVAL_S seconds (0: only at the end) and once more on the finish signal.
+ENV_CHECKPOINT_INTERVAL = "DLAAS_CHECKPOINT_INTERVAL_S"
+ENV_CHECKPOINT_PREFIX = "DLAAS_CHECKPOINT_PREFIX"
 
 
 def format_event(event: str, **fields: object) -> str:

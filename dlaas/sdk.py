@@ -86,6 +86,25 @@ class LcmClient(_Client):
         )
         return reply.status
 
+    def resume(self, job_id: str, user: str = "", reason: str = "resumed by the user") -> str:
+        reply = self._call(
+            self._stub.ResumeJob, lcm_pb2.JobRef(job_id=job_id, user=user, reason=reason)
+        )
+        return reply.status
+
+    def requeue(self, job_id: str, reason: str, is_restart: bool = False) -> str:
+        reply = self._call(
+            self._stub.RequeueJob,
+            lcm_pb2.RequeueRequest(job_id=job_id, reason=reason, is_restart=is_restart),
+        )
+        return reply.status
+
+    def scale(self, job_id: str, learners: int, user: str = "") -> str:
+        reply = self._call(
+            self._stub.ScaleJob, lcm_pb2.ScaleRequest(job_id=job_id, user=user, learners=learners)
+        )
+        return reply.status
+
     def delete(self, job_id: str, user: str = "") -> None:
         self._call(self._stub.DeleteJob, lcm_pb2.JobRef(job_id=job_id, user=user))
 

@@ -33,25 +33,33 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     # LCM: halted by the user while waiting; FAILED when the job can no longer ever run.
     S.QUEUED: frozenset({S.PENDING, S.HALTED, S.FAILED}),
     # LCM: helper and learners created; the helper starts loading data.
-    # LCM/monitor: deployment failed (image missing, ...) or user halt.
-    S.PENDING: frozenset({S.DOWNLOADING, S.FAILED, S.HALTED}),
+    # LCM: deployment failed for good (image missing, ...) -> FAILED, or user halt.
+    # LCM: the node was lost or deployment hit an infrastructure error -> QUEUED (requeued).
+    S.PENDING: frozenset({S.DOWNLOADING, S.FAILED, S.HALTED, S.QUEUED}),
     # Monitor: the helper reported the data and code in place, learners start training.
     # Monitor: the helper failed (data not found, store refused), or user halt.
-    S.DOWNLOADING: frozenset({S.PROCESSING, S.FAILED, S.HALTED}),
+    # Monitor/LCM: infrastructure failure with restarts left, node lost, preempted -> QUEUED.
+    S.DOWNLOADING: frozenset({S.PROCESSING, S.FAILED, S.HALTED, S.QUEUED}),
     # Monitor: every learner exited 0; the helper uploads results and logs.
     # Monitor: a learner exited non-zero or was OOM-killed; or user halt.
-    S.PROCESSING: frozenset({S.STORING, S.FAILED, S.HALTED}),
+    # Monitor/LCM: restart from the last checkpoint after an infrastructure failure, node
+    # lost, preempted by a higher priority, or rescaled (elastic) -> QUEUED.
+    S.PROCESSING: frozenset({S.STORING, S.FAILED, S.HALTED, S.QUEUED}),
     # Monitor: the helper exited 0 after results and logs were stored.
     # Monitor: the upload failed; or user halt.
     S.STORING: frozenset({S.COMPLETED, S.FAILED, S.HALTED}),
-    # Final statuses: nothing leaves them.
+    # Final: nothing leaves them.
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset(),
-    S.HALTED: frozenset(),
+    # LCM: the user resumes the job; it continues from its last checkpoint.
+    S.HALTED: frozenset({S.QUEUED}),
 }
 
-FINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+# Ended: no container of the job should run. Only a user's resume leaves HALTED.
+FINAL = frozenset({S.COMPLETED, S.FAILED, S.HALTED})
 ACTIVE = frozenset(Status) - FINAL
+# Edges only a user's request takes (never an automatic controller).
+USER_ONLY = frozenset({(S.HALTED, S.QUEUED)})
 
 # The happy path, in order; used to walk forward over steps an observer saw late.
 HAPPY_PATH = (S.QUEUED, S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING, S.COMPLETED)

@@ -50,6 +50,26 @@ class Empty(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class RequeueRequest(_message.Message):
+    __slots__ = ("job_id", "reason", "is_restart")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    IS_RESTART_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    is_restart: bool
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ..., is_restart: _Optional[bool] = ...) -> None: ...
+
+class ScaleRequest(_message.Message):
+    __slots__ = ("job_id", "user", "learners")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    LEARNERS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    user: str
+    learners: int
+    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., learners: _Optional[int] = ...) -> None: ...
+
 class NodeInfo(_message.Message):
     __slots__ = ("name", "cpus", "memory_mb", "gpus", "gpu_type", "healthy")
     NAME_FIELD_NUMBER: _ClassVar[int]

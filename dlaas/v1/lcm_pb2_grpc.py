@@ -44,6 +44,21 @@ class LifecycleManagerStub:
                 request_serializer=dlaas_dot_v1_dot_lcm__pb2.JobRef.SerializeToString,
                 response_deserializer=dlaas_dot_v1_dot_lcm__pb2.JobStatusReply.FromString,
                 _registered_method=True)
+        self.ResumeJob = channel.unary_unary(
+                '/dlaas.v1.LifecycleManager/ResumeJob',
+                request_serializer=dlaas_dot_v1_dot_lcm__pb2.JobRef.SerializeToString,
+                response_deserializer=dlaas_dot_v1_dot_lcm__pb2.JobStatusReply.FromString,
+                _registered_method=True)
+        self.RequeueJob = channel.unary_unary(
+                '/dlaas.v1.LifecycleManager/RequeueJob',
+                request_serializer=dlaas_dot_v1_dot_lcm__pb2.RequeueRequest.SerializeToString,
+                response_deserializer=dlaas_dot_v1_dot_lcm__pb2.JobStatusReply.FromString,
+                _registered_method=True)
+        self.ScaleJob = channel.unary_unary(
+                '/dlaas.v1.LifecycleManager/ScaleJob',
+                request_serializer=dlaas_dot_v1_dot_lcm__pb2.ScaleRequest.SerializeToString,
+                response_deserializer=dlaas_dot_v1_dot_lcm__pb2.JobStatusReply.FromString,
+                _registered_method=True)
         self.DeleteJob = channel.unary_unary(
                 '/dlaas.v1.LifecycleManager/DeleteJob',
                 request_serializer=dlaas_dot_v1_dot_lcm__pb2.JobRef.SerializeToString,
@@ -68,6 +83,27 @@ class LifecycleManagerServicer:
 
     def HaltJob(self, request, context):
         """Stop a job's learners, keep its logs, end it HALTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeJob(self, request, context):
+        """Continue a HALTED job from its last checkpoint (it is queued again).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RequeueJob(self, request, context):
+        """Stop a running job's gang and queue it again, to restart from its last checkpoint.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScaleJob(self, request, context):
+        """Change the learner count of an elastic job (restarts the gang from its checkpoint).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -98,6 +134,21 @@ def add_LifecycleManagerServicer_to_server(servicer, server):
             'HaltJob': grpc.unary_unary_rpc_method_handler(
                     servicer.HaltJob,
                     request_deserializer=dlaas_dot_v1_dot_lcm__pb2.JobRef.FromString,
+                    response_serializer=dlaas_dot_v1_dot_lcm__pb2.JobStatusReply.SerializeToString,
+            ),
+            'ResumeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeJob,
+                    request_deserializer=dlaas_dot_v1_dot_lcm__pb2.JobRef.FromString,
+                    response_serializer=dlaas_dot_v1_dot_lcm__pb2.JobStatusReply.SerializeToString,
+            ),
+            'RequeueJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequeueJob,
+                    request_deserializer=dlaas_dot_v1_dot_lcm__pb2.RequeueRequest.FromString,
+                    response_serializer=dlaas_dot_v1_dot_lcm__pb2.JobStatusReply.SerializeToString,
+            ),
+            'ScaleJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScaleJob,
+                    request_deserializer=dlaas_dot_v1_dot_lcm__pb2.ScaleRequest.FromString,
                     response_serializer=dlaas_dot_v1_dot_lcm__pb2.JobStatusReply.SerializeToString,
             ),
             'DeleteJob': grpc.unary_unary_rpc_method_handler(
@@ -164,6 +215,87 @@ class LifecycleManager:
             target,
             '/dlaas.v1.LifecycleManager/HaltJob',
             dlaas_dot_v1_dot_lcm__pb2.JobRef.SerializeToString,
+            dlaas_dot_v1_dot_lcm__pb2.JobStatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlaas.v1.LifecycleManager/ResumeJob',
+            dlaas_dot_v1_dot_lcm__pb2.JobRef.SerializeToString,
+            dlaas_dot_v1_dot_lcm__pb2.JobStatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequeueJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlaas.v1.LifecycleManager/RequeueJob',
+            dlaas_dot_v1_dot_lcm__pb2.RequeueRequest.SerializeToString,
+            dlaas_dot_v1_dot_lcm__pb2.JobStatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScaleJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlaas.v1.LifecycleManager/ScaleJob',
+            dlaas_dot_v1_dot_lcm__pb2.ScaleRequest.SerializeToString,
             dlaas_dot_v1_dot_lcm__pb2.JobStatusReply.FromString,
             options,
             channel_credentials,

@@ -10,6 +10,7 @@ from dlaas.errors import InvalidTransition
 from dlaas.status import (
     ACTIVE,
     FINAL,
+    USER_ONLY,
     HAPPY_PATH,
     TRANSITIONS,
     JobState,
@@ -40,6 +41,11 @@ EXPECTED_EDGES = {
     (S.STORING, S.COMPLETED),
     (S.STORING, S.FAILED),
     (S.STORING, S.HALTED),
+    # requeue: restart, node lost, preempted, rescaled; and the user's resume
+    (S.PENDING, S.QUEUED),
+    (S.DOWNLOADING, S.QUEUED),
+    (S.PROCESSING, S.QUEUED),
+    (S.HALTED, S.QUEUED),
 }
 ALL_PAIRS = list(itertools.product(Status, Status))
 VALID = [p for p in ALL_PAIRS if p in EXPECTED_EDGES]
@@ -61,11 +67,12 @@ def test_table_covers_every_status_and_only_known_edges():
     assert all(a != b for a, b in table_edges), "no status may transition to itself"
 
 
-def test_final_statuses_map_to_nothing():
+def test_final_statuses_map_to_nothing_but_a_halted_job_may_be_resumed():
     assert FINAL == {S.COMPLETED, S.FAILED, S.HALTED}
     for s in FINAL:
-        assert TRANSITIONS[s] == frozenset()
+        assert TRANSITIONS[s] == ({S.QUEUED} if s == S.HALTED else frozenset())
         assert JobState(s, 0.0, "done").final
+    assert USER_ONLY == {(S.HALTED, S.QUEUED)}
     assert ACTIVE == set(Status) - FINAL
     for s in ACTIVE:
         assert TRANSITIONS[s], f"{s} is active but has no way out"
