@@ -84,7 +84,7 @@ class Deps:
     settings: PlatformSettings
     api: ApiSettings
     store: JobStore
-    lcm: Any  # dlaas.sdk.LcmClient or anything with submit/halt/delete
+    lcm: Any  # dlaas.sdk.LcmClient or anything with submit/halt/resume/scale/delete
     s3: Any  # boto3 client for the platform's S3
     scheduler: Any  # dlaas.sdk.SchedulerClient
     tokens: TokenTable
@@ -213,7 +213,8 @@ def create_app(
 
     store = store or open_store(settings.store_url)
     lcm = lcm or LcmClient(settings.lcm_addr)
-    scheduler = scheduler or SchedulerClient(settings.scheduler_addr)
+    # A short deadline: the queue is shown alongside a job, which must not wait long for it.
+    scheduler = scheduler or SchedulerClient(settings.scheduler_addr, timeout=5.0)
     s3 = s3 or platform_client(settings)
     if docker is False:  # explicitly no engine: logs come from S3 only
         docker = None

@@ -6,12 +6,14 @@ shows the manifest only as `Manifest.normalized()`, with secrets masked.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from dlaas.errors import InvalidManifest
 from dlaas.manifest import parse_manifest
+from dlaas.sdk import QueueEntry
 from dlaas.store.base import JobRecord
 
 # Keys of record.info that are never shown, whatever the LCM put there.
@@ -50,11 +52,28 @@ class JobSummary(BaseModel):
     updated_at: float
 
 
+class QueueInfo(BaseModel):
+    """Where a queued job stands: position (1 = next), why it waits, when it should start.
+
+    The ETA is a range in seconds from now; null when it cannot be estimated (the job
+    does not fit the cluster as it is now).
+    """
+
+    position: int
+    reason: str
+    eta_low_s: float | None
+    eta_high_s: float | None
+
+
 class JobPublic(JobSummary):
     history: list[TransitionPublic]
     learners: list[Any] = []
     info: dict[str, Any] = {}
     manifest: dict[str, Any] | None = None
+    # Only for a QUEUED job: its place in the scheduler's queue, or null with a note
+    # saying why it is unknown (the scheduler is not answering, or has not queued it yet).
+    queue: QueueInfo | None = None
+    queue_note: str = ""
 
 
 class JobList(BaseModel):
@@ -64,21 +83,50 @@ class JobList(BaseModel):
     limit: int
 
 
-class HaltReply(BaseModel):
+class StatusReply(BaseModel):
+    """A job's status after a change asked through the API (halt, resume)."""
+
     job_id: str
     status: str
 
 
-class QueueEntryPublic(BaseModel):
+class ScaleRequest(BaseModel):
+    """The body of `POST /v1/jobs/{id}/scale`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Strict: `true` or "3" is a mistake to name, not a number to guess.
+    learners: int = Field(strict=True, description="the new learner count")
+
+
+class ScaleReply(StatusReply):
+    learners: int
+
+
+class QueueEntryPublic(QueueInfo):
     job_id: str
-    position: int
-    reason: str
-    eta_low_s: float
-    eta_high_s: float
 
 
 class QueueReply(BaseModel):
     entries: list[QueueEntryPublic]
+
+
+def _seconds(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def queue_info(e: QueueEntry) -> QueueInfo:
+    """The scheduler's entry for a job; an infinite ETA ("never, as the cluster is") is null."""
+    return QueueInfo(
+        position=e.position,
+        reason=e.reason,
+        eta_low_s=_seconds(e.eta_low_s),
+        eta_high_s=_seconds(e.eta_high_s),
+    )
+
+
+def queue_entry(e: QueueEntry) -> QueueEntryPublic:
+    return QueueEntryPublic(job_id=e.job_id, **queue_info(e).model_dump())
 
 
 def _public_info(info: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,6 @@ from dlaas.errors import (
     DlaasError,
     InvalidManifest,
     InvalidRequest,
-    JobNotFound,
     PayloadTooLarge,
     TemporaryError,
 )
@@ -41,15 +40,19 @@ from services.api.archive import normalize_archive
 from services.api.auth import Caller
 from services.api.errors import NoResults
 from services.api.models import (
-    HaltReply,
     JobList,
     JobPublic,
-    QueueEntryPublic,
     QueueReply,
+    ScaleReply,
+    ScaleRequest,
+    StatusReply,
     SubmitReply,
     job_public,
     job_summary,
+    queue_entry,
+    queue_info,
 )
+from services.api.rules import check_scale
 
 log = logging.getLogger(__name__)
 
@@ -270,41 +273,89 @@ def list_jobs(
 @router.get("/jobs/{job_id}", response_model=JobPublic)
 def get_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobPublic:
     """A job's status, status history, learners and normalized manifest (secrets masked)."""
-    return job_public(_owned(deps, caller, job_id))
+    record = _owned(deps, caller, job_id)
+    public = job_public(record)
+    if record.status == Status.QUEUED:
+        _add_queue_info(deps, public)
+    return public
+
+
+def _add_queue_info(deps: Deps, job: JobPublic) -> None:
+    """Where a QUEUED job stands in the scheduler's queue, or a note why that is unknown.
+
+    The job itself is always shown: a scheduler that does not answer costs the caller
+    the position and ETA, never the job.
+    """
+    try:
+        entries = deps.scheduler.queue()
+    except DlaasError as exc:
+        log.warning("queue position of %s unknown: %s", job.job_id, exc.message)
+        job.queue_note = "the scheduler is not answering; position and ETA unknown for now"
+        return
+    entry = next((e for e in entries if e.job_id == job.job_id), None)
+    if entry is None:
+        # Between the status write and the scheduler's enqueue, or the scheduler lost it
+        # and the LCM will hand it over again: both are transient.
+        job.queue_note = "not in the scheduler's queue yet; position and ETA follow shortly"
+        return
+    job.queue = queue_info(entry)
+
+
+def _queued_job_ids(deps: Deps, user: str) -> set[str]:
+    """Ids of a user's QUEUED jobs: one paged store query instead of one read per entry."""
+    ids: set[str] = set()
+    offset, page = 0, 500
+    while True:
+        records, total = deps.store.list(user=user, status=Status.QUEUED, offset=offset, limit=page)
+        ids.update(r.job_id for r in records)
+        offset += page
+        if not records or offset >= total:
+            return ids
 
 
 @router.get("/queue", response_model=QueueReply)
 def get_queue(deps: DepsDep, caller: CallerDep) -> QueueReply:
     """The scheduler's queue (your jobs; the admin's: all), with positions, reasons and ETAs."""
-    entries = []
-    for e in deps.scheduler.queue():
-        if not caller.admin:
-            try:
-                if deps.store.get(e.job_id).user != caller.user:
-                    continue
-            except JobNotFound:
-                continue
-        entries.append(
-            QueueEntryPublic(
-                job_id=e.job_id,
-                position=e.position,
-                reason=e.reason,
-                eta_low_s=e.eta_low_s,
-                eta_high_s=e.eta_high_s,
-            )
-        )
-    return QueueReply(entries=entries)
+    entries = deps.scheduler.queue()
+    if not caller.admin:
+        # The scheduler queues only QUEUED jobs; a job it still lists a moment after its
+        # start (the store says PENDING already) is simply not shown.
+        mine = _queued_job_ids(deps, caller.user)
+        entries = [e for e in entries if e.job_id in mine]
+    return QueueReply(entries=[queue_entry(e) for e in entries])
 
 
 # --------------------------------------------------------------------------- change
 
 
-@router.post("/jobs/{job_id}/halt", response_model=HaltReply)
-def halt_job(job_id: str, deps: DepsDep, caller: CallerDep) -> HaltReply:
-    """Halt a job: its learners stop, its logs are kept, it ends HALTED."""
+@router.post("/jobs/{job_id}/halt", response_model=StatusReply)
+def halt_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
+    """Halt a job: its learners checkpoint and stop, its logs are kept, it ends HALTED."""
     record = _owned(deps, caller, job_id)
     status = deps.lcm.halt(job_id, record.user, f"halted by {caller.user} through the API")
-    return HaltReply(job_id=job_id, status=status)
+    return StatusReply(job_id=job_id, status=status)
+
+
+@router.post("/jobs/{job_id}/resume", response_model=StatusReply)
+def resume_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
+    """Resume a HALTED job: it is queued again and continues from its last checkpoint."""
+    record = _owned(deps, caller, job_id)
+    status = deps.lcm.resume(job_id, record.user, f"resumed by {caller.user} through the API")
+    return StatusReply(job_id=job_id, status=status)
+
+
+@router.post("/jobs/{job_id}/scale", response_model=ScaleReply)
+def scale_job(job_id: str, body: ScaleRequest, deps: DepsDep, caller: CallerDep) -> ScaleReply:
+    """Change an elastic job's learner count within its manifest's [min_learners, max_learners]."""
+    record = _owned(deps, caller, job_id)
+    try:
+        manifest = parse_manifest(record.manifest_yaml)
+    except InvalidManifest:
+        manifest = None  # accepted under older rules: the LCM alone decides
+    if manifest is not None:
+        check_scale(manifest, body.learners, job_id)
+    status = deps.lcm.scale(job_id, body.learners, record.user)
+    return ScaleReply(job_id=job_id, status=status, learners=body.learners)
 
 
 @router.delete("/jobs/{job_id}", status_code=204)

@@ -20,7 +20,12 @@ from fastapi.testclient import TestClient
 
 from dlaas import jobspec
 from dlaas.config import ApiSettings, PlatformSettings
-from dlaas.errors import CapacityExceeded, ImageUnavailable, InvalidTransition
+from dlaas.errors import (
+    CapacityExceeded,
+    ImageUnavailable,
+    InvalidRequest,
+    InvalidTransition,
+)
 from dlaas.grpc_errors import translate_errors
 from dlaas.grpc_server import start_server
 from dlaas.manifest import parse_manifest
@@ -68,11 +73,15 @@ class FakeLcm(lcm_pb2_grpc.LifecycleManagerServicer):
     """FAKE lifecycle manager: records jobs in the store, deploys nothing.
 
     Refuses like the real one: an invalid manifest, a gang bigger than the cluster, a
-    framework named `no-such-image`; halts only active jobs, deletes only final ones.
+    framework named `no-such-image`; halts only active jobs, resumes only HALTED ones,
+    scales only active elastic jobs within their range, deletes only final ones. A test
+    sets `scale_refusal` to make ScaleJob refuse like the LCM would for a reason of its own.
     """
 
     def __init__(self, store):
         self.store = store
+        self.scaled: list[tuple[str, int, str]] = []  # (job_id, learners, user) asked
+        self.scale_refusal = ""
 
     @translate_errors
     def SubmitJob(self, request, context):
@@ -104,6 +113,28 @@ class FakeLcm(lcm_pb2_grpc.LifecycleManagerServicer):
         t = Transition(Status.HALTED, time.time(), request.reason)
         self.store.record_transition(rec.job_id, rec.last_seq + 1, t)
         return lcm_pb2.JobStatusReply(job_id=rec.job_id, status="HALTED")
+
+    @translate_errors
+    def ResumeJob(self, request, context):
+        rec = self.store.get(request.job_id)
+        if rec.status != Status.HALTED:
+            raise InvalidTransition(f"job {rec.job_id} is {rec.status}; only a HALTED job resumes")
+        t = Transition(Status.QUEUED, time.time(), request.reason)
+        self.store.record_transition(rec.job_id, rec.last_seq + 1, t)
+        return lcm_pb2.JobStatusReply(job_id=rec.job_id, status="QUEUED")
+
+    @translate_errors
+    def ScaleJob(self, request, context):
+        rec = self.store.get(request.job_id)
+        if rec.status in FINAL:
+            raise InvalidTransition(f"job {rec.job_id} is {rec.status}; it has no learners")
+        m = parse_manifest(rec.manifest_yaml)
+        if self.scale_refusal:
+            raise InvalidRequest(self.scale_refusal)
+        if not m.min_learners <= request.learners <= m.max_learners:
+            raise InvalidRequest(f"learners: allowed {m.min_learners} to {m.max_learners}")
+        self.scaled.append((request.job_id, request.learners, request.user))
+        return lcm_pb2.JobStatusReply(job_id=rec.job_id, status=str(rec.status))
 
     @translate_errors
     def DeleteJob(self, request, context):
@@ -162,8 +193,11 @@ class Env:
         self.results = f"res-{uuid.uuid4().hex[:12]}"
         s3.create_bucket(Bucket=self.results)
 
-    def manifest(self, learners: int = 1) -> str:
-        return MANIFEST.format(learners=learners, results=self.results)
+    def manifest(self, learners: int = 1, elastic: tuple[int, int] | None = None) -> str:
+        text = MANIFEST.format(learners=learners, results=self.results)
+        if elastic:
+            text += f"min_learners: {elastic[0]}\nmax_learners: {elastic[1]}\n"
+        return text
 
     def submit(self, token=ALICE, manifest: str | None = None, code=None, code_name="code.tar.gz"):
         files = {"manifest": ("manifest.yml", manifest or self.manifest(), "application/yaml")}
@@ -461,6 +495,7 @@ def test_someone_elses_job_is_404_exactly_like_a_missing_one(env):
     for method, path in [
         ("GET", ""),
         ("POST", "/halt"),
+        ("POST", "/resume"),
         ("DELETE", ""),
         ("GET", "/logs"),
         ("GET", "/results"),
@@ -544,6 +579,106 @@ def test_halt_then_delete(env):
     assert env.code_objects() == []
 
 
+# --------------------------------------------------------------------------- resume, scale
+
+
+def test_resume_a_halted_job_queues_it_again(env):
+    job_id = env.submit().json()["job_id"]
+    r = env.client.post(f"/v1/jobs/{job_id}/resume", headers=auth(ALICE))
+    assert (r.status_code, r.json()["error"]) == (409, "invalid_transition")
+    assert "only a HALTED job resumes" in r.json()["message"]
+    env.client.post(f"/v1/jobs/{job_id}/halt", headers=auth(ALICE))
+    r = env.client.post(f"/v1/jobs/{job_id}/resume", headers=auth(ALICE))
+    assert r.status_code == 200, r.text
+    assert r.json() == {"job_id": job_id, "status": "QUEUED"}
+    history = env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).json()["history"]
+    assert [h["status"] for h in history] == ["QUEUED", "HALTED", "QUEUED"]
+    assert history[-1]["reason"] == "resumed by alice through the API"
+
+
+def test_resume_someone_elses_job_is_404_and_changes_nothing(env):
+    job_id = env.submit(token=ALICE).json()["job_id"]
+    env.client.post(f"/v1/jobs/{job_id}/halt", headers=auth(ALICE))
+    r = env.client.post(f"/v1/jobs/{job_id}/resume", headers=auth(BOB))
+    assert (r.status_code, r.json()["error"]) == (404, "not_found")
+    assert env.store.get(job_id).status == Status.HALTED
+    # The admin may resume anyone's job.
+    r = env.client.post(f"/v1/jobs/{job_id}/resume", headers=auth(ADMIN))
+    assert r.json()["status"] == "QUEUED"
+
+
+def scale(env, job_id, body, token=ALICE):
+    return env.client.post(f"/v1/jobs/{job_id}/scale", json=body, headers=auth(token))
+
+
+def test_scale_an_elastic_job_within_its_range(env):
+    job_id = env.submit(manifest=env.manifest(learners=2, elastic=(1, 4))).json()["job_id"]
+    r = scale(env, job_id, {"learners": 4})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"job_id": job_id, "status": "QUEUED", "learners": 4}
+    r = scale(env, job_id, {"learners": 1}, token=ADMIN)
+    assert r.status_code == 200
+    assert env.lcm.scaled == [(job_id, 4, "alice"), (job_id, 1, "alice")]
+
+
+@pytest.mark.parametrize(
+    ("learners", "elastic", "words"),
+    [
+        (5, (1, 4), "5 is outside the job's elastic range; allowed 1 to 4"),
+        (0, (1, 4), "0 is outside the job's elastic range; allowed 1 to 4"),
+        (3, None, "is not elastic (it runs exactly 2 learner(s))"),
+    ],
+    ids=["above", "below", "not-elastic"],
+)
+def test_scale_outside_the_range_is_422_naming_learners(env, learners, elastic, words):
+    job_id = env.submit(manifest=env.manifest(learners=2, elastic=elastic)).json()["job_id"]
+    r = scale(env, job_id, {"learners": learners})
+    assert r.status_code == 422
+    body = r.json()
+    assert body["error"] == "invalid_request"
+    assert body["problems"][0].startswith("learners:") and words in body["problems"][0]
+    assert env.lcm.scaled == []
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ({}, "learners: Field required"),
+        ({"learners": "3"}, "learners: Input should be a valid integer"),
+        ({"learners": True}, "learners: Input should be a valid integer"),
+        ({"learners": 2, "learner": 3}, "learner: Extra inputs are not permitted"),
+    ],
+    ids=["missing", "string", "boolean", "typo"],
+)
+def test_scale_body_errors_name_the_field(env, body, problem):
+    job_id = env.submit(manifest=env.manifest(learners=2, elastic=(1, 4))).json()["job_id"]
+    r = scale(env, job_id, body)
+    assert r.status_code == 422
+    assert problem in r.json()["problems"], r.json()
+
+
+def test_scale_refusals_of_the_lcm_are_mapped(env):
+    job_id = env.submit(manifest=env.manifest(learners=2, elastic=(1, 4))).json()["job_id"]
+    env.lcm.scale_refusal = "learners: the job is being rescaled already; try again later"
+    r = scale(env, job_id, {"learners": 3})
+    assert (r.status_code, r.json()["problems"]) == (422, [env.lcm.scale_refusal])
+    env.lcm.scale_refusal = ""
+    env.finish(job_id, Status.HALTED)
+    r = scale(env, job_id, {"learners": 3})
+    assert (r.status_code, r.json()["error"]) == (409, "invalid_transition")
+
+
+def test_scale_someone_elses_job_is_404_like_a_missing_one(env):
+    job_id = env.submit(manifest=env.manifest(learners=2, elastic=(1, 4))).json()["job_id"]
+    theirs = scale(env, job_id, {"learners": 3}, token=BOB)
+    nothing = scale(env, "job-000000000000", {"learners": 3}, token=BOB)
+    assert theirs.status_code == nothing.status_code == 404
+    assert theirs.json()["error"] == nothing.json()["error"] == "not_found"
+    # Out of range for alice's job: still 404, so bob learns nothing about its manifest.
+    assert scale(env, job_id, {"learners": 99}, token=BOB).status_code == 404
+    assert env.lcm.scaled == []
+
+
 # --------------------------------------------------------------------------- logs, results
 
 
@@ -615,11 +750,85 @@ def test_queue_shows_only_your_jobs(env):
     env.sched.entries = [
         scheduler_pb2.QueueEntry(job_id=a, position=1, reason="waiting for cpus", eta_low_s=5),
         scheduler_pb2.QueueEntry(job_id=b, position=2, reason="behind job 1", eta_high_s=9),
+        scheduler_pb2.QueueEntry(job_id="job-gone", position=3, reason="deleted meanwhile"),
     ]
     mine = env.client.get("/v1/queue", headers=auth(ALICE)).json()["entries"]
     assert [(e["job_id"], e["reason"]) for e in mine] == [(a, "waiting for cpus")]
     every = env.client.get("/v1/queue", headers=auth(ADMIN)).json()["entries"]
-    assert [e["job_id"] for e in every] == [a, b]
+    assert [e["job_id"] for e in every] == [a, b, "job-gone"]
+
+
+def test_queue_entry_that_can_never_start_has_a_null_eta(env):
+    a = env.submit().json()["job_id"]
+    env.sched.entries = [
+        scheduler_pb2.QueueEntry(
+            job_id=a, position=1, reason="can never fit", eta_low_s=60, eta_high_s=float("inf")
+        )
+    ]
+    (entry,) = env.client.get("/v1/queue", headers=auth(ALICE)).json()["entries"]
+    assert (entry["eta_low_s"], entry["eta_high_s"]) == (60, None)
+
+
+REASON = "needs 8 GPUs on one node; largest free block is 4; would start now as 2x4 GPUs"
+
+
+def test_a_queued_job_shows_its_position_reason_and_eta(env):
+    first = env.submit().json()["job_id"]
+    job_id = env.submit().json()["job_id"]
+    env.sched.entries = [
+        scheduler_pb2.QueueEntry(job_id=first, position=1, reason="next", eta_high_s=10),
+        scheduler_pb2.QueueEntry(
+            job_id=job_id, position=2, reason=REASON, eta_low_s=1200, eta_high_s=2400
+        ),
+    ]
+    body = env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).json()
+    assert body["queue"] == {
+        "position": 2,
+        "reason": REASON,
+        "eta_low_s": 1200,
+        "eta_high_s": 2400,
+    }
+    assert body["queue_note"] == ""
+
+
+def test_a_job_that_is_not_queued_has_no_queue_info(env):
+    job_id = env.submit().json()["job_id"]
+    env.sched.entries = [scheduler_pb2.QueueEntry(job_id=job_id, position=1, reason="stale")]
+    env.finish(job_id, Status.HALTED)
+    body = env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).json()
+    assert body["status"] == "HALTED"
+    assert (body["queue"], body["queue_note"]) == (None, "")
+
+
+def test_a_queued_job_the_scheduler_does_not_list_yet_has_a_note(env):
+    job_id = env.submit().json()["job_id"]
+    body = env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).json()
+    assert body["queue"] is None
+    assert "not in the scheduler's queue yet" in body["queue_note"]
+
+
+def test_scheduler_down_still_shows_the_job_with_a_note(s3_server, s3_client, job_store, tmp_path):
+    server, addr, _, _ = start_fakes(job_store)
+    settings, api = make_settings(s3_server, tmp_path / "j.db", addr)
+    dead = SchedulerClient(f"127.0.0.1:{free_port()}", timeout=2)
+    app = create_app(
+        settings, api, store=job_store, lcm=LcmClient(addr), s3=s3_client, docker=False,
+        scheduler=dead,
+    )  # fmt: skip
+    try:
+        with TestClient(app) as client:
+            files = {"manifest": ("m.yml", MANIFEST.format(learners=1, results="r"))}
+            job_id = client.post("/v1/jobs", files=files, headers=auth(ALICE)).json()["job_id"]
+            r = client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE))
+            assert r.status_code == 200, r.text
+            assert r.json()["status"] == "QUEUED" and r.json()["queue"] is None
+            assert "scheduler is not answering" in r.json()["queue_note"]
+            # The queue itself has nothing to show without the scheduler: retry later.
+            r = client.get("/v1/queue", headers=auth(ALICE))
+            assert (r.status_code, r.json()["error"]) == (503, "unavailable")
+            assert r.headers["retry-after"] == "1"
+    finally:
+        server.stop(0)
 
 
 def test_metrics_count_requests_and_submissions(env):
