@@ -126,6 +126,57 @@ def _status(s: str) -> str:
     return f"[{style}]{s}[/{style}]"
 
 
+# --- queue positions and start-time estimates, in words ------------------------------
+
+# (limit in seconds below which the unit is used, unit's seconds, name)
+_UNITS = ((90, 1, "s"), (90 * 60, 60, "min"), (48 * 3600, 3600, "h"), (float("inf"), 86400, "d"))
+
+
+def _amount(seconds: float, unit: float) -> str:
+    value = seconds / unit
+    if unit >= 3600 and value < 10:
+        return f"{value:.1f}".removesuffix(".0")  # 1.5 h, 2 h
+    return f"{value:.0f}"
+
+
+def eta_text(low: float | None, high: float | None) -> str:
+    """A start-time range in the unit that suits it: `20–40 min`, `under 30 s`, `now`."""
+    if high is None:
+        return "unknown (does not fit the cluster as it is now)"
+    low = min(low or 0.0, high)
+    if high < 1:
+        return "now"
+    _, unit, name = next(u for u in _UNITS if high < u[0])
+    lo, hi = _amount(low, unit), _amount(high, unit)
+    if float(lo) == 0:
+        return f"under {hi} {name}"
+    if lo == hi:
+        return f"about {hi} {name}"
+    return f"{lo}–{hi} {name}"
+
+
+def queue_reason(reason: str) -> str:
+    """The scheduler's reason without its own ETA words: the CLI shows the ETA from the numbers."""
+    parts = [p for p in reason.split("; ") if not p.startswith("expected to start in")]
+    return "; ".join(parts)
+
+
+def queued_line(queue: dict | None, note: str = "") -> str:
+    """`queued: position 3, expected to start in 20–40 min; needs 8 GPUs on one node; ...`"""
+    if not queue:
+        return f"queued: {note or 'position unknown'}"
+    line = f"queued: position {queue['position']}, "
+    eta = eta_text(queue.get("eta_low_s"), queue.get("eta_high_s"))
+    if eta == "now":
+        line += "starting now"
+    elif eta.startswith("unknown"):
+        line += f"start time {eta}"
+    else:
+        line += f"expected to start in {eta}"
+    reason = queue_reason(queue.get("reason") or "")
+    return f"{line}; {reason}" if reason else line
+
+
 def _id_column():
     from rich.table import Column
 
@@ -378,6 +429,9 @@ def show(
         return _json(data)
     console.print(f"[bold]{data['job_id']}[/bold]  {data['name']}  {_status(data['status'])}")
     console.print(f"user {data['user']}, created {_when(data['created_at'])}", markup=False)
+    if data["status"] == "QUEUED":
+        line = queued_line(data.get("queue"), data.get("queue_note", ""))
+        console.print(line, markup=False, soft_wrap=True)
     if data.get("exit_code") is not None or data.get("error_code"):
         console.print(
             f"error: {data.get('error_code') or '-'}, exit code {data.get('exit_code')}",
@@ -427,6 +481,28 @@ def halt(ctx: typer.Context, job: Annotated[str, typer.Argument(help="job id")])
 
 @app.command()
 @reports_errors
+def resume(ctx: typer.Context, job: Annotated[str, typer.Argument(help="job id")]) -> None:
+    """Resume a HALTED job: it is queued again and continues from its last checkpoint."""
+    reply = ctx.obj.client().resume(job)
+    console.print(f"{reply['job_id']}: {_status(reply['status'])}")
+
+
+@app.command()
+@reports_errors
+def scale(
+    ctx: typer.Context,
+    job: Annotated[str, typer.Argument(help="job id")],
+    learners: Annotated[int, typer.Argument(help="new learner count, within the job's range")],
+) -> None:
+    """Rescale an elastic job: its gang restarts from its checkpoint with LEARNERS learners."""
+    reply = ctx.obj.client().scale(job, learners)
+    console.print(
+        f"{reply['job_id']}: {_status(reply['status'])}, scaling to {reply['learners']} learners"
+    )
+
+
+@app.command()
+@reports_errors
 def delete(ctx: typer.Context, job: Annotated[str, typer.Argument(help="job id")]) -> None:
     """Delete a job that has ended."""
     ctx.obj.client().delete(job)
@@ -466,11 +542,13 @@ def queue(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] =
     data = ctx.obj.client().queue()
     if as_json:
         return _json(data)
-    table = Table("#", "reason", "starts in")
+    from rich.table import Column
+
+    table = Table("#", Column("starts in", no_wrap=True), "reason")
     table.columns.insert(1, _id_column())
     for e in data["entries"]:
-        eta = f"{e['eta_low_s']:.0f}-{e['eta_high_s']:.0f} s" if e["eta_high_s"] else "-"
-        table.add_row(str(e["position"]), e["job_id"], e["reason"], eta)
+        eta = eta_text(e.get("eta_low_s"), e.get("eta_high_s"))
+        table.add_row(str(e["position"]), e["job_id"], eta, queue_reason(e["reason"]))
     console.print(table)
 
 

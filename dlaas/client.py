@@ -185,6 +185,12 @@ class DlaasClient:
     def halt(self, job_id: str) -> dict:
         return self._request("POST", f"/v1/jobs/{job_id}/halt").json()
 
+    def resume(self, job_id: str) -> dict:
+        return self._request("POST", f"/v1/jobs/{job_id}/resume").json()
+
+    def scale(self, job_id: str, learners: int) -> dict:
+        return self._request("POST", f"/v1/jobs/{job_id}/scale", json={"learners": learners}).json()
+
     def delete(self, job_id: str) -> None:
         self._request("DELETE", f"/v1/jobs/{job_id}")
 

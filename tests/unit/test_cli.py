@@ -18,18 +18,20 @@ import uvicorn
 from test_api import ADMIN, ALICE, MANIFEST, make_settings, put_log, start_fakes
 from typer.testing import CliRunner
 
-from dlaas.cli import app
+from dlaas.cli import app, eta_text, queue_reason
 from dlaas.sdk import LcmClient, SchedulerClient
 from dlaas.servers import free_port
 from dlaas.status import Status, Transition
+from dlaas.v1 import scheduler_pb2
 from services.api.app import create_app
 
 runner = CliRunner()
 
 
 class Server:
-    def __init__(self, url, store, s3, results, home):
+    def __init__(self, url, store, s3, results, home, lcm, sched):
         self.url, self.store, self.s3, self.results, self.home = url, store, s3, results, home
+        self.lcm, self.sched = lcm, sched  # the FAKES of test_api.py
 
     def cli(self, *args: str):
         return runner.invoke(app, ["--home", str(self.home), *args])
@@ -42,7 +44,7 @@ class Server:
 
 @pytest.fixture
 def server(s3_server, s3_client, job_store, tmp_path):
-    grpc_server, addr, _, _ = start_fakes(job_store)
+    grpc_server, addr, lcm, sched = start_fakes(job_store)
     settings, api = make_settings(s3_server, tmp_path / "jobs.db", addr)
     application = create_app(
         settings, api, store=job_store, lcm=LcmClient(addr), s3=s3_client, docker=False,
@@ -66,7 +68,7 @@ def server(s3_server, s3_client, job_store, tmp_path):
     results = f"res-cli-{port}"
     s3_client.create_bucket(Bucket=results)
     try:
-        yield Server(url, job_store, s3_client, results, home)
+        yield Server(url, job_store, s3_client, results, home, lcm, sched)
     finally:
         uv.should_exit = True
         thread.join(10)
@@ -194,6 +196,93 @@ def test_halt_delete_and_errors(server, manifest_file):
     assert server.cli("delete", job_id).exit_code == 0
     r = server.cli("show", job_id)
     assert r.exit_code == 1 and "not found" in r.output and "Traceback" not in r.output
+
+
+def test_resume_and_scale(server, manifest_file, tmp_path):
+    job_id = server.cli("submit", str(manifest_file)).stdout.strip()
+    r = server.cli("resume", job_id)
+    assert r.exit_code == 1 and "only a HALTED job resumes" in r.output and "HTTP 409" in r.output
+    server.cli("halt", job_id)
+    r = server.cli("resume", job_id)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == f"{job_id}: QUEUED"
+
+    r = server.cli("scale", job_id, "3")
+    assert r.exit_code == 1
+    assert "learners: job" in r.output and "is not elastic" in r.output and "HTTP 422" in r.output
+    elastic = tmp_path / "elastic.yml"
+    elastic.write_text(manifest_file.read_text() + "min_learners: 1\nmax_learners: 4\n")
+    job_id = server.cli("submit", str(elastic)).stdout.strip()
+    r = server.cli("scale", job_id, "3")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == f"{job_id}: QUEUED, scaling to 3 learners"
+    assert server.lcm.scaled == [(job_id, 3, "alice")]
+    r = server.cli("scale", job_id, "9")
+    assert r.exit_code == 1 and "allowed 1 to 4" in r.output
+    r = server.cli("--token", "tok-bob", "scale", job_id, "2")
+    assert r.exit_code == 1 and "not found" in r.output
+
+
+REASON = (
+    "needs 8 GPUs on one node; largest free block is 4; expected to start in 20 min-40 min; "
+    "would start now as 2x4 GPUs"
+)
+
+
+def test_show_and_queue_print_position_eta_and_reason(server, manifest_file):
+    first = server.cli("submit", str(manifest_file)).stdout.strip()
+    job_id = server.cli("submit", str(manifest_file)).stdout.strip()
+    r = server.cli("show", job_id)
+    assert "queued: not in the scheduler's queue yet" in r.output
+    server.sched.entries = [
+        scheduler_pb2.QueueEntry(job_id=first, position=1, reason="starts in this round"),
+        scheduler_pb2.QueueEntry(
+            job_id=job_id, position=2, reason=REASON, eta_low_s=1200, eta_high_s=2400
+        ),
+    ]
+    r = server.cli("show", job_id)
+    assert r.exit_code == 0, r.output
+    assert (
+        "queued: position 2, expected to start in 20–40 min; needs 8 GPUs on one node; "
+        "largest free block is 4; would start now as 2x4 GPUs"
+    ) in " ".join(r.output.split())  # rich may wrap the line
+
+    r = server.cli("queue")
+    assert r.exit_code == 0, r.output
+    rows = [line for line in r.output.splitlines() if job_id in line or first in line]
+    assert len(rows) == 2
+    assert "now" in rows[0] and "starts in this round" in rows[0]
+    assert "20–40 min" in rows[1] and "needs 8 GPUs" in rows[1]
+    assert "20 min-40 min" not in r.output  # the ETA is shown once, from the numbers
+    data = json.loads(server.cli("queue", "--json").stdout)
+    assert [e["job_id"] for e in data["entries"]] == [first, job_id]
+
+    server.cli("halt", job_id)
+    assert "queued:" not in server.cli("show", job_id).output
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "text"),
+    [
+        (1200, 2400, "20–40 min"),
+        (0, 0, "now"),
+        (0, 20, "under 20 s"),
+        (45, 600, "1–10 min"),
+        (1200, 1230, "about 20 min"),
+        (5400, 9000, "1.5–2.5 h"),
+        (3 * 86400, 5 * 86400, "3–5 d"),
+        (60, None, "unknown (does not fit the cluster as it is now)"),
+    ],
+)
+def test_eta_ranges_in_human_units(low, high, text):
+    assert eta_text(low, high) == text
+
+
+def test_queue_reason_drops_the_schedulers_own_eta_words():
+    assert queue_reason(REASON) == (
+        "needs 8 GPUs on one node; largest free block is 4; would start now as 2x4 GPUs"
+    )
+    assert queue_reason("starts in this round") == "starts in this round"
 
 
 def test_submit_refused_prints_the_problems(server, tmp_path):
