@@ -38,8 +38,11 @@ from dlaas import servers
 
 Progress = Callable[[str], None]
 
-# Start order; `down` goes in reverse. Each service is `python -m services.<name>.main`.
-SERVICES = ("scheduler", "lcm", "jobmonitor", "api")
+# Start order; `down` goes in reverse. Each service is `python -m services.<kind>.main`,
+# where the kind is the name up to a dash: the LCM runs as three replicas (one leads).
+LCM_REPLICAS = 3
+LCM_NAMES = tuple(f"lcm-{i}" for i in range(LCM_REPLICAS))
+SERVICES = ("scheduler", *LCM_NAMES, "jobmonitor", "api")
 SERVERS = ("etcd", "s3")
 USER_NAME = "user"
 SERVICE_START_TIMEOUT = 60.0
@@ -368,7 +371,7 @@ class _Up:
     def service(self, name: str, env: dict[str, str], address: str) -> int:
         """Find service `name` running with this configuration, or (re)start it; its pid."""
         fingerprint = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()
-        module = f"services.{name}.main"
+        module = f"services.{_kind(name)}.main"
         record = self.state.read_pid(name)
         if (
             _record_alive(record)
@@ -408,7 +411,7 @@ class _Up:
         return mp.pid
 
     def _answers(self, name: str, address: str, pid: int, settle: bool = False) -> bool:
-        if name in ("lcm", "scheduler"):
+        if _kind(name) in ("lcm", "scheduler"):
             return _grpc_serving(address)
         if name == "api":
             return _http_ok(f"{address}/health")
@@ -455,13 +458,16 @@ def _up(run: _Up) -> PlatformInfo:
     gateway = run.gateway_ip()
     s3_port = s3_endpoint.rsplit(":", 1)[1]
 
-    lcm_port = run.service_port("lcm")
+    lcm_ports = {name: run.service_port(name) for name in LCM_NAMES}
     scheduler_port = run.service_port("scheduler")
     api_port = run.service_port("api")
     # One id per platform instance labels its containers (a shared engine stays untangled).
     platform_id = run.config.get("platform_id") or f"dlaas-{secrets.token_hex(4)}"
     run.config.update(
-        lcm_port=lcm_port, scheduler_port=scheduler_port, api_port=api_port, platform_id=platform_id
+        **{f"{name}_port": port for name, port in lcm_ports.items()},
+        scheduler_port=scheduler_port,
+        api_port=api_port,
+        platform_id=platform_id,
     )
     run.save_config()
 
@@ -475,7 +481,8 @@ def _up(run: _Up) -> PlatformInfo:
         "DLAAS_S3_BUCKET": bucket,
         "DLAAS_S3_ENDPOINT_FOR_CONTAINERS": f"http://{gateway}:{s3_port}",
         "DLAAS_DOCKER_HOST": run.docker_host,
-        "DLAAS_LCM_ADDR": f"127.0.0.1:{lcm_port}",
+        # Every replica: clients fail over between them.
+        "DLAAS_LCM_ADDR": ",".join(f"127.0.0.1:{p}" for p in lcm_ports.values()),
         "DLAAS_SCHEDULER_ADDR": f"127.0.0.1:{scheduler_port}",
         "DLAAS_API_HOST": "127.0.0.1",
         "DLAAS_API_PORT": str(api_port),
@@ -485,13 +492,14 @@ def _up(run: _Up) -> PlatformInfo:
     api_url = f"http://127.0.0.1:{api_port}"
     addresses = {
         "scheduler": env["DLAAS_SCHEDULER_ADDR"],
-        "lcm": env["DLAAS_LCM_ADDR"],
+        **{name: f"127.0.0.1:{port}" for name, port in lcm_ports.items()},
         "jobmonitor": "",
         "api": api_url,
     }
     for name in SERVICES:
         _require_service_module(name)
-        run.service(name, env, addresses[name])
+        own = {"DLAAS_LCM_LISTEN": addresses[name]} if _kind(name) == "lcm" else {}
+        run.service(name, {**env, **own}, addresses[name])
 
     client_config = state.root / "client.json"
     _write_private(
@@ -510,10 +518,15 @@ def _up(run: _Up) -> PlatformInfo:
     )
 
 
+def _kind(name: str) -> str:
+    """The service a process name runs: "lcm-1" -> "lcm"."""
+    return name.split("-", 1)[0]
+
+
 def _require_service_module(name: str) -> None:
     import importlib.util
 
-    module = f"services.{name}.main"
+    module = f"services.{_kind(name)}.main"
     if importlib.util.find_spec(module) is None:
         raise PlatformError(f"{name}: module {module} is not installed")
 

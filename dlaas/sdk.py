@@ -6,6 +6,7 @@ handle `JobNotFound` or `CapacityExceeded`, not status codes.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import grpc
@@ -40,13 +41,42 @@ class QueueEntry:
     eta_high_s: float
 
 
+# Calls that find a replica gone (UNAVAILABLE) are retried on another one.
+_SERVICE_CONFIG = json.dumps(
+    {
+        "loadBalancingConfig": [{"round_robin": {}}],
+        "methodConfig": [
+            {
+                "name": [{}],
+                "retryPolicy": {
+                    "maxAttempts": 5,
+                    "initialBackoff": "0.05s",
+                    "maxBackoff": "0.5s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ],
+    }
+)
+
+
+def channel(addr: str) -> grpc.Channel:
+    """A channel to one address, or to every replica of "host:port,host:port,..."."""
+    target = f"ipv4:{addr}" if "," in addr else addr
+    return grpc.insecure_channel(
+        target,
+        options=[("grpc.service_config", _SERVICE_CONFIG), ("grpc.enable_retries", 1)],
+    )
+
+
 class _Client:
     service = "service"
 
     def __init__(self, addr: str, timeout: float = 10.0):
         self.addr = addr
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(addr)
+        self._channel = channel(addr)
 
     def _call(self, method, request):
         try:

@@ -314,6 +314,10 @@ def start_etcd(
         "--initial-cluster-state", "new",
         "--initial-cluster-token", f"dlaas-{name}-{peer_port}" if not cluster else "dlaas",
         "--log-level", "warn",
+        # Heartbeat 100 ms and election 600 ms make etcd's shortest lease 1 s (the default
+        # is 2 s): LCM leadership fails over within about a second.
+        "--heartbeat-interval", "100",
+        "--election-timeout", "600",
     ]  # fmt: skip
     log = log or Path(dir) / f"etcd-{name}.log"
     mp = spawn(f"etcd {name}", argv, log)

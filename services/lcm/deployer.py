@@ -138,6 +138,18 @@ class Deployer:
             if c.status == "running":
                 _quiet(c.kill, signal=jobspec.HELPER_FINISH_SIGNAL)
 
+    def wait_helper(self, job_id: str, timeout_s: float) -> bool:
+        """Wait until the job's helper has exited (stored what it must); False on timeout."""
+        for c in self.containers(job_id, jobspec.ROLE_HELPER):
+            try:
+                c.wait(timeout=timeout_s)
+            except docker.errors.NotFound:
+                pass
+            except Exception:  # noqa: BLE001 - the engine's read timeout: give up waiting
+                log.warning("helper of %s did not exit within %.0f s", job_id, timeout_s)
+                return False
+        return True
+
     def remove_job(self, job_id: str) -> None:
         """Remove every container, the network and the volume of a job (missing ones are fine)."""
         for c in self.containers(job_id):

@@ -1,12 +1,21 @@
-"""Entrypoint of the lifecycle manager: `python -m services.lcm.main`."""
+"""Entrypoint of the lifecycle manager: `python -m services.lcm.main`.
+
+Run several replicas against the same etcd: each serves gRPC; the one holding the
+leadership lease runs the placement loop.
+"""
 
 from __future__ import annotations
 
+import os
+import socket
+
 import docker
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper, connect
 from dlaas.grpc_server import configure_logging, start_server, wait_for_termination
+from dlaas.leader import LeaderElection
 from dlaas.nodes import configured_nodes
 from dlaas.sdk import SchedulerClient
 from dlaas.store import open_store
@@ -15,27 +24,48 @@ from services.lcm.deployer import Deployer
 from services.lcm.service import Lcm, LcmServicer
 
 
+class LcmSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DLAAS_LCM_", extra="ignore")
+
+    # This replica's gRPC address; DLAAS_LCM_ADDR may list every replica for clients.
+    listen: str = ""
+    # Seconds without a lease refresh before a standby takes over (etcd's minimum is 1).
+    leader_ttl_s: int = 1
+
+
 def main() -> None:
     log = configure_logging("lcm")
     settings = PlatformSettings()
+    lcm_settings = LcmSettings()
     store = open_store(settings.store_url)
-    keeper = StatusKeeper(connect(settings.etcd_hostports()), store, settings.etcd_prefix)
-    lcm = Lcm(
-        settings,
-        keeper,
-        store,
-        Deployer(docker.DockerClient(base_url=settings.docker_host)),
-        SchedulerClient(settings.scheduler_addr),
-        configured_nodes(settings),
-    )
+    etcd = connect(settings.etcd_hostports())
+    keeper = StatusKeeper(etcd, store, settings.etcd_prefix)
+    nodes = configured_nodes(settings)
+    deployers = {
+        n.name: Deployer(docker.DockerClient(base_url=n.docker_host or settings.docker_host))
+        for n in nodes
+    }
+    lcm = Lcm(settings, keeper, store, deployers, SchedulerClient(settings.scheduler_addr), nodes)
+    listen = lcm_settings.listen or settings.lcm_addr.split(",")[0]
     server = start_server(
-        settings.lcm_addr,
+        listen,
         lambda s: lcm_pb2_grpc.add_LifecycleManagerServicer_to_server(LcmServicer(lcm), s),
         ["dlaas.v1.LifecycleManager"],
     )
+    identity = f"{socket.gethostname()}:{os.getpid()}@{listen}"
+    election = LeaderElection(
+        etcd,
+        f"{settings.etcd_prefix}/lcm/leader",
+        identity,
+        ttl=lcm_settings.leader_ttl_s,
+        on_elected=lcm.on_elected,
+        on_lost=lcm.on_lost,
+    )
     lcm.start()
-    log.info("lcm serving on %s", settings.lcm_addr)
+    election.start()
+    log.info("lcm %s serving on %s", identity, listen)
     wait_for_termination(server)
+    election.stop()
     lcm.stop()
 
 

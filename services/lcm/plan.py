@@ -74,6 +74,8 @@ def deployment_plan(
         "DLAAS_RESULTS_BUCKET": results.bucket,
         "DLAAS_CODE_BUCKET": code.bucket if code else "",
         "DLAAS_CODE_KEY": code.prefix if code else "",
+        jobspec.ENV_CHECKPOINT_PREFIX: jobspec.checkpoint_prefix(job_id),
+        jobspec.ENV_CHECKPOINT_INTERVAL: str(manifest.checkpoint.interval_s),
     }
     if code is not None and code.endpoint != results.endpoint:
         # The code archive is in the platform's S3 while data/results are elsewhere.

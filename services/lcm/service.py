@@ -1,9 +1,14 @@
 """The lifecycle manager: accepts jobs, asks the scheduler to place them, deploys them.
 
 Use cases behind the LifecycleManager gRPC service, plus the placement loop that carries
-out the scheduler's start decisions. Status changes go through StatusKeeper (CAS in etcd,
+out the scheduler's decisions. Status changes go through StatusKeeper (CAS in etcd,
 mirrored to the job store) BEFORE the side effect, so a crash in between is repaired by
-`reconcile()`, which redeploys idempotently whatever is PENDING.
+`reconcile()`: it redeploys whatever is PENDING, finishes the teardown of whatever was
+requeued, and queues at the scheduler whatever etcd says is QUEUED.
+
+Replicas: every replica serves the gRPC use cases (they are single CAS writes plus
+idempotent container calls); only the leader (dlaas.leader, an etcd lease) runs the
+placement loop and the reconcile, so there is one writer of deployments at a time.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from dlaas import errors
+from dlaas import errors, jobspec
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper
 from dlaas.grpc_errors import translate_errors
@@ -31,6 +36,15 @@ from services.lcm.plan import deployment_plan
 log = logging.getLogger(__name__)
 
 ADMIN = "admin"
+RUNNING = (Status.PENDING, Status.DOWNLOADING, Status.PROCESSING)
+# Restart backoff: 1 s, 2 s, 4 s ... capped.
+MAX_BACKOFF_S = 60.0
+# How long a requeue waits for the helper to store checkpoints and logs before removing it.
+HELPER_FINISH_TIMEOUT_S = 30.0
+
+
+def backoff_s(restart: int) -> float:
+    return min(MAX_BACKOFF_S, 2.0 ** max(0, restart - 1))
 
 
 class Lcm:
@@ -39,7 +53,7 @@ class Lcm:
         settings: PlatformSettings,
         keeper: StatusKeeper,
         store: JobStore,
-        deployer: Deployer,
+        deployers: dict[str, Deployer] | Deployer,
         scheduler: SchedulerClient,
         nodes: list[NodeSpec],
         clock: Callable[[], float] = time.time,
@@ -47,13 +61,24 @@ class Lcm:
         self.settings = settings
         self.keeper = keeper
         self.store = store
-        self.deployer = deployer
+        if isinstance(deployers, Deployer):
+            deployers = {n.name: deployers for n in nodes}
+        self.deployers = deployers
         self.scheduler = scheduler
         self.nodes = nodes
         self.clock = clock
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._leading = threading.Event()
         self._thread: threading.Thread | None = None
+        # Requeued jobs waiting out their restart backoff: job_id -> not_before.
+        self._due: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def deployer(self) -> Deployer:
+        """The first node's deployer (single-node platforms have only this one)."""
+        return next(iter(self.deployers.values()))
 
     # ---- use cases -------------------------------------------------------------------
 
@@ -87,7 +112,7 @@ class Lcm:
                 raise errors.JobExists(f"job id {job_id} is taken")
             return existing.status.value, []
         self.keeper.create(job_id, "submitted")
-        accepted, reason = self.scheduler.enqueue(self._gang(job_id, user, manifest, now))
+        accepted, reason = self.scheduler.enqueue(self._gang(record, manifest))
         if not accepted:
             # Nothing half-created: the refused job leaves no record behind.
             self.keeper.delete(job_id)
@@ -97,19 +122,21 @@ class Lcm:
         return Status.QUEUED.value, []
 
     @staticmethod
-    def _gang(job_id: str, user: str, m: Manifest, now: float) -> scheduler_pb2.GangRequest:
+    def _gang(record: JobRecord, m: Manifest) -> scheduler_pb2.GangRequest:
+        # A requeued job keeps its original submit time: it gets its old queue position back.
+        learners = int(record.info.get("learners_target") or m.learners)
         return scheduler_pb2.GangRequest(
-            job_id=job_id,
-            user=user,
-            learners=m.learners,
+            job_id=record.job_id,
+            user=record.user,
+            learners=learners,
             cpus=m.cpus,
             memory_mb=m.memory_mb,
             gpus=m.gpus,
             gpu_type=m.gpu_type or "",
             priority=m.priority,
-            min_learners=m.min_learners or m.learners,
-            max_learners=m.max_learners or m.learners,
-            submit_time=now,
+            min_learners=min(m.min_learners or learners, learners),
+            max_learners=max(m.max_learners or learners, learners),
+            submit_time=record.created_at,
         )
 
     def _owned(self, job_id: str, user: str) -> JobRecord:
@@ -118,41 +145,147 @@ class Lcm:
             raise errors.JobNotFound(job_id)  # the same answer as for a missing job
         return record
 
-    def halt(self, job_id: str, user: str, reason: str) -> str:
-        self._owned(job_id, user)
+    def _state(self, job_id: str):
         state = self.keeper.get(job_id)
         if state is None:
             raise errors.JobNotFound(job_id)
+        return state
+
+    def halt(self, job_id: str, user: str, reason: str) -> str:
+        self._owned(job_id, user)
+        state = self._state(job_id)
         if state.final:
             raise errors.InvalidTransition(f"job {job_id} has already ended ({state.status})")
         self.keeper.transition(job_id, Status.HALTED, reason or "halted by the user")
-        if state.status == Status.QUEUED:
-            self.scheduler.release(job_id)
-        # The learners stop in the background; the monitor cleans up once the helper stored the logs.
+        self._due.pop(job_id, None)
+        self.scheduler.release(job_id)
+        # Learners get SIGTERM (they may checkpoint), then the helper syncs checkpoints and
+        # logs to S3; the monitor cleans up once it has exited.
         threading.Thread(target=self._stop_job, args=(job_id,), daemon=True).start()
         return Status.HALTED.value
 
     def _stop_job(self, job_id: str) -> None:
         try:
-            self.deployer.stop_learners(job_id)
-            self.deployer.signal_helper(job_id)
+            for d in self._deployers_of(job_id):
+                d.stop_learners(job_id)
+                d.signal_helper(job_id)
         except Exception:
             log.exception("stopping job %s", job_id)
+
+    def resume(self, job_id: str, user: str, reason: str) -> str:
+        """Queue a HALTED job again; it continues from its last checkpoint."""
+        record = self._owned(job_id, user)
+        state = self._state(job_id)
+        if state.status != Status.HALTED:
+            raise errors.InvalidTransition(
+                f"only a HALTED job can be resumed; job {job_id} is {state.status}"
+            )
+        self.keeper.transition(job_id, Status.QUEUED, reason or "resumed by the user")
+        self._teardown(job_id)
+        self._enqueue(record)
+        return Status.QUEUED.value
+
+    def requeue(self, job_id: str, reason: str, is_restart: bool) -> str:
+        """Stop a placed job's gang and queue it again; restarts count against max_restarts."""
+        record = self.store.get(job_id)
+        state = self._state(job_id)
+        if state.status not in RUNNING:
+            raise errors.InvalidTransition(f"job {job_id} is {state.status}, not running")
+        manifest = parse_manifest(record.manifest_yaml)
+        not_before = 0.0
+        if is_restart:
+            done = int(record.info.get("restarts", 0))
+            if done >= manifest.max_restarts:
+                self.keeper.transition(
+                    job_id,
+                    Status.FAILED,
+                    f"{reason}; no restarts left (max_restarts={manifest.max_restarts})",
+                    error_code="restarts_exhausted",
+                )
+                self.scheduler.release(job_id)
+                return Status.FAILED.value
+            delay = backoff_s(done + 1)
+            not_before = self.clock() + delay
+            self.store.update_info(job_id, {"restarts": done + 1, "not_before": not_before})
+            reason = (
+                f"restart {done + 1}/{manifest.max_restarts} from the last checkpoint in "
+                f"{delay:.0f} s: {reason}"
+            )
+        self.keeper.transition(job_id, Status.QUEUED, reason)
+        threading.Thread(
+            target=self._requeue_finish, args=(job_id, not_before), daemon=True
+        ).start()
+        return Status.QUEUED.value
+
+    def _requeue_finish(self, job_id: str, not_before: float) -> None:
+        try:
+            self._teardown(job_id)
+            self.scheduler.release(job_id)
+            self._due[job_id] = not_before
+            self._wake.set()
+        except Exception:
+            log.exception("requeue of %s; the leader's reconcile finishes it", job_id)
+
+    def scale(self, job_id: str, user: str, learners: int) -> str:
+        """Change an elastic job's learner count (a running gang restarts from its checkpoint)."""
+        record = self._owned(job_id, user)
+        manifest = parse_manifest(record.manifest_yaml)
+        lo, hi = (
+            manifest.min_learners or manifest.learners,
+            manifest.max_learners or manifest.learners,
+        )
+        if lo == hi:
+            raise errors.InvalidRequest(
+                f"learners: job {job_id} is not elastic (min_learners = max_learners = {lo})"
+            )
+        if not lo <= learners <= hi:
+            raise errors.InvalidRequest(f"learners: must be between {lo} and {hi}, got {learners}")
+        state = self._state(job_id)
+        if state.final:
+            raise errors.InvalidTransition(f"job {job_id} has already ended ({state.status})")
+        self.store.update_info(job_id, {"learners_target": learners})
+        if state.status == Status.QUEUED:
+            self.scheduler.release(job_id)
+            self._enqueue(self.store.get(job_id))
+            return Status.QUEUED.value
+        return self.requeue(job_id, f"rescaled to {learners} learner(s) by the user", False)
 
     def delete(self, job_id: str, user: str) -> None:
         self._owned(job_id, user)
         state = self.keeper.get(job_id)
         if state is not None and not state.final:
             self.keeper.transition(job_id, Status.HALTED, "deleted by the user")
-        self.deployer.remove_job(job_id)
+        self._teardown(job_id, wait_helper=False)
         self.scheduler.release(job_id)
         self.keeper.delete(job_id)
         self.store.delete(job_id)
 
-    # ---- placement loop --------------------------------------------------------------
+    def _enqueue(self, record: JobRecord) -> None:
+        manifest = parse_manifest(record.manifest_yaml)
+        accepted, reason = self.scheduler.enqueue(self._gang(record, manifest))
+        if not accepted:
+            self.keeper.try_transition(
+                record.job_id, Status.FAILED, reason, error_code="capacity_exceeded"
+            )
+        self._wake.set()
+
+    def _deployers_of(self, job_id: str) -> list[Deployer]:
+        nodes = {p["node"] for p in self._placement(job_id)}
+        found = [self.deployers[n] for n in sorted(nodes) if n in self.deployers]
+        return found or list(dict.fromkeys(self.deployers.values()))
+
+    def _teardown(self, job_id: str, wait_helper: bool = True) -> None:
+        """Stop the gang, let the helper store checkpoints and logs, remove everything."""
+        for d in self._deployers_of(job_id):
+            if wait_helper and d.containers(job_id):
+                d.stop_learners(job_id)
+                d.signal_helper(job_id)
+                d.wait_helper(job_id, HELPER_FINISH_TIMEOUT_S)
+            d.remove_job(job_id)
+
+    # ---- placement loop (leader only) -----------------------------------------------
 
     def start(self) -> None:
-        self.reconcile()
         self._thread = threading.Thread(target=self._loop, name="placement", daemon=True)
         self._thread.start()
 
@@ -163,37 +296,83 @@ class Lcm:
     def wake(self) -> None:
         self._wake.set()
 
+    def on_elected(self) -> None:
+        """Leadership won: repair what a previous leader left half done, then place."""
+        self._leading.set()
+        self._wake.set()
+
+    def on_lost(self) -> None:
+        self._leading.clear()
+
     def _loop(self) -> None:
+        reconciled = False
         while not self._stop.is_set():
             # A released allocation (a job ended) may let a queued job start: poll briefly.
             self._wake.wait(0.5)
             self._wake.clear()
             if self._stop.is_set():
                 return
+            if not self._leading.is_set():
+                reconciled = False
+                continue
             try:
+                if not reconciled:
+                    self.reconcile()
+                    reconciled = True
+                self._enqueue_due()
                 self.place_round()
             except errors.TemporaryError as exc:
                 log.warning("placement round: %s", exc.message)
             except Exception:
                 log.exception("placement round failed")
 
+    def _enqueue_due(self) -> None:
+        now = self.clock()
+        for job_id, not_before in list(self._due.items()):
+            if now < not_before:
+                continue
+            self._due.pop(job_id, None)
+            state = self.keeper.get(job_id)
+            if state is not None and state.status == Status.QUEUED:
+                self._enqueue(self.store.get(job_id))
+
     def place_round(self) -> None:
         for decision in self.scheduler.schedule():
-            if decision.action == "start":
-                self.start_job(decision.job_id, decision.cause, list(decision.allocations))
-            else:
-                log.info("decision %s for %s not carried out yet", decision.action, decision.job_id)
+            try:
+                self._carry_out(decision)
+            except errors.DlaasError as exc:
+                log.warning("decision %s for %s: %s", decision.action, decision.job_id, exc.message)
+
+    def _carry_out(self, decision) -> None:
+        job_id, cause = decision.job_id, decision.cause
+        allocations = list(decision.allocations)
+        if decision.action == "start":
+            self.start_job(job_id, cause, allocations)
+        elif decision.action == "preempt":
+            # The scheduler has queued the job again itself (with its original position).
+            if self.keeper.try_transition(job_id, Status.QUEUED, f"preempted: {cause}"):
+                threading.Thread(target=self._teardown, args=(job_id,), daemon=True).start()
+        elif decision.action in ("shrink", "grow") and self.keeper.try_transition(
+            job_id, Status.QUEUED, f"{decision.action}: {cause}"
+        ):
+            # `allocations` is the gang's whole new allocation: restart it with that size.
+            self._teardown(job_id)
+            self.start_job(job_id, cause, allocations)
 
     def _placement_key(self, job_id: str) -> str:
         return f"{self.keeper.prefix}/jobs/{job_id}/placement"
+
+    def _placement(self, job_id: str) -> list[dict]:
+        value, _ = self.keeper.etcd.get(self._placement_key(job_id))
+        return json.loads(value) if value else []
 
     def start_job(self, job_id: str, cause: str, allocations: list) -> None:
         placement = [
             {"learner": a.learner, "node": a.node, "gpu_indices": list(a.gpu_indices)}
             for a in allocations
         ]
-        self.keeper.etcd.put(self._placement_key(job_id), json.dumps(placement))
         nodes = sorted({p["node"] for p in placement})
+        self.keeper.etcd.put(self._placement_key(job_id), json.dumps(placement))
         if (
             self.keeper.try_transition(
                 job_id, Status.PENDING, f"placed on {', '.join(nodes)}: {cause}"
@@ -207,7 +386,9 @@ class Lcm:
 
     def deploy(self, job_id: str, placement: list[dict]) -> None:
         """Deploy (or redeploy, idempotently) a PENDING job and move it to DOWNLOADING."""
+        node = placement[0]["node"] if placement else ""
         try:
+            deployer = self.deployers[node]
             record = self.store.get(job_id)
             manifest = parse_manifest(record.manifest_yaml)
             data, results = job_locations(manifest, self.settings, for_containers=True)
@@ -221,7 +402,6 @@ class Lcm:
                     self.settings.s3_bucket,
                     record.code_key,
                 )
-            image = resolve_image(manifest, self.settings.learner_image)
             plan = deployment_plan(
                 platform_id=self.settings.platform_id,
                 job_id=job_id,
@@ -229,13 +409,13 @@ class Lcm:
                 manifest=manifest,
                 learners=len(placement),
                 gpu_indices=[tuple(p["gpu_indices"]) for p in placement],
-                image=image,
+                image=resolve_image(manifest, self.settings.learner_image),
                 helper_image=self.settings.learner_image,
                 data=data,
                 results=results,
                 code=code,
             )
-            names = self.deployer.deploy(plan)
+            names = deployer.deploy(plan)
         except errors.ImageUnavailable as exc:
             self._fail(job_id, exc.message, "image_missing")
             return
@@ -253,7 +433,7 @@ class Lcm:
                     {"id": p["learner"], "node": p["node"], "container": n, "state": "created"}
                     for p, n in zip(placement, names[1:], strict=True)
                 ],
-                "results": {"bucket": results.bucket, "prefix": f"{job_id}/"},
+                "results": {"bucket": results.bucket, "prefix": jobspec.results_prefix(job_id)},
             },
         )
         self.keeper.try_transition(
@@ -262,19 +442,31 @@ class Lcm:
 
     def _fail(self, job_id: str, reason: str, code: str) -> None:
         self.keeper.try_transition(job_id, Status.FAILED, reason, error_code=code)
-        self.deployer.remove_job(job_id)
+        for d in self._deployers_of(job_id):
+            d.remove_job(job_id)
         self.scheduler.release(job_id)
 
     def reconcile(self) -> None:
-        """Redeploy every PENDING job (a crash between PENDING and DOWNLOADING)."""
+        """Finish what a crashed leader left half done; every step is idempotent.
+
+        PENDING: redeploy. QUEUED: remove containers left from a requeue, then make sure the
+        scheduler queues it (release + enqueue keeps its original position; an allocation
+        granted just before a crash is given back).
+        """
         for job_id, state in self.keeper.active_jobs().items():
-            if state.status != Status.PENDING:
-                continue
-            value, _ = self.keeper.etcd.get(self._placement_key(job_id))
-            if value is None:
-                continue
-            log.info("resuming deployment of %s", job_id)
-            self.deploy(job_id, json.loads(value))
+            try:
+                if state.status == Status.PENDING:
+                    placement = self._placement(job_id)
+                    if placement:
+                        log.info("resuming deployment of %s", job_id)
+                        self.deploy(job_id, placement)
+                elif state.status == Status.QUEUED:
+                    record = self.store.get(job_id)
+                    self._teardown(job_id)
+                    self.scheduler.release(job_id)
+                    self._due[job_id] = float(record.info.get("not_before", 0.0))
+            except Exception:
+                log.exception("reconcile %s", job_id)
 
 
 class LcmServicer(lcm_pb2_grpc.LifecycleManagerServicer):
@@ -291,6 +483,21 @@ class LcmServicer(lcm_pb2_grpc.LifecycleManagerServicer):
     @translate_errors
     def HaltJob(self, request, context):
         status = self.lcm.halt(request.job_id, request.user, request.reason)
+        return lcm_pb2.JobStatusReply(job_id=request.job_id, status=status)
+
+    @translate_errors
+    def ResumeJob(self, request, context):
+        status = self.lcm.resume(request.job_id, request.user, request.reason)
+        return lcm_pb2.JobStatusReply(job_id=request.job_id, status=status)
+
+    @translate_errors
+    def RequeueJob(self, request, context):
+        status = self.lcm.requeue(request.job_id, request.reason, request.is_restart)
+        return lcm_pb2.JobStatusReply(job_id=request.job_id, status=status)
+
+    @translate_errors
+    def ScaleJob(self, request, context):
+        status = self.lcm.scale(request.job_id, request.user, request.learners)
         return lcm_pb2.JobStatusReply(job_id=request.job_id, status=status)
 
     @translate_errors

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.docker
 MISSING = [
     f"services.{name}.main"
     for name in platform.SERVICES
-    if importlib.util.find_spec(f"services.{name}.main") is None
+    if importlib.util.find_spec(f"services.{platform._kind(name)}.main") is None
 ]
 
 
@@ -112,20 +112,20 @@ def test_up_restarts_a_dead_service_and_detects_a_stale_pid(up_state):
     before = _pids(state_dir)
     servers.stop_pid(before["jobmonitor"])
     # A pid file naming a live process that is not the service (the number was reused).
-    record = json.loads((state_dir / "pids" / "lcm.json").read_text())
+    record = json.loads((state_dir / "pids" / "lcm-1.json").read_text())
     servers.stop_pid(record["pid"])
     record["pid"] = os.getpid()
-    (state_dir / "pids" / "lcm.json").write_text(json.dumps(record))
+    (state_dir / "pids" / "lcm-1.json").write_text(json.dumps(record))
 
     lines: list[str] = []
     platform.up(state_dir, progress=lines.append, build_images=False)
     after = _pids(state_dir)
     assert after["jobmonitor"] != before["jobmonitor"]
-    assert after["lcm"] not in (before["lcm"], os.getpid())
+    assert after["lcm-1"] not in (before["lcm-1"], os.getpid())
     # Same ports, same configuration: nothing else was touched.
-    for name in ("etcd", "s3", "scheduler", "api"):
+    for name in ("etcd", "s3", "scheduler", "lcm-0", "lcm-2", "api"):
         assert after[name] == before[name], name
-    assert any(line.startswith("lcm: stale pid file") for line in lines), lines
+    assert any(line.startswith("lcm-1: stale pid file") for line in lines), lines
     assert httpx.get(f"{info.api_url}/health", timeout=5).status_code == 200
 
 
