@@ -10,6 +10,7 @@ import json
 import logging
 import secrets
 import tarfile
+import time
 import zlib
 from collections.abc import Iterator
 from typing import Annotated, Any
@@ -276,11 +277,11 @@ def get_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobPublic:
     record = _owned(deps, caller, job_id)
     public = job_public(record)
     if record.status == Status.QUEUED:
-        _add_queue_info(deps, public)
+        _add_queue_info(deps, public, record)
     return public
 
 
-def _add_queue_info(deps: Deps, job: JobPublic) -> None:
+def _add_queue_info(deps: Deps, job: JobPublic, record: JobRecord) -> None:
     """Where a QUEUED job stands in the scheduler's queue, or a note why that is unknown.
 
     The job itself is always shown: a scheduler that does not answer costs the caller
@@ -294,11 +295,23 @@ def _add_queue_info(deps: Deps, job: JobPublic) -> None:
         return
     entry = next((e for e in entries if e.job_id == job.job_id), None)
     if entry is None:
-        # Between the status write and the scheduler's enqueue, or the scheduler lost it
-        # and the LCM will hand it over again: both are transient.
-        job.queue_note = "not in the scheduler's queue yet; position and ETA follow shortly"
+        job.queue_note = _not_queued_note(record.info, time.time())
         return
     job.queue = queue_info(entry)
+
+
+def _not_queued_note(info: dict[str, Any], now: float) -> str:
+    """Why a QUEUED job is not in the scheduler's queue (yet)."""
+    try:
+        wait = float(info.get("not_before") or 0) - now
+    except (TypeError, ValueError):
+        wait = 0.0
+    if wait > 0:
+        # The LCM holds a restarting gang back (backoff) before it hands it over.
+        return f"restarting after a failure; handed to the scheduler in {wait:.0f} s (back-off)"
+    # Between the status write and the scheduler's enqueue, or the scheduler lost it and
+    # the LCM hands it over again: both are transient.
+    return "not in the scheduler's queue yet; position and ETA follow shortly"
 
 
 def _queued_job_ids(deps: Deps, user: str) -> set[str]:

@@ -118,7 +118,9 @@ class FakeLcm(lcm_pb2_grpc.LifecycleManagerServicer):
     def ResumeJob(self, request, context):
         rec = self.store.get(request.job_id)
         if rec.status != Status.HALTED:
-            raise InvalidTransition(f"job {rec.job_id} is {rec.status}; only a HALTED job resumes")
+            raise InvalidTransition(
+                f"only a HALTED job can be resumed; job {rec.job_id} is {rec.status}"
+            )
         t = Transition(Status.QUEUED, time.time(), request.reason)
         self.store.record_transition(rec.job_id, rec.last_seq + 1, t)
         return lcm_pb2.JobStatusReply(job_id=rec.job_id, status="QUEUED")
@@ -126,13 +128,13 @@ class FakeLcm(lcm_pb2_grpc.LifecycleManagerServicer):
     @translate_errors
     def ScaleJob(self, request, context):
         rec = self.store.get(request.job_id)
-        if rec.status in FINAL:
-            raise InvalidTransition(f"job {rec.job_id} is {rec.status}; it has no learners")
         m = parse_manifest(rec.manifest_yaml)
         if self.scale_refusal:
             raise InvalidRequest(self.scale_refusal)
         if not m.min_learners <= request.learners <= m.max_learners:
             raise InvalidRequest(f"learners: allowed {m.min_learners} to {m.max_learners}")
+        if rec.status in FINAL:
+            raise InvalidTransition(f"job {rec.job_id} has already ended ({rec.status})")
         self.scaled.append((request.job_id, request.learners, request.user))
         return lcm_pb2.JobStatusReply(job_id=rec.job_id, status=str(rec.status))
 
@@ -586,7 +588,7 @@ def test_resume_a_halted_job_queues_it_again(env):
     job_id = env.submit().json()["job_id"]
     r = env.client.post(f"/v1/jobs/{job_id}/resume", headers=auth(ALICE))
     assert (r.status_code, r.json()["error"]) == (409, "invalid_transition")
-    assert "only a HALTED job resumes" in r.json()["message"]
+    assert "only a HALTED job can be resumed" in r.json()["message"]
     env.client.post(f"/v1/jobs/{job_id}/halt", headers=auth(ALICE))
     r = env.client.post(f"/v1/jobs/{job_id}/resume", headers=auth(ALICE))
     assert r.status_code == 200, r.text
@@ -805,6 +807,14 @@ def test_a_queued_job_the_scheduler_does_not_list_yet_has_a_note(env):
     body = env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).json()
     assert body["queue"] is None
     assert "not in the scheduler's queue yet" in body["queue_note"]
+
+
+def test_a_gang_in_restart_back_off_says_so(env):
+    job_id = env.submit().json()["job_id"]
+    env.store.update_info(job_id, {"restarts": 1, "not_before": time.time() + 30})
+    body = env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).json()
+    assert body["queue"] is None
+    assert "restarting after a failure; handed to the scheduler in" in body["queue_note"]
 
 
 def test_scheduler_down_still_shows_the_job_with_a_note(s3_server, s3_client, job_store, tmp_path):

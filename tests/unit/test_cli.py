@@ -201,7 +201,11 @@ def test_halt_delete_and_errors(server, manifest_file):
 def test_resume_and_scale(server, manifest_file, tmp_path):
     job_id = server.cli("submit", str(manifest_file)).stdout.strip()
     r = server.cli("resume", job_id)
-    assert r.exit_code == 1 and "only a HALTED job resumes" in r.output and "HTTP 409" in r.output
+    assert (
+        r.exit_code == 1
+        and "only a HALTED job can be resumed" in r.output
+        and "HTTP 409" in r.output
+    )
     server.cli("halt", job_id)
     r = server.cli("resume", job_id)
     assert r.exit_code == 0, r.output
