@@ -10,7 +10,17 @@ so every rule is tested with plain data and a fake clock.
 Who owns which edge (dlaas.status): the LCM moves QUEUED -> PENDING -> DOWNLOADING and
 handles user halt; the monitor advances DOWNLOADING -> PROCESSING -> STORING -> COMPLETED
 and fails jobs whose containers failed, from DOWNLOADING on. While a job is PENDING the LCM
-is still deploying it, and the monitor changes nothing.
+is still deploying it, and the monitor changes nothing; a QUEUED job may still have the
+containers of its previous run while the LCM tears them down, and those are the LCM's too.
+
+Failures come in two kinds (`classify_*`). The job's own fault (a learner's non-zero exit
+code, an OOM kill, data not found, refused credentials, a bad code archive) fails the job
+with the reason: running it again would fail again. Infrastructure trouble (a container
+killed or stopped from outside, a container gone, the data store unreachable) asks the LCM
+to restart the gang from its last checkpoint (`Requeue`); the LCM counts the restarts
+against the manifest's max_restarts, records them and fails the job when none are left.
+A job whose containers the monitor cannot see because their Docker engine is down never
+gets here: node health is the LCM's call, and it requeues such jobs itself.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dlaas.jobspec import EVENT_DATA_READY, EVENT_ERROR, HELPER_EXIT_REASONS, ROLE_HELPER
-from dlaas.status import FINAL, JobState, Status
+from dlaas.status import FINAL, JobState, Status, can_transition
 
 # How many of a failed learner's last log lines go into the job's failure reason.
 LOG_TAIL_LINES = 10
@@ -37,6 +47,22 @@ ERROR_OOM = "oom_killed"
 ERROR_HELPER = "helper_failed"  # a helper exit code the contract does not name
 ERROR_CONTAINERS_MISSING = "containers_missing"
 ERROR_STORE_TIMEOUT = "store_timeout"
+ERROR_KILLED = "killed"  # SIGKILL from outside (exit 137 without an OOM kill)
+ERROR_TERMINATED = "terminated"  # SIGTERM from outside (exit 143, or a helper's unasked exit 0)
+
+# Exit codes of a container whose main process died of a signal sent from outside: Docker
+# (and the init process) report 128 + the signal number.
+EXIT_SIGKILL = 137
+EXIT_SIGTERM = 143
+
+# Helper failures that are the job's own fault (bad location, credentials, archive): a
+# restart would fail the same way. Everything else the helper reports as an error is
+# the platform's: store_unreachable restarts; unknown codes fail as helper_failed.
+HELPER_INFRA_ERRORS = frozenset({"store_unreachable"})
+
+# How long the monitor waits for the LCM to act on a restart request before asking again
+# (the LCM lets the helper sync checkpoints and logs first, which takes a while).
+DEFAULT_REQUEUE_RETRY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +104,20 @@ class JobView:
     cleaned_up: bool = False
     helper_timeout_s: float = DEFAULT_HELPER_TIMEOUT_S
     store_timeout_s: float = DEFAULT_STORE_TIMEOUT_S
+    # When the monitor asked the LCM to restart this run of the job (None: not yet).
+    requeue_requested_at: float | None = None
+    requeue_retry_s: float = DEFAULT_REQUEUE_RETRY_S
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a job's containers failed, and whose fault it is."""
+
+    reason: str
+    error_code: str
+    exit_code: int | None = None
+    # True: the platform's trouble, restart from the last checkpoint; False: the job's own.
+    infrastructure: bool = False
 
 
 # --- actions -------------------------------------------------------------------------
@@ -119,7 +159,23 @@ class ReleaseAllocation:
     reason: str
 
 
-Action = TransitionTo | SignalHelperFinish | KillHelper | StopLearners | Cleanup | ReleaseAllocation
+@dataclass(frozen=True)
+class Requeue:
+    """Ask the LCM to restart the gang from its last checkpoint (counts as a restart)."""
+
+    reason: str
+    error_code: str
+
+
+Action = (
+    TransitionTo
+    | SignalHelperFinish
+    | KillHelper
+    | StopLearners
+    | Cleanup
+    | ReleaseAllocation
+    | Requeue
+)
 
 
 @dataclass(frozen=True)
@@ -144,6 +200,8 @@ def decide(view: JobView) -> Decision:
     status = view.state.status
     if status not in FINAL:
         change = _status_change(view, helper, learners)
+        if isinstance(change, Requeue):
+            return _requeue(view, change)
         if change is not None:
             actions.append(change)
             status = change.target
@@ -156,27 +214,14 @@ def decide(view: JobView) -> Decision:
 
 def _status_change(
     view: JobView, helper: ContainerView | None, learners: list[ContainerView]
-) -> TransitionTo | None:
-    """The one status change the containers call for, or None."""
+) -> TransitionTo | Requeue | None:
+    """The one status change (or restart request) the containers call for, or None."""
     status = view.state.status
     if status in (Status.QUEUED, Status.PENDING):
-        # A QUEUED job has no containers yet; while PENDING the LCM is still creating and
-        # starting them (it fails the job itself when deployment fails), and acting now
-        # would race its deploy. DOWNLOADING comes next.
+        # A QUEUED job has no containers yet, or those of its previous run that the LCM is
+        # tearing down; while PENDING the LCM is still creating and starting them (it fails
+        # the job itself when deployment fails), and acting now would race its deploy.
         return None
-
-    failed = _first_failed_learner(learners)
-    if failed is not None:
-        return _learner_failure(failed, view.log_tails.get(failed.learner or 0, ()))
-
-    if helper is not None and helper.exited and helper.exit_code != 0:
-        return _helper_failure(helper, view.helper_events)
-
-    if helper is None:
-        what = "containers are" if not view.containers else "helper container is"
-        return TransitionTo(
-            Status.FAILED, f"the job's {what} gone while it was {status}", ERROR_CONTAINERS_MISSING
-        )
 
     expected = view.num_learners if view.num_learners is not None else len(learners)
     all_done = (
@@ -185,13 +230,26 @@ def _status_change(
         and all(c.exited and c.exit_code == 0 for c in learners)
     )
 
-    if helper.exited:  # and exited 0
+    failure = _first_failure(view, helper, learners)
+    if failure is None and helper is not None and helper.exited and helper.exit_code == 0:
         if status == Status.STORING or all_done:
             # Walking to COMPLETED records the steps a restarted monitor saw late.
             return TransitionTo(Status.COMPLETED, "helper stored results and logs")
-        return TransitionTo(
-            Status.FAILED, "helper exited before the learners finished", ERROR_HELPER, 0
+        # The helper exits 0 early only on a finish signal, and the monitor sends that
+        # only from STORING on: someone else stopped it (docker stop, an engine restart).
+        failure = Failure(
+            "the helper was stopped from outside before the learners finished",
+            ERROR_TERMINATED,
+            0,
+            infrastructure=True,
         )
+    if failure is None:
+        failure = _missing(view, helper, learners)
+    if failure is not None:
+        if failure.infrastructure and can_transition(status, Status.QUEUED):
+            return Requeue(failure.reason, failure.error_code)
+        # The job's own fault, or too late to restart (STORING: the training is done).
+        return TransitionTo(Status.FAILED, failure.reason, failure.error_code, failure.exit_code)
 
     if all_done and status in (Status.DOWNLOADING, Status.PROCESSING):
         return TransitionTo(Status.STORING, f"all {len(learners)} learner(s) exited 0")
@@ -200,6 +258,116 @@ def _status_change(
         return TransitionTo(Status.PROCESSING, "helper reported data and code ready")
 
     return None
+
+
+def _requeue(view: JobView, change: Requeue) -> Decision:
+    """Ask the LCM once per failure; ask again only if it did nothing for a long while."""
+    if view.requeue_requested_at is not None:
+        again = view.requeue_requested_at + view.requeue_retry_s
+        if view.now < again:
+            return Decision([], again)
+    return Decision([change], view.now + view.requeue_retry_s)
+
+
+# --- classification ----------------------------------------------------------------
+
+
+def classify_learner(c: ContainerView, tail: Sequence[str] = ()) -> Failure:
+    """Why a learner that exited non-zero (or was OOM-killed) failed, and whose fault it is."""
+    code = c.exit_code
+    if c.oom_killed:
+        # The job asked for too little memory, or its program uses too much: the same
+        # gang would run out again, so no restart.
+        reason = f"learner {c.learner} was killed: out of memory (exit code {code})"
+        return Failure(_with_tail(reason, tail), ERROR_OOM, code)
+    if code == EXIT_SIGKILL:
+        # SIGKILL that was not the OOM killer: docker kill, a dying node, a chaos test.
+        reason = f"learner {c.learner} was killed from outside (SIGKILL, exit code {code})"
+        return Failure(reason, ERROR_KILLED, code, infrastructure=True)
+    if code == EXIT_SIGTERM:
+        # The platform stops learners only of ended or requeued jobs (status written first),
+        # so a SIGTERM on a running job came from outside: docker stop, an engine shutdown.
+        reason = f"learner {c.learner} was stopped from outside (SIGTERM, exit code {code})"
+        return Failure(reason, ERROR_TERMINATED, code, infrastructure=True)
+    reason = f"learner {c.learner} exited with code {code}"
+    return Failure(_with_tail(reason, tail), ERROR_EXIT_CODE, code)
+
+
+def classify_helper(helper: ContainerView, events: Sequence[Mapping] = ()) -> Failure:
+    """Why a helper that exited non-zero failed, and whose fault it is."""
+    code = helper.exit_code
+    if helper.oom_killed:
+        return Failure("the helper ran out of memory", ERROR_OOM, code)
+    if code == EXIT_SIGKILL:
+        return Failure(
+            f"the helper was killed from outside (SIGKILL, exit code {code})",
+            ERROR_KILLED,
+            code,
+            infrastructure=True,
+        )
+    if code == EXIT_SIGTERM:  # it exits 0 on SIGTERM once its handler is in place
+        return Failure(
+            f"the helper was stopped from outside (SIGTERM, exit code {code})",
+            ERROR_TERMINATED,
+            code,
+            infrastructure=True,
+        )
+    error_code, text = HELPER_EXIT_REASONS.get(
+        code or 0, (ERROR_HELPER, f"helper exited with code {code}")
+    )
+    message = next(
+        (str(e.get("message", "")) for e in reversed(events) if e.get("event") == EVENT_ERROR),
+        "",
+    )
+    reason = f"{text}: {message}" if message else text
+    return Failure(reason, error_code, infrastructure=error_code in HELPER_INFRA_ERRORS)
+
+
+def _first_failure(
+    view: JobView, helper: ContainerView | None, learners: list[ContainerView]
+) -> Failure | None:
+    """The failure of the container that failed first: later ones are often its consequence
+    (a learner whose peer was killed loses its connection and exits 1)."""
+    failed = [c for c in learners if c.exited and (c.exit_code or c.oom_killed)]
+    if helper is not None and helper.exited and (helper.exit_code or helper.oom_killed):
+        failed.append(helper)
+    if not failed:
+        return None
+    first = min(
+        failed,
+        key=lambda c: (c.finished_at or float("inf"), c.role == ROLE_HELPER, c.learner or 0),
+    )
+    if first.role == ROLE_HELPER:
+        return classify_helper(first, view.helper_events)
+    return classify_learner(first, view.log_tails.get(first.learner or 0, ()))
+
+
+def _missing(
+    view: JobView, helper: ContainerView | None, learners: list[ContainerView]
+) -> Failure | None:
+    """Containers of an active job that are gone (removed from outside, engine wiped).
+
+    The LCM creates every container before it writes DOWNLOADING, so from then on each
+    must exist. A job on an unreachable engine is never decided (see the module doc).
+    """
+    status = view.state.status
+    if not view.containers:
+        reason = f"the job's containers are gone while it was {status}"
+    elif helper is None:
+        reason = f"the helper container is gone while the job was {status}"
+    else:
+        present = {c.learner for c in learners}
+        gone = [i for i in range(view.num_learners or 0) if i not in present]
+        if not gone:
+            return None
+        which = ", ".join(str(i) for i in gone)
+        reason = f"learner {which} container is gone while the job was {status}"
+    return Failure(reason, ERROR_CONTAINERS_MISSING, infrastructure=True)
+
+
+def _with_tail(reason: str, tail: Sequence[str]) -> str:
+    lines = [line for line in tail if line.strip()][-LOG_TAIL_LINES:]
+    return reason + "; last log lines:\n" + "\n".join(lines) if lines else reason
 
 
 def _storing(
@@ -263,42 +431,6 @@ def _final(
             why = f"job is {status}; helper has exited"
         actions.append(Cleanup(why, incomplete))
     return Decision(actions)
-
-
-def _learner_failure(c: ContainerView, tail: Sequence[str]) -> TransitionTo:
-    if c.oom_killed:
-        reason = f"learner {c.learner} was killed: out of memory (exit code {c.exit_code})"
-    else:
-        reason = f"learner {c.learner} exited with code {c.exit_code}"
-    lines = [line for line in tail if line.strip()][-LOG_TAIL_LINES:]
-    if lines:
-        reason += "; last log lines:\n" + "\n".join(lines)
-    error_code = ERROR_OOM if c.oom_killed else ERROR_EXIT_CODE
-    return TransitionTo(Status.FAILED, reason, error_code, c.exit_code)
-
-
-def _helper_failure(helper: ContainerView, events: Sequence[Mapping]) -> TransitionTo:
-    code = helper.exit_code
-    if helper.oom_killed:
-        error_code, text = ERROR_OOM, "the helper ran out of memory"
-    else:
-        error_code, text = HELPER_EXIT_REASONS.get(
-            code or 0, (ERROR_HELPER, f"helper exited with code {code}")
-        )
-    message = next(
-        (str(e.get("message", "")) for e in reversed(events) if e.get("event") == EVENT_ERROR),
-        "",
-    )
-    reason = f"{text}: {message}" if message else text
-    return TransitionTo(Status.FAILED, reason, error_code)
-
-
-def _first_failed_learner(learners: list[ContainerView]) -> ContainerView | None:
-    """The learner that failed first: later failures are often its consequence."""
-    failed = [c for c in learners if c.exited and (c.exit_code or c.oom_killed)]
-    if not failed:
-        return None
-    return min(failed, key=lambda c: (c.finished_at or float("inf"), c.learner or 0))
 
 
 def _helper(containers: Sequence[ContainerView]) -> ContainerView | None:

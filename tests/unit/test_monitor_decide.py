@@ -5,7 +5,17 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from dlaas.jobspec import HELPER_EXIT_DATA_NOT_FOUND, ROLE_HELPER, ROLE_LEARNER
+import pytest
+
+from dlaas.jobspec import (
+    HELPER_EXIT_BAD_ARCHIVE,
+    HELPER_EXIT_DATA_NOT_FOUND,
+    HELPER_EXIT_STORE_REFUSED,
+    HELPER_EXIT_STORE_UNREACHABLE,
+    HELPER_EXIT_UPLOAD_FAILED,
+    ROLE_HELPER,
+    ROLE_LEARNER,
+)
 from dlaas.status import JobState, Status
 from services.jobmonitor import decide as d
 from services.jobmonitor.decide import (
@@ -14,6 +24,7 @@ from services.jobmonitor.decide import (
     JobView,
     KillHelper,
     ReleaseAllocation,
+    Requeue,
     SignalHelperFinish,
     StopLearners,
     TransitionTo,
@@ -111,7 +122,8 @@ def test_one_learner_still_running_is_not_done():
 
 def test_a_missing_learner_is_not_done_when_the_count_is_known():
     dec = decide(view(Status.PROCESSING, [helper(), learner(0, "exited", 0)], num_learners=2))
-    assert dec.actions == []
+    assert not any(isinstance(a, TransitionTo) for a in dec.actions)
+    assert kinds(dec) == [Requeue]  # learner 1 is gone: infrastructure, restart
 
 
 def test_storing_waits_for_the_helper_until_its_deadline():
@@ -147,11 +159,14 @@ def test_helper_exit_zero_with_learners_done_completes_from_processing():
     assert transition(dec).target == Status.COMPLETED
 
 
-def test_helper_exit_zero_before_learners_finish_fails():
+def test_helper_exit_zero_before_learners_finish_is_a_restart():
+    # The helper exits 0 early only on a finish signal the monitor did not send.
     dec = decide(view(Status.PROCESSING, [helper("exited", 0), learner(0)]))
-    t = transition(dec)
-    assert t.target == Status.FAILED and t.error_code == d.ERROR_HELPER
-    assert StopLearners in kinds(dec)
+    assert dec.actions == [
+        Requeue(
+            "the helper was stopped from outside before the learners finished", d.ERROR_TERMINATED
+        )
+    ]
 
 
 def test_store_timeout_fails_the_job_and_kills_the_helper():
@@ -235,14 +250,164 @@ def test_helper_unknown_exit_code_is_helper_failed():
     assert t.error_code == d.ERROR_HELPER and "99" in t.reason
 
 
-def test_containers_gone_fails_an_active_job():
-    t = transition(decide(view(Status.PROCESSING, [])))
-    assert t.error_code == d.ERROR_CONTAINERS_MISSING
+# ---- classification: the job's own fault fails, infrastructure restarts ---------------
 
 
-def test_helper_gone_fails_an_active_job():
-    t = transition(decide(view(Status.PROCESSING, [learner(0)])))
-    assert t.error_code == d.ERROR_CONTAINERS_MISSING and "helper" in t.reason
+def requeues(decision: d.Decision) -> list[Requeue]:
+    return [a for a in decision.actions if isinstance(a, Requeue)]
+
+
+@pytest.mark.parametrize("code", [1, 2, 3, 126, 127, 134, 139])
+def test_a_learner_exit_code_from_the_program_fails_the_job_without_restart(code):
+    dec = decide(view(Status.PROCESSING, [helper(), learner(0, "exited", code), learner(1)]))
+    t = transition(dec)
+    assert (t.target, t.error_code, t.exit_code) == (Status.FAILED, d.ERROR_EXIT_CODE, code)
+    assert requeues(dec) == []
+
+
+def test_an_oom_killed_learner_fails_without_restart_even_with_exit_137():
+    f = d.classify_learner(learner(0, "exited", 137, oom=True))
+    assert (f.error_code, f.exit_code, f.infrastructure) == (d.ERROR_OOM, 137, False)
+    dec = decide(view(Status.PROCESSING, [helper(), learner(0, "exited", 137, oom=True)]))
+    assert requeues(dec) == [] and transition(dec).target == Status.FAILED
+
+
+def test_a_learner_killed_from_outside_asks_the_lcm_for_a_restart():
+    dec = decide(view(Status.PROCESSING, [helper(), learner(0), learner(1, "exited", 137)]))
+    # Only the request: no status change, nothing stopped or removed (the LCM tears down
+    # after the helper has synced the checkpoints).
+    assert dec.actions == [
+        Requeue("learner 1 was killed from outside (SIGKILL, exit code 137)", d.ERROR_KILLED)
+    ]
+    assert dec.recheck_at == NOW + d.DEFAULT_REQUEUE_RETRY_S
+
+
+def test_a_learner_stopped_from_outside_asks_for_a_restart():
+    dec = decide(view(Status.PROCESSING, [helper(), learner(0, "exited", 143)]))
+    assert dec.actions == [
+        Requeue("learner 0 was stopped from outside (SIGTERM, exit code 143)", d.ERROR_TERMINATED)
+    ]
+
+
+def test_infrastructure_failure_while_downloading_also_restarts():
+    dec = decide(view(Status.DOWNLOADING, [helper(), learner(0, "exited", 137)]))
+    assert kinds(dec) == [Requeue]
+
+
+@pytest.mark.parametrize(
+    ("code", "error_code"),
+    [
+        (HELPER_EXIT_DATA_NOT_FOUND, "data_not_found"),
+        (HELPER_EXIT_STORE_REFUSED, "store_refused"),
+        (HELPER_EXIT_BAD_ARCHIVE, "bad_archive"),
+        (HELPER_EXIT_UPLOAD_FAILED, "upload_failed"),
+        (2, d.ERROR_HELPER),  # bad configuration: a platform bug a restart would repeat
+        (99, d.ERROR_HELPER),
+    ],
+)
+def test_helper_errors_that_would_repeat_fail_the_job(code, error_code):
+    dec = decide(view(Status.DOWNLOADING, [helper("exited", code), learner(0)]))
+    assert transition(dec).error_code == error_code and requeues(dec) == []
+
+
+def test_an_oom_killed_helper_fails_the_job():
+    dec = decide(view(Status.PROCESSING, [helper("exited", 137, oom=True), learner(0)]))
+    assert transition(dec).error_code == d.ERROR_OOM and requeues(dec) == []
+
+
+def test_an_unreachable_data_store_restarts_with_the_helpers_message():
+    dec = decide(
+        view(
+            Status.DOWNLOADING,
+            [helper("exited", HELPER_EXIT_STORE_UNREACHABLE), learner(0)],
+            helper_events=[{"event": "error", "code": "store_unreachable", "message": "timeout"}],
+        )
+    )
+    assert dec.actions == [
+        Requeue("the data store could not be reached: timeout", "store_unreachable")
+    ]
+
+
+@pytest.mark.parametrize(("code", "error_code"), [(137, "killed"), (143, "terminated")])
+def test_a_helper_killed_or_stopped_from_outside_restarts(code, error_code):
+    dec = decide(view(Status.PROCESSING, [helper("exited", code), learner(0)]))
+    assert [r.error_code for r in requeues(dec)] == [error_code]
+    assert "helper" in requeues(dec)[0].reason
+
+
+@pytest.mark.parametrize(
+    ("containers", "what"),
+    [
+        ([], "the job's containers are gone"),
+        ([learner(0)], "the helper container is gone"),
+        ([helper(), learner(0)], "learner 1 container is gone"),
+    ],
+)
+def test_missing_containers_restart(containers, what):
+    dec = decide(view(Status.PROCESSING, containers, num_learners=2))
+    [r] = requeues(dec)
+    assert r.error_code == d.ERROR_CONTAINERS_MISSING and r.reason.startswith(what)
+    assert kinds(dec) == [Requeue]
+
+
+def test_the_first_failure_decides_a_kill_then_its_consequence_restarts():
+    # Learner 0 is killed; learner 1 loses its peer and exits 1 a moment later.
+    killed_first = [
+        helper(),
+        learner(0, "exited", 137, at=NOW - 3),
+        learner(1, "exited", 1, at=NOW),
+    ]
+    assert kinds(decide(view(Status.PROCESSING, killed_first))) == [Requeue]
+    # The program's own failure first: the job fails, the later kill does not matter.
+    user_first = [helper(), learner(0, "exited", 137, at=NOW), learner(1, "exited", 1, at=NOW - 3)]
+    t = transition(decide(view(Status.PROCESSING, user_first)))
+    assert (t.error_code, t.exit_code) == (d.ERROR_EXIT_CODE, 1)
+
+
+def test_a_helper_killed_before_a_learner_failed_is_the_cause():
+    cs = [
+        ContainerView(ROLE_HELPER, None, "exited", 137, finished_at=NOW - 2),
+        learner(0, "exited", 1, at=NOW),
+    ]
+    assert kinds(decide(view(Status.PROCESSING, cs))) == [Requeue]
+
+
+def test_too_late_to_restart_while_storing_fails_with_the_cause():
+    # STORING has no edge back to QUEUED: the training finished; the upload did not.
+    dec = decide(
+        view(
+            Status.STORING,
+            [helper("exited", 137), learner(0, "exited", 0)],
+            helper_signalled_at=NOW - 1,
+        )
+    )
+    t = transition(dec)
+    assert (t.target, t.error_code) == (Status.FAILED, d.ERROR_KILLED)
+    assert requeues(dec) == [] and Cleanup in kinds(dec)
+
+
+def test_the_restart_is_asked_once_while_the_lcm_handles_it():
+    containers = [helper(), learner(0, "exited", 137)]
+    asked = decide(view(Status.PROCESSING, containers, requeue_requested_at=NOW - 5))
+    assert asked.actions == [] and asked.recheck_at == NOW - 5 + d.DEFAULT_REQUEUE_RETRY_S
+    # The LCM did nothing for a whole retry period (its answer was lost): ask again.
+    late = NOW - d.DEFAULT_REQUEUE_RETRY_S
+    assert kinds(decide(view(Status.PROCESSING, containers, requeue_requested_at=late))) == [
+        Requeue
+    ]
+    short = view(Status.PROCESSING, containers, requeue_requested_at=NOW - 3, requeue_retry_s=2)
+    assert kinds(decide(short)) == [Requeue]
+
+
+@pytest.mark.parametrize("status", [Status.QUEUED, Status.PENDING])
+def test_a_requeued_job_with_its_old_containers_is_left_to_the_lcm(status):
+    old = [helper("exited", 0), learner(0, "exited", 137), learner(1, "exited", 143)]
+    assert decide(view(status, old)).actions == []
+
+
+def test_a_halted_jobs_stopped_learners_are_no_failure():
+    dec = decide(view(Status.HALTED, [helper(), learner(0, "exited", 143)], released=True))
+    assert requeues(dec) == [] and not any(isinstance(a, TransitionTo) for a in dec.actions)
 
 
 # ---- final jobs -----------------------------------------------------------------------
