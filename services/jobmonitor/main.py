@@ -1,7 +1,9 @@
 """Entrypoint of the job monitor: `python -m services.jobmonitor.main`.
 
 Configuration: the platform settings (`DLAAS_*`: etcd endpoints and prefix, job store URL,
-Docker host, scheduler address) plus the monitor's own timings (`DLAAS_MONITOR_*`).
+the nodes and their Docker engines, scheduler and LCM addresses) plus the monitor's own
+timings (`DLAAS_MONITOR_*`). One monitor watches every node's engine: a gang may span
+nodes, and only a view of all its containers tells a failed job from a running one.
 Runs until SIGTERM or SIGINT.
 """
 
@@ -19,9 +21,18 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper, connect
 from dlaas.grpc_server import configure_logging
+from dlaas.nodes import configured_nodes
 from dlaas.store import open_store
-from services.jobmonitor.decide import DEFAULT_HELPER_TIMEOUT_S, DEFAULT_STORE_TIMEOUT_S
+from services.jobmonitor.decide import (
+    DEFAULT_HELPER_TIMEOUT_S,
+    DEFAULT_REQUEUE_RETRY_S,
+    DEFAULT_STORE_TIMEOUT_S,
+)
 from services.jobmonitor.monitor import JobMonitor
+
+# The API version to speak to an engine that does not answer at start (the oldest the
+# platform supports); an engine that answers is asked for its own.
+FALLBACK_API_VERSION = "1.41"
 
 
 class MonitorSettings(BaseSettings):
@@ -31,6 +42,12 @@ class MonitorSettings(BaseSettings):
     helper_timeout_s: float = DEFAULT_HELPER_TIMEOUT_S
     # Seconds a helper may take to store results and logs while the job is STORING.
     store_timeout_s: float = DEFAULT_STORE_TIMEOUT_S
+    # Seconds to wait for the LCM to act on a restart request before asking again.
+    requeue_retry_s: float = DEFAULT_REQUEUE_RETRY_S
+    # Longest wait between two attempts to reach an engine that stopped answering.
+    reconnect_max_s: float = 10.0
+    # Seconds a Docker call may take before its engine counts as not answering.
+    docker_timeout_s: int = 10
     # Safety-net resync of every active job; events drive everything else.
     resync_s: float = 15.0
     # Grace time for learners to stop on SIGTERM before Docker kills them.
@@ -49,34 +66,56 @@ def main() -> None:
         sys.exit(f"jobmonitor: bad configuration: {problems}")
 
     # Imported here: the SDK pulls in gRPC, which the pure parts of this service never need.
-    from dlaas.sdk import SchedulerClient
+    from dlaas.sdk import LcmClient, SchedulerClient
 
     try:
-        engine = docker.DockerClient(base_url=settings.docker_host)
+        engines = {
+            n.name: _engine(n.docker_host or settings.docker_host, ms.docker_timeout_s, log)
+            for n in configured_nodes(settings)
+        }
     except docker.errors.DockerException as exc:
-        sys.exit(f"jobmonitor: no Docker engine at {settings.docker_host}: {exc}")
+        sys.exit(f"jobmonitor: bad Docker engine address: {exc}")
     store = open_store(settings.store_url)
     keeper = StatusKeeper(connect(settings.etcd_hostports()), store, settings.etcd_prefix)
     scheduler = SchedulerClient(settings.scheduler_addr)
+    lcm = LcmClient(settings.lcm_addr)
     monitor = JobMonitor(
-        engine,
+        engines,
         keeper,
         store,
         scheduler.release,
+        requeue=lcm.requeue,
         helper_timeout_s=ms.helper_timeout_s,
         store_timeout_s=ms.store_timeout_s,
+        requeue_retry_s=ms.requeue_retry_s,
         resync_s=ms.resync_s,
         stop_grace_s=ms.stop_grace_s,
+        reconnect_max_s=ms.reconnect_max_s,
         platform_id=settings.platform_id,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    log.info("job monitor watching %s (etcd prefix %s)", settings.docker_host, settings.etcd_prefix)
+    nodes = ", ".join(f"{name} ({e.api.base_url})" for name, e in sorted(engines.items()))
+    log.info("job monitor watching %s (etcd prefix %s)", nodes, settings.etcd_prefix)
     monitor.run(stop)
+    lcm.close()
     scheduler.close()
     store.close()
     log.info("job monitor stopped")
+
+
+def _engine(host: str, timeout: int, log) -> docker.DockerClient:
+    """A client for one node's engine, also when the engine is down right now.
+
+    The monitor must start (and watch the other nodes) while a node is down; it
+    reconnects to that one with backoff.
+    """
+    try:
+        return docker.DockerClient(base_url=host, timeout=timeout)
+    except docker.errors.DockerException as exc:  # a bad address fails again below
+        log.warning("the Docker engine at %s does not answer yet: %s", host, exc)
+        return docker.DockerClient(base_url=host, timeout=timeout, version=FALLBACK_API_VERSION)
 
 
 if __name__ == "__main__":
