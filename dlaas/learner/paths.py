@@ -13,6 +13,12 @@ from pathlib import Path
 
 from dlaas import jobspec
 
+# User metadata of a learner's log object in S3 (x-amz-meta-dlaas-run-start-line): how many
+# of its lines were written by earlier runs of the job, i.e. before the current learner
+# container's first line. The helper writes it, dlaas.logs reads it (see there). It is a
+# contract between the two like those in dlaas.jobspec, where it is meant to move.
+RUN_START_META = "dlaas-run-start-line"
+
 
 def _under(job_dir: str, default: str) -> str:
     return posixpath.join(job_dir, posixpath.relpath(default, jobspec.JOB_MOUNT))

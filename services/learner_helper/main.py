@@ -2,16 +2,27 @@
 
 One per job, started by the LCM together with the learners, on the job's network with
 the job volume at /job. It
-1. downloads every object of DLAAS_DATA_BUCKET[/DLAAS_DATA_PREFIX] into DATA_DIR,
-2. downloads DLAAS_CODE_BUCKET/DLAAS_CODE_KEY (a .tar.gz) and extracts it SAFELY into
+1. restores what earlier runs of the job left in DLAAS_RESULTS_BUCKET (a requeued or
+   resumed job gets a new gang): each learner's log object into LOG_DIR (the learner
+   wrapper appends to it, so the log stays one stream across restarts; see
+   services.learner_helper.sync), and every checkpoint under DLAAS_CHECKPOINT_PREFIX
+   into CHECKPOINT_DIR, so the learners find their latest checkpoint before they start,
+2. downloads every object of DLAAS_DATA_BUCKET[/DLAAS_DATA_PREFIX] into DATA_DIR,
+3. downloads DLAAS_CODE_BUCKET/DLAAS_CODE_KEY (a .tar.gz) and extracts it SAFELY into
    CODE_DIR,
-3. touches DATA_READY_MARK (the learner wrappers wait for it) and prints the
+4. touches DATA_READY_MARK (the learner wrappers wait for it) and prints the
    `data_ready` event,
-4. waits for SIGUSR1 (HELPER_FINISH_SIGNAL, sent by the LCM when the learners are done)
-   or SIGTERM, then uploads RESULT_DIR/** to DLAAS_RESULTS_BUCKET under
+5. every DLAAS_CHECKPOINT_INTERVAL_S seconds mirrors CHECKPOINT_DIR to the checkpoint
+   prefix (printing `checkpoint_synced` when something changed) and uploads the learner
+   logs that grew,
+6. waits for SIGUSR1 (HELPER_FINISH_SIGNAL, sent by the LCM when the learners are done)
+   or SIGTERM, then mirrors CHECKPOINT_DIR a last time, uploads RESULT_DIR/** under
    results_prefix(JOB_ID) and LOG_DIR/learner-<i>.log to log_object_key(JOB_ID, i),
-   prints the `stored` event and exits 0.
-A finish signal during step 1 or 2 skips straight to step 4 (then only logs exist).
+   prints the `stored` event, removes DATA_READY_MARK and exits 0.
+A finish signal during steps 1-3 skips straight to step 6 (the last checkpoint sync then
+only touches what was restored or written). A helper that starts while DATA_READY_MARK
+exists was restarted beside running learners: it skips steps 1-3 (the volume is the
+truth) and carries on from step 4.
 
 Env (set by the LCM):
   JOB_ID                  required
@@ -28,10 +39,14 @@ Env (set by the LCM):
   DLAAS_CODE_ENDPOINT, DLAAS_CODE_ACCESS_KEY, DLAAS_CODE_SECRET_KEY
                           optional: the code archive lives in another S3 than data/results
                           (e.g. the platform's own); all three together (secret never printed)
+  DLAAS_CHECKPOINT_PREFIX optional, default checkpoint_prefix(JOB_ID), in the results bucket
+  DLAAS_CHECKPOINT_INTERVAL_S
+                          optional seconds between syncs; 0 (the default): only at the end
   DLAAS_JOB_DIR           optional, default /job (tests run the helper outside a container)
 
-Events (stdout, one line each, dlaas.jobspec.format_event): data_ready, stored, and
-error {code, message} right before a non-zero exit. Exit codes: dlaas.jobspec
+Events (stdout, one line each, dlaas.jobspec.format_event): data_ready,
+checkpoint_synced {files, uploaded, deleted, at}, stored, and error {code, message}
+right before a non-zero exit. Exit codes: dlaas.jobspec
 HELPER_EXIT_* (10 data not found, 11 store refused, 12 upload failed, 13 bad archive),
 1 object store unreachable, 2 bad helper env.
 """
@@ -39,30 +54,33 @@ HELPER_EXIT_* (10 data not found, 11 store refused, 12 upload failed, 13 bad arc
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from dlaas.jobspec import (
+    ENV_CHECKPOINT_INTERVAL,
+    ENV_CHECKPOINT_PREFIX,
+    EVENT_CHECKPOINT_SYNCED,
     EVENT_DATA_READY,
     EVENT_ERROR,
     EVENT_STORED,
     HELPER_EXIT_BAD_ARCHIVE,
     HELPER_EXIT_OK,
+    checkpoint_prefix,
     format_event,
-    log_object_key,
     results_prefix,
 )
 from dlaas.learner.paths import JobPaths
 from services.learner_helper import store
 from services.learner_helper.archive import UnsafeArchive, safe_extract
+from services.learner_helper.sync import CheckpointSync, LearnerLogs
 
 EXIT_BAD_CONFIG = 2
-_LOG_RE = re.compile(r"^learner-(\d+)\.log$")
 
 
 class ConfigError(ValueError):
@@ -85,6 +103,8 @@ class HelperConfig:
     code_endpoint: str = ""
     code_access_key: str = ""
     code_secret_key: str = ""
+    checkpoint_prefix: str = ""
+    checkpoint_interval_s: float = 0.0
 
     def __repr__(self) -> str:  # never show the secret, even in a traceback
         return f"HelperConfig(job_id={self.job_id!r}, endpoint={self.endpoint!r}, ...)"
@@ -118,6 +138,17 @@ class HelperConfig:
         code_store = ("DLAAS_CODE_ENDPOINT", "DLAAS_CODE_ACCESS_KEY", "DLAAS_CODE_SECRET_KEY")
         if any(get(n) for n in code_store) and not all(get(n) for n in code_store):
             raise ConfigError(f"{', '.join(code_store)} must be set together")
+        try:
+            interval = float(get(ENV_CHECKPOINT_INTERVAL) or "0")
+            if not interval >= 0:  # also refuses nan
+                raise ValueError
+        except ValueError:
+            raise ConfigError(
+                f"{ENV_CHECKPOINT_INTERVAL} must be a number of seconds >= 0"
+            ) from None
+        prefix = store.folder_prefix(get(ENV_CHECKPOINT_PREFIX) or checkpoint_prefix(get("JOB_ID")))
+        if store.local_name(prefix + "x", prefix) != "x" or prefix == "/":
+            raise ConfigError(f"{ENV_CHECKPOINT_PREFIX} must be a plain folder name")
         return cls(
             job_id=get("JOB_ID"),
             num_learners=num_learners,
@@ -133,6 +164,8 @@ class HelperConfig:
             code_endpoint=get("DLAAS_CODE_ENDPOINT"),
             code_access_key=get("DLAAS_CODE_ACCESS_KEY"),
             code_secret_key=get("DLAAS_CODE_SECRET_KEY"),
+            checkpoint_prefix=prefix,
+            checkpoint_interval_s=interval,
         )
 
 
@@ -172,29 +205,78 @@ def prepare(cfg: HelperConfig, client, paths: JobPaths, stop: threading.Event) -
         say(f"extracted {files} files of the code archive into {paths.code_dir}")
 
 
-def finish(cfg: HelperConfig, client, paths: JobPaths) -> int:
-    """Results and learner logs into the results bucket."""
+def restore(
+    cfg: HelperConfig,
+    paths: JobPaths,
+    logs: LearnerLogs,
+    ckpt: CheckpointSync,
+    stop: threading.Event,
+) -> None:
+    """What earlier runs left in S3 back into the volume. Raise store.StoreError, Interrupted."""
+    lines = logs.restore(cfg.num_learners)
+    if lines:
+        say(f"restored {lines} log lines of earlier runs into {paths.log_dir}")
+    fetched = ckpt.restore(stop.is_set)
+    if fetched:
+        say(f"restored {fetched} checkpoint files into {paths.checkpoint_dir}")
+
+
+def sync_checkpoints(cfg: HelperConfig, ckpt: CheckpointSync) -> None:
+    """One mirror of CHECKPOINT_DIR; the event only when S3 changed. Raise store.StoreError."""
+    done = ckpt.sync()
+    if done.uploaded or done.deleted:
+        emit(
+            EVENT_CHECKPOINT_SYNCED,
+            files=done.files,
+            uploaded=done.uploaded,
+            deleted=done.deleted,
+            at=round(time.time(), 3),
+        )
+
+
+def tick(cfg: HelperConfig, ckpt: CheckpointSync, logs: LearnerLogs) -> None:
+    """The periodic sync: a store hiccup is reported and tried again at the next tick."""
+    try:
+        sync_checkpoints(cfg, ckpt)
+        logs.upload_changed()
+    except store.StoreError as exc:
+        say(f"periodic sync failed, trying again in {cfg.checkpoint_interval_s:g} s: {exc.message}")
+
+
+def finish(
+    cfg: HelperConfig, client, paths: JobPaths, ckpt: CheckpointSync, logs: LearnerLogs
+) -> int:
+    """The last checkpoint sync, then results and learner logs into the results bucket.
+
+    A failed checkpoint sync does not stop the results and logs from being stored; the
+    helper then exits with its error.
+    """
+    first_error: store.StoreError | None = None
+    try:
+        sync_checkpoints(cfg, ckpt)
+    except store.StoreError as exc:
+        say(f"the last checkpoint sync failed: {exc.message}")
+        first_error = exc
     prefix = results_prefix(cfg.job_id)
     try:
         store.ensure_bucket(client, cfg.results_bucket)
         files, size = store.upload_tree(client, paths.result_dir, cfg.results_bucket, prefix)
-        logs = []
-        if paths.log_dir.is_dir():
-            for log in sorted(paths.log_dir.iterdir()):
-                m = _LOG_RE.match(log.name)
-                if m and log.is_file() and not log.is_symlink():
-                    key = log_object_key(cfg.job_id, int(m.group(1)))
-                    store.upload_file(client, log, cfg.results_bucket, key)
-                    logs.append(int(m.group(1)))
+        stored = logs.local()
+        for i in stored:
+            logs.upload(i)
     except store.StoreError as exc:
         return fail(exc.exit_code, exc.code, exc.message)
-    missing = sorted(set(range(cfg.num_learners)) - set(logs))
+    if first_error is not None:
+        return fail(first_error.exit_code, first_error.code, first_error.message)
+    missing = sorted(set(range(cfg.num_learners)) - set(stored))
     if missing:
         say(f"no log from learner(s) {', '.join(map(str, missing))}")
     say(
-        f"stored {files} result files ({size} bytes) and {len(logs)} logs in s3://{cfg.results_bucket}/{prefix}"
+        f"stored {files} result files ({size} bytes) and {len(stored)} logs in s3://{cfg.results_bucket}/{prefix}"
     )
-    emit(EVENT_STORED, bucket=cfg.results_bucket, prefix=prefix, results=files, logs=len(logs))
+    emit(EVENT_STORED, bucket=cfg.results_bucket, prefix=prefix, results=files, logs=len(stored))
+    # A next gang on this same volume must restore and wait for a new data_ready.
+    paths.ready_mark.unlink(missing_ok=True)
     return HELPER_EXIT_OK
 
 
@@ -219,12 +301,21 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
     ):
         d.mkdir(parents=True, exist_ok=True)
     client = store.make_client(cfg.endpoint, cfg.access_key, cfg.secret_key, cfg.region)
+    ckpt = CheckpointSync(client, cfg.results_bucket, cfg.checkpoint_prefix, paths.checkpoint_dir)
+    logs = LearnerLogs(client, cfg.results_bucket, cfg.job_id, paths.log_dir)
+    rejoin = paths.ready_mark.exists()
 
     try:
-        prepare(cfg, client, paths, stop)
+        if rejoin:
+            say("data_ready mark found: rejoining running learners, the volume is up to date")
+            logs.adopt(cfg.num_learners)
+            ckpt.adopt()
+        else:
+            restore(cfg, paths, logs, ckpt, stop)
+            prepare(cfg, client, paths, stop)
     except store.Interrupted:
         say("finish signal while downloading: storing what there is")
-        return finish(cfg, client, paths)
+        return finish(cfg, client, paths, ckpt, logs)
     except store.StoreError as exc:
         return fail(exc.exit_code, exc.code, exc.message)
     except UnsafeArchive as exc:
@@ -232,10 +323,14 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
 
     paths.ready_mark.touch()
     emit(EVENT_DATA_READY)
-    while not stop.wait(0.5):
-        pass
-    say("finish signal received: storing results and logs")
-    return finish(cfg, client, paths)
+    interval = cfg.checkpoint_interval_s
+    next_sync = time.monotonic() + interval
+    while not stop.wait(min(0.5, interval) if interval else 0.5):
+        if interval and time.monotonic() >= next_sync:
+            tick(cfg, ckpt, logs)
+            next_sync = time.monotonic() + interval
+    say("finish signal received: storing checkpoints, results and logs")
+    return finish(cfg, client, paths, ckpt, logs)
 
 
 def main() -> int:

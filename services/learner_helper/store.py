@@ -211,9 +211,33 @@ def ensure_bucket(client, bucket: str) -> None:
         raise classify(exc, f"bucket {bucket!r}", upload=True) from None
 
 
-def upload_file(client, path: Path, bucket: str, key: str) -> None:
+def head_object(client, bucket: str, key: str) -> dict | None:
+    """The object's HEAD (size, user metadata), or None if it (or its bucket) does not exist."""
     try:
-        client.upload_file(str(path), bucket, key)
+        return client.head_object(Bucket=bucket, Key=key)
+    except botocore.exceptions.ClientError as exc:
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status == 404 or exc.response.get("Error", {}).get("Code") in _NOT_FOUND:
+            return None
+        raise classify(exc, f"s3://{bucket}/{key}") from None
+    except botocore.exceptions.BotoCoreError as exc:
+        raise classify(exc, f"s3://{bucket}/{key}") from None
+
+
+def delete_object(client, bucket: str, key: str) -> None:
+    try:
+        client.delete_object(Bucket=bucket, Key=key)
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        raise classify(exc, f"deleting s3://{bucket}/{key}", upload=True) from None
+
+
+def upload_file(
+    client, path: Path, bucket: str, key: str, metadata: dict[str, str] | None = None
+) -> None:
+    """Upload one file; `metadata` becomes the object's user metadata (x-amz-meta-*)."""
+    try:
+        extra = {"Metadata": metadata} if metadata else None
+        client.upload_file(str(path), bucket, key, ExtraArgs=extra)
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, OSError) as exc:
         raise classify(exc, f"s3://{bucket}/{key}", upload=True) from None
     except boto3.exceptions.S3UploadFailedError as exc:

@@ -204,12 +204,17 @@ def test_data_and_code_in_learner_runs_results_and_logs_stored(job, s3_client, s
     helper.kill(signal=jobspec.HELPER_FINISH_SIGNAL)
     assert wait_exit(helper) == jobspec.HELPER_EXIT_OK, helper.logs().decode()
     helper_logs = helper.logs().decode()
-    assert [e["event"] for e in events(helper_logs)] == ["data_ready", "stored"]
+    # the learner's checkpoints (the library keeps the last 3) are mirrored before the results
+    assert [e["event"] for e in events(helper_logs)] == ["data_ready", "checkpoint_synced", "stored"]
+    assert events(helper_logs)[1]["files"] == 3
     assert s3_server.secret_key not in helper_logs
 
     keys = {o["Key"] for o in s3_client.list_objects_v2(Bucket=results).get("Contents", [])}
     prefix = jobspec.results_prefix(job.id)
+    ckpts = jobspec.checkpoint_prefix(job.id)
     assert {
+        ckpts + "ckpt-000000000005.pkl",
+        ckpts + "ckpt-000000000003.pkl",
         prefix + "model.npz",
         prefix + "metrics.json",
         jobspec.log_object_key(job.id, 0),
@@ -318,7 +323,8 @@ def test_finish_signal_while_downloading_stores_logs_and_exits_0(tmp_path, s3_se
     )
     try:
         first = proc.stdout.readline()
-        assert "downloading" in first
+        assert "restored 1 log lines" in first  # the local log counts as the earlier runs'
+        assert "downloading" in proc.stdout.readline()
         proc.send_signal(signal.SIGUSR1)
         out, _ = proc.communicate(timeout=60)
     finally:
