@@ -1,7 +1,7 @@
-"""Manifest v1: FfDL's own examples parse unchanged; every error names its field path.
+"""Manifest v1: manifests in FfDL's format parse unchanged; every error names its field path.
 
-The FfDL manifests under tests/fixtures/manifests/ are copies of IBM/FfDL's
-etc/examples (each file names its source).
+The ffdl-format-*.yml manifests under tests/fixtures/manifests/ are our own jobs written
+in FfDL's manifest format (the fields and shapes of IBM/FfDL's etc/examples).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from dlaas.manifest import RESERVED_ENV, parse_manifest, parse_memory_mb
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"
 FFDL_OK = [
-    "ffdl-tf-model.yml",
-    "ffdl-pytorch-model.yml",
-    "ffdl-horovod-tfmnist.yml",
-    "ffdl-caffe-model.yml",
-    "ffdl-c10d-native-parallelism.yml",
+    "ffdl-format-tensorflow-fashion.yml",
+    "ffdl-format-pytorch-cifar.yml",
+    "ffdl-format-horovod-speech.yml",
+    "ffdl-format-caffe-cifar.yml",
+    "ffdl-format-pytorch-ddp.yml",
 ]
 
 BASE = """
@@ -40,41 +40,45 @@ def with_lines(*lines: str) -> str:
     return BASE + "\n".join(lines) + "\n"
 
 
-# --------------------------------------------------------------------------- FfDL examples
+# --------------------------------------------------------------------------- FfDL's format
 
 
 @pytest.mark.parametrize("name", FFDL_OK)
-def test_ffdl_examples_parse_unchanged(name):
+def test_ffdl_format_parses_unchanged(name):
     m = parse_manifest((FIXTURES / name).read_text())
     store = m.data_store()
-    assert store is not None and store.type == "s3"  # FfDL's mount_cos is our S3
+    assert store is not None and store.type == "s3"  # FfDL's mount_cos/s3_datastore: our S3
     assert store.training_data.container and store.training_results.container
     assert store.connection.endpoint.startswith("http")  # auth_url
-    assert store.connection.access_key == "test"  # user_name
-    assert store.connection.secret_key.get_secret_value() == "test"  # password
+    assert store.connection.access_key == "lab-trainer"  # user_name
+    assert store.connection.secret_key.get_secret_value() == "lab-trainer-pw"  # password
     assert m.framework.command.strip()
+    assert m.version == "1.0"
 
 
-def test_ffdl_example_details():
-    tf = parse_manifest((FIXTURES / "ffdl-tf-model.yml").read_text())
+def test_ffdl_format_details():
+    tf = parse_manifest((FIXTURES / "ffdl-format-tensorflow-fashion.yml").read_text())
     assert (tf.name, tf.cpus, tf.learners, tf.framework.version) == (
-        "tf_convolutional_network_tutorial", 0.5, 1, "1.5.0-py3",
+        "fashion items cnn", 0.5, 1, "2.15.0",
     )  # fmt: skip
     assert tf.evaluation_metrics["type"] == "tensorboard"
-    c10d = parse_manifest((FIXTURES / "ffdl-c10d-native-parallelism.yml").read_text())
-    assert (c10d.name, c10d.gpus, c10d.learners) == ("Pytorch DDL on torchvision dataset", 1, 2)
-    assert c10d.memory_mb == round(16 * 1000**3 / 2**20)  # 16Gb, decimal like FfDL
+    # A folded (`>`) command is one command line, its continuation lines kept.
+    assert tf.framework.command.startswith("python3 fashion_cnn.py --pictures ${DATA_DIR}/")
+    ddp = parse_manifest((FIXTURES / "ffdl-format-pytorch-ddp.yml").read_text())
+    assert (ddp.name, ddp.gpus, ddp.learners) == ("Segmentation DDP on street scenes", 1, 2)
+    assert ddp.memory_mb == round(16 * 1000**3 / 2**20)  # 16Gb, decimal like FfDL
 
 
-def test_ffdl_secret_is_masked_when_normalized():
-    m = parse_manifest((FIXTURES / "ffdl-pytorch-model.yml").read_text())
+def test_ffdl_format_secret_is_masked_when_normalized():
+    m = parse_manifest((FIXTURES / "ffdl-format-pytorch-cifar.yml").read_text())
     shown = m.normalized()["data_stores"][0]["connection"]
     assert shown["secret_key"] == "**********"
-    assert shown["endpoint"] == "http://s3.default.svc.cluster.local"
+    assert shown["endpoint"] == "https://s3.storage.lab.example"
+    assert "lab-trainer-pw" not in str(m.normalized())
 
 
-def test_ffdl_unsupported_store_type_is_refused_with_a_reason():
-    found = problems((FIXTURES / "ffdl-tf-model-hostmount.yml").read_text())
+def test_ffdl_format_host_mount_store_is_refused_with_a_reason():
+    found = problems((FIXTURES / "ffdl-format-hostmount.yml").read_text())
     assert len(found) == 1
     assert found[0].startswith("data_stores[0].type:")
     assert "'mount_volume' is not supported" in found[0] and "s3" in found[0]
