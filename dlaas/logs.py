@@ -1,20 +1,41 @@
 """Where a job's log lines come from, for the API's log stream and anyone else.
 
-While a learner's container exists its lines come from `docker logs` (live, with
-follow); once the job monitor has removed it, from the learner's log object in the
-job's results location (`jobspec.log_object_key`), which the helper uploaded before
-the clean-up. Both sources hold the learner's whole log from its first line, so a
-`LineCursor` that counts lines already consumed makes the hand-over from container to
-S3 free of gaps and duplicates, and lets a client resume at any line `offset`.
+One learner's log is ONE stream of lines across every run of the job (a requeued,
+preempted or resumed job gets a new gang: new containers with the same names, whose
+`docker logs` start empty). Two sources hold it:
 
-Assumption shared with the helper: the log object holds the same lines, in the same
-order, as `docker logs` of the learner (stdout and stderr).
+- the learner's log object in the job's results location (`jobspec.log_object_key`),
+  uploaded by the helper: at the start of every run (after it put the log so far back
+  in LOG_DIR, where the learner wrapper appends to it), now and then while the run goes
+  on, and at its end. Its user metadata `RUN_START_META` ("dlaas-run-start-line")
+  says how many of its lines the earlier runs wrote: the object holds
+  `earlier runs' lines ++ (a prefix of) the current run's lines`;
+- the current learner container's `docker logs`: the current run's lines only.
+
+So the stream is `object[:run_start] ++ docker logs`, while the container exists, and
+the whole object once it is gone (the monitor removes containers only after the helper
+stored the logs). Line `i` of the container is line `run_start + i` of the stream, and
+a `LineCursor` that counts the lines consumed so far hands out every line once, from
+the client's `offset` on, whichever source it came from.
+
+When to read `run_start`: the helper writes it before it releases the learners
+(`data_ready`), so it is read once the container has printed its first line; until
+then every line of the object precedes the container's and is handed out at once.
+A run that lost lines (a node died before its helper could upload the tail) gives
+the next run a `run_start` below what the reader already handed out; the cursor then
+counts on from `run_start` rather than drop the new run's lines.
+
+Assumptions shared with the helper and the LCM: the log object holds the same lines, in
+the same order, as the learner's `docker logs` (the wrapper writes both); the LCM
+removes a gang's containers before it starts the next gang.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from itertools import chain, islice
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -22,6 +43,7 @@ from botocore.exceptions import ClientError
 from dlaas import jobspec
 from dlaas.config import PlatformSettings
 from dlaas.errors import JobNotFound
+from dlaas.learner.paths import RUN_START_META
 from dlaas.locations import S3Location, job_locations
 from dlaas.manifest import parse_manifest
 from dlaas.s3 import client_for
@@ -32,8 +54,9 @@ from dlaas.store.base import JobStore
 class LineCursor:
     """Counts the lines consumed so far; yields only lines past both that count and `offset`.
 
-    Pure: every source replays a log from its first line, and the cursor drops the
-    ones already handed out (or skipped by the client's offset).
+    Pure: every source replays its part of the stream from its first line (`start` is
+    that line's index in the whole stream), and the cursor drops the ones already
+    handed out (or skipped by the client's offset).
     """
 
     def __init__(self, offset: int = 0):
@@ -42,13 +65,31 @@ class LineCursor:
         self.offset = offset
         self.consumed = 0
 
-    def take(self, lines_from_start: Iterable[str]) -> Iterator[str]:
-        for index, line in enumerate(lines_from_start):
+    def take(self, lines: Iterable[str], start: int = 0) -> Iterator[str]:
+        for index, line in enumerate(lines, start):
             if index < self.consumed:
                 continue
             self.consumed = index + 1
             if index >= self.offset:
                 yield line
+
+    def rewind(self, to: int) -> None:
+        """The stream lost its lines past `to` (they will never come): count on from there."""
+        self.consumed = min(self.consumed, to)
+
+
+def run_start(metadata: dict[str, str] | None) -> int:
+    """Lines of earlier runs at the head of a log object (0 for objects without the mark)."""
+    value = (metadata or {}).get(RUN_START_META, "0")
+    return int(value) if value.isdigit() else 0
+
+
+@dataclass
+class S3Log:
+    """One read of a log object: its earlier runs' line count and its lines."""
+
+    run_start: int
+    lines: Iterator[str]
 
 
 def split_lines(chunks: Iterable[bytes]) -> Iterator[str]:
@@ -116,16 +157,26 @@ class LogReader:
         except (docker.errors.DockerException, OSError):
             return  # removed while we read: the next round reads S3 from where we are
 
-    def _s3_lines(self, results: S3Location, job_id: str, learner: int) -> Iterator[str] | None:
+    def _has_output(self, container) -> bool:
+        import docker.errors
+
+        try:
+            return bool(container.logs(stdout=True, stderr=True, tail=1))
+        except (docker.errors.DockerException, OSError):
+            return True  # gone: do not read ahead in S3, the next round sorts it out
+
+    def _s3_log(self, results: S3Location, job_id: str, learner: int) -> S3Log | None:
         s3 = self.s3_for(results)
         key = results.prefix + jobspec.log_object_key(job_id, learner)
         try:
-            body = s3.get_object(Bucket=results.bucket, Key=key)["Body"]
+            obj = s3.get_object(Bucket=results.bucket, Key=key)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchBucket", "404"):
                 return None
             raise
-        return split_lines(body.iter_chunks(64 * 1024))
+        return S3Log(
+            run_start(obj.get("Metadata")), split_lines(obj["Body"].iter_chunks(64 * 1024))
+        )
 
     def _final(self, job_id: str) -> bool:
         try:
@@ -142,23 +193,52 @@ class LogReader:
         is final and every line is out. Raise JobNotFound for an unknown job."""
         record = self.store.get(job_id)
         _, results = job_locations(parse_manifest(record.manifest_yaml), self.settings)
+        return self.stream(results, job_id, learner, offset=offset, follow=follow)
+
+    def stream(
+        self, results: S3Location, job_id: str, learner: int, *, offset: int, follow: bool
+    ) -> Iterator[str]:
+        """The stream of `lines` once the job's results location is known."""
         cursor = LineCursor(offset)
+        current: tuple[str, int] | None = None  # (container id, its first line's index)
         while True:
             # Status first: if the job was already final before we read a source, that
             # source holds every line there will ever be.
             final = self._final(job_id)
             container = self._container(job_id, learner)
-            if container is not None:
-                running = container.status in ("running", "restarting")
-                yield from cursor.take(self._container_lines(container, follow and running))
-                done = not running
-            else:
-                from_s3 = self._s3_lines(results, job_id, learner)
-                if from_s3 is not None:
-                    yield from cursor.take(from_s3)
+            if container is None:
+                current = None
+                log = self._s3_log(results, job_id, learner)
+                if log is not None:
+                    yield from cursor.take(log.lines)
                 # Containers gone and the job final: the monitor removes containers only
                 # after the logs are in S3, so there is nothing more to wait for.
                 done = True
+            else:
+                running = container.status in ("running", "restarting")
+                if current is not None and current[0] != container.id:
+                    current = None  # a new run (restart) under the same name
+                if current is None and not self._has_output(container):
+                    # Nothing printed yet: every line of the object precedes this run's.
+                    log = self._s3_log(results, job_id, learner)
+                    if log is not None:
+                        yield from cursor.take(log.lines)
+                lines = self._container_lines(container, follow and running)
+                if current is None:
+                    first = next(lines, None)
+                    if first is not None:
+                        # The helper wrote this run's start before the learner could print.
+                        log = self._s3_log(results, job_id, learner)
+                        start = log.run_start if log is not None else 0
+                        if start < cursor.consumed:
+                            cursor.rewind(start)  # the last run's tail was lost with its node
+                        if log is not None:
+                            yield from cursor.take(islice(log.lines, start))
+                        current = (container.id, start)
+                        lines = chain([first], lines)
+                if current is not None:
+                    yield from cursor.take(lines, current[1])
+                done = not running
             if not follow or (final and done):
                 return
             self.sleep(self.poll_s)
