@@ -24,6 +24,7 @@ import argparse
 import csv
 import heapq
 import json
+import math
 import statistics
 import sys
 import time
@@ -130,6 +131,7 @@ def simulate(
     restore_s: float = 30.0,
     tick_s: float = 300.0,
     config: PolicyConfig | None = None,
+    round_s: float = 10.0,
 ) -> dict:
     cfg = config or DEFAULT_CONFIG
     cluster = tuple(
@@ -201,22 +203,24 @@ def simulate(
 
     while events:
         t = events[0][0]
+        if round_s > 0:  # rounds on a fixed cadence, as a live scheduler loop runs them
+            t = math.ceil(t / round_s) * round_s
         # utilization: GPUs held by running jobs between events
         if last_t is not None:
             busy_gpu_s += (t - last_t) * sum(s.job.gpus for s in running.values())
         last_t = t
         submitted = []
-        while events and events[0][0] == t:
-            _, kind, _, jid = heapq.heappop(events)
+        while events and events[0][0] <= t:
+            te, kind, _, jid = heapq.heappop(events)
             if kind == _FINISH:
                 job_id, _, ep = jid.partition("#")
                 st = running.get(job_id)
                 if st is None or st.epoch != int(ep):
                     continue  # stale finish of a run that was preempted
                 del running[job_id]
-                st.end = t
+                st.end = te
                 st.remaining = 0.0
-                last_end = max(last_end, t)
+                last_end = max(last_end, te)
                 model.add(st.job.duration)
             elif kind == _SUBMIT:
                 st = states[jid]

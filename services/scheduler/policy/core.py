@@ -55,6 +55,8 @@ class PolicyConfig:
     # A preemption that needs more victims than this is not worth its disruption: the gang
     # waits (and gets a reservation) instead. Also bounds the cost of one attempt.
     max_victims: int = 16
+    # fifo only: a job that does not fit blocks everyone behind it (no backfill at all).
+    strict_fifo: bool = False
     # Let elastic jobs grow into idle GPUs.
     grow: bool = True
 
@@ -247,6 +249,18 @@ class _Round:
             self._ranked_cache = [(x[4], x[5]) for x in rows]
             self._elastic = [x for x in self._ranked_cache if x[1].learners > x[1].min_gang]
         return self._ranked_cache
+
+    def _may_preempt(self, cls: tuple, can_preempt: bool) -> bool:
+        if not can_preempt:
+            return False
+        ranked = self._ranked()
+        for i in range(self._ranked_start, len(ranked)):
+            rcls, r = ranked[i]
+            if rcls <= cls:
+                return False
+            if r.job_id not in self.touched:
+                return True
+        return False
 
     def _victims(self, j: QueuedJob, elastic_only: bool = False):
         """Lower-class running jobs this job may take resources from, best victim first."""
@@ -466,11 +480,22 @@ class _Round:
 
     # -- main loop ------------------------------------------------------------------------
     def ordered(self):
+        """(class, job) in policy order; the class is computed once per job per round."""
         queue = self.snapshot.queue
-        if self.policy != "fair":
-            yield from sorted(queue, key=order_key(self.policy, self.now, self.cfg))
+        if self.policy == "fair":
+            for j in self._drf_order(queue):
+                yield (), j
             return
-        yield from self._drf_order(queue)
+        if self.policy in ("las", "default"):
+            now, cfg, pol = self.now, self.cfg, self.policy
+            rows = [(queued_class(j, now, pol, cfg), j.submit_time, j.job_id, j) for j in queue]
+            rows.sort(key=lambda r: r[:3])
+            for r in rows:
+                yield r[0], r[3]
+            return
+        key = order_key(self.policy, self.now, self.cfg)
+        for j in sorted(queue, key=key):
+            yield (queued_class(j, self.now, self.policy, self.cfg), j)
 
     def _drf_order(self, queue):
         """DRF: repeatedly serve the user with the smallest dominant share (updated on starts)."""
@@ -517,8 +542,25 @@ class _Round:
         # learners": a later job of the same shape needing >= n cannot do better. This keeps a
         # long queue behind a full cluster O(queue), not O(queue x nodes).
         failed: dict[tuple, tuple[int, int]] = {}
-        for j in self.ordered():
-            cls = queued_class(j, self.now, self.policy, self.cfg) if can_preempt else ()
+        gpu_less = any(j.gpus_per_learner == 0 for j in self.snapshot.queue)
+        rest = None
+        for cls, j in self.ordered():
+            if rest is not None:
+                self.wait(j, "")
+                continue
+            if (
+                not gpu_less
+                and self.reserved_for is None
+                and self.idx.total_free_gpus() == 0
+                and not self._may_preempt(cls, can_preempt)
+            ):
+                # Full cluster and nobody left to preempt for this class or any later (the
+                # queue is sorted by class): every remaining job waits. Keeps long queues cheap.
+                rest = True
+                self.wait(j, "")
+                continue
+            if not can_preempt:
+                cls = ()
             shape = (
                 cls,
                 j.gpus_per_learner,
@@ -556,6 +598,8 @@ class _Round:
                 why += f"; behind {self.reserved_for}, which holds a reservation"
             failed[shape] = (self.idx.version, j.min_gang)
             self.wait(j, why)
+            if self.policy == "fifo" and self.cfg.strict_fifo:
+                rest = True  # head-of-line blocking by configuration
         self.grow()
         return self.decisions
 
