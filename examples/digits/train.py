@@ -3,7 +3,13 @@
 Reads DATA_DIR/digits.npz (made by prepare.py), prints loss and accuracy every epoch,
 checkpoints every epoch with dlaas.learner.checkpoint and resumes from the newest
 checkpoint when the learner is restarted, and writes model.npz and metrics.json to
-RESULT_DIR. About a second per 20 epochs on one CPU.
+RESULT_DIR. About a second per 20 epochs on one CPU (`--epoch-sleep S` makes epochs
+last longer, for demos and tests of halt and resume).
+
+SIGTERM (the platform halts or preempts the job; the learner wrapper forwards it) is
+cooperative: the current mini-batch ends, the state is saved as a checkpoint (with the
+position inside the epoch, so the resumed run goes on with the next mini-batch and
+trains exactly as an uninterrupted run would), and the script exits 143.
 
 Locally:  python prepare.py --out data && DATA_DIR=data RESULT_DIR=results python train.py
 """
@@ -13,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -26,6 +33,27 @@ except ImportError:  # run outside the platform without dlaas installed: no chec
 
 SEED = 0
 HIDDEN = 32
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Stop:
+    """Set by SIGTERM; the training loop looks at it between mini-batches."""
+
+    requested = False
+
+    @classmethod
+    def install(cls) -> None:
+        def handle(_signum, _frame) -> None:
+            cls.requested = True
+
+        signal.signal(signal.SIGTERM, handle)
+
+    @classmethod
+    def sleep(cls, seconds: float) -> None:
+        """Sleep, but wake up at once on SIGTERM."""
+        deadline = time.monotonic() + seconds
+        while not cls.requested and time.monotonic() < deadline:
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
 
 def find_data(data_dir: Path) -> Path | None:
@@ -83,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument(
+        "--epoch-sleep", type=float, default=0.0, help="seconds to wait after each epoch"
+    )
     args = parser.parse_args(argv)
+    Stop.install()
 
     data_dir = Path(os.environ.get("DATA_DIR", "data"))
     result_dir = Path(os.environ.get("RESULT_DIR", "results"))
@@ -101,21 +133,33 @@ def main(argv: list[str] | None = None) -> int:
     print(f"data: {len(x_train)} training and {len(x_test)} test images from {path}")
 
     params = init_params(np.random.default_rng(SEED), x_train.shape[1], 10)
-    start, history = 1, []
+    start, history, batch, losses = 1, [], 0, []
     found = checkpoint.load_latest(ckpt_dir) if checkpoint else None
     if found is not None:
         step, state = found
         params, start = state["params"], step + 1
         history = list(state.get("history", []))
-        print(f"resuming from the checkpoint of epoch {step}")
+        # A checkpoint taken on SIGTERM also holds how far the next epoch had got.
+        batch, losses = state.get("next_batch", 0), list(state.get("losses", []))
+        where = f" and {batch} mini-batches of epoch {start}" if batch else ""
+        print(f"resuming from the checkpoint of epoch {step}{where}")
+
+    def save(epoch_done: int, **extra) -> None:
+        if checkpoint:
+            state = {"params": params, "history": history, **extra}
+            checkpoint.save(state, step=epoch_done, directory=ckpt_dir)
 
     started = time.monotonic()
     for epoch in range(start, args.epochs + 1):
         rng = np.random.default_rng(SEED + epoch)  # same order on a resumed run
         order = rng.permutation(len(x_train))
-        losses = []
-        for i in range(0, len(order), args.batch_size):
-            idx = order[i : i + args.batch_size]
+        starts = range(0, len(order), args.batch_size)
+        for b in range(batch, len(starts)):
+            if Stop.requested:
+                save(epoch - 1, next_batch=b, losses=losses)
+                print(f"SIGTERM: checkpoint saved at epoch {epoch - 1} + {b} mini-batches")
+                return EXIT_TERMINATED
+            idx = order[starts[b] : starts[b] + args.batch_size]
             loss, grads = loss_and_grads(params, x_train[idx], y_train[idx])
             for k in params:
                 params[k] -= args.lr * grads[k]
@@ -123,8 +167,13 @@ def main(argv: list[str] | None = None) -> int:
         acc = accuracy(params, x_test, y_test)
         history.append({"epoch": epoch, "loss": float(np.mean(losses)), "accuracy": acc})
         print(f"epoch {epoch}/{args.epochs} loss={np.mean(losses):.4f} accuracy={acc:.4f}")
-        if checkpoint:
-            checkpoint.save({"params": params, "history": history}, step=epoch, directory=ckpt_dir)
+        save(epoch)
+        batch, losses = 0, []
+        if epoch < args.epochs:
+            Stop.sleep(args.epoch_sleep)
+            if Stop.requested:  # the epoch's checkpoint is already saved
+                print(f"SIGTERM: checkpoint saved at epoch {epoch}")
+                return EXIT_TERMINATED
 
     final = accuracy(params, x_test, y_test)
     result_dir.mkdir(parents=True, exist_ok=True)
