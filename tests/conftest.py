@@ -119,6 +119,15 @@ def docker_client():
 
 
 @pytest.fixture(scope="session")
+def learner_image(docker_client) -> str:
+    """The job image (python3, numpy, boto3 and the platform's in-container code), built
+    locally on first use (about a minute on a new machine) and reused after."""
+    from dlaas.images import ensure_images
+
+    return ensure_images(docker_client, progress=lambda _line: None)
+
+
+@pytest.fixture(scope="session")
 def docker_gateway(docker_client) -> str:
     """The host's IP as containers see it (the default bridge gateway)."""
     return servers.docker_gateway_ip(docker_client)

@@ -10,76 +10,13 @@ from __future__ import annotations
 
 import time
 
-import pyetcd
 import pytest
+from lcm_support import containers, submit
 
 from dlaas import errors, jobspec
-from dlaas.config import PlatformSettings
-from dlaas.etcd_status import StatusKeeper
-from dlaas.grpc_server import start_server
-from dlaas.nodes import NodeSpec
-from dlaas.sdk import SchedulerClient
-from dlaas.servers import free_port
 from dlaas.status import Status
-from dlaas.v1 import scheduler_pb2_grpc
-from services.lcm.deployer import Deployer
-from services.lcm.service import Lcm
-from services.scheduler.service import SchedulerService, SchedulerState
 
 pytestmark = pytest.mark.docker
-
-MANIFEST = """
-name: sleeper
-learners: {learners}
-cpus: 0.5
-memory: 256MiB
-framework:
-  name: python
-  image: {image}
-  command: sleep 30
-"""
-
-
-@pytest.fixture
-def lcm(etcd_server, docker_client, job_store, tmp_path):
-    prefix = f"/t-lcm-{time.monotonic_ns()}"
-    etcd = pyetcd.client(host=etcd_server.host, port=etcd_server.port)
-    node = NodeSpec(name="local", cpus=2, memory_mb=2048)
-    port = free_port()
-    sched = SchedulerService(SchedulerState(etcd, prefix), [node], "fifo")
-    server = start_server(
-        f"127.0.0.1:{port}",
-        lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(sched, s),
-        ["dlaas.v1.Scheduler"],
-    )
-    settings = PlatformSettings(s3_access_key="unused", s3_secret_key="unused", etcd_prefix=prefix)
-    keeper = StatusKeeper(etcd, job_store, prefix)
-    manager = Lcm(
-        settings,
-        keeper,
-        job_store,
-        Deployer(docker_client),
-        SchedulerClient(f"127.0.0.1:{port}"),
-        [node],
-    )
-    created: list[str] = []
-    manager.created = created
-    yield manager
-    for job_id in created:
-        manager.deployer.remove_job(job_id)
-    server.stop(0)
-    etcd.delete_prefix(prefix + "/")
-
-
-def submit(lcm, job_id, learners=2, image="dlaas-test-base:latest"):
-    lcm.created.append(job_id)
-    return lcm.submit(job_id, "alice", MANIFEST.format(learners=learners, image=image), "")
-
-
-def containers(docker_client, job_id):
-    return docker_client.containers.list(
-        all=True, filters={"label": f"{jobspec.LABEL_JOB}={job_id}"}
-    )
 
 
 def test_submit_place_deploy_and_redeploy_leave_exactly_one_set(lcm, docker_client):

@@ -17,9 +17,6 @@ from botocore.exceptions import ClientError
 
 from dlaas import servers
 
-TEST_IMAGE = "dlaas-test-base:latest"
-
-
 # --------------------------------------------------------------------------- etcd
 
 
@@ -127,13 +124,7 @@ def test_s3_unknown_access_key_is_refused(s3_server, s3_bucket):
 
 @pytest.mark.docker
 def test_container_reaches_s3_through_gateway(docker_client, docker_gateway, s3_server,
-                                              s3_client, s3_bucket):  # fmt: skip
-    import docker
-
-    try:
-        docker_client.images.get(TEST_IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.skip(f"image {TEST_IMAGE} not present (no registry here to pull it)")
+                                              s3_client, s3_bucket, learner_image):  # fmt: skip
     s3_client.put_object(Bucket=s3_bucket, Key="in.txt", Body=b"from host")
     script = (
         "import boto3, os\n"
@@ -148,7 +139,7 @@ def test_container_reaches_s3_through_gateway(docker_client, docker_gateway, s3_
     network = docker_client.networks.create(f"dlaas-test-{uuid.uuid4().hex[:8]}", driver="bridge")
     try:
         output = docker_client.containers.run(
-            TEST_IMAGE,
+            learner_image,
             ["python3", "-c", script],
             environment={
                 "EP": f"http://{docker_gateway}:{s3_server.port}",

@@ -1,0 +1,140 @@
+"""The LCM's resilience use cases against real etcd, Docker and a real scheduler service.
+
+Restarts count against max_restarts with backoff and are recorded in the history; resume
+continues a HALTED job; scale restarts an elastic gang with its new size; a crash in the
+middle of a requeue is finished by the next leader's reconcile; and of two replicas
+only the lease holder places jobs, the other taking over when the leader dies.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from lcm_support import containers, submit
+
+from dlaas import errors, jobspec
+from dlaas.leader import LeaderElection
+from dlaas.status import Status
+
+pytestmark = pytest.mark.docker
+
+
+def new_id() -> str:
+    return f"job-{time.monotonic_ns():x}"
+
+
+def wait(predicate, timeout=30.0, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def placed_again(lcm, job):
+    """Run the leader's loop steps until the job is deployed again."""
+
+    def step():
+        lcm._enqueue_due()
+        lcm.place_round()
+        return lcm.keeper.get(job).status == Status.DOWNLOADING
+
+    return step
+
+
+def test_restart_is_recorded_backed_off_and_redeployed(lcm, docker_client):
+    job = new_id()
+    submit(lcm, job, learners=1, extra="max_restarts: 2\n")
+    lcm.place_round()
+    first = {c.id for c in containers(docker_client, job)}
+    assert lcm.requeue(job, "learner 0 killed from outside", is_restart=True) == "QUEUED"
+    reason = lcm.keeper.get(job).reason
+    assert reason.startswith("restart 1/2") and "killed from outside" in reason
+    wait(placed_again(lcm, job), what="the restarted gang")
+    second = {c.id for c in containers(docker_client, job)}
+    assert len(second) == 2 and not first & second  # fresh containers, exactly one set
+    assert lcm.store.get(job).info["restarts"] == 1
+    history = [t.status for t in lcm.store.get(job).history]
+    assert history == [Status.QUEUED, Status.PENDING, Status.DOWNLOADING] * 2
+
+
+def test_no_restarts_left_fails_the_job_with_the_reason(lcm):
+    job = new_id()
+    submit(lcm, job, learners=1)  # max_restarts defaults to 0
+    lcm.place_round()
+    assert lcm.requeue(job, "helper lost its store", is_restart=True) == "FAILED"
+    state = lcm.keeper.get(job)
+    assert state.error_code == "restarts_exhausted" and "helper lost its store" in state.reason
+
+
+def test_halted_job_resumes_and_is_placed_again(lcm, docker_client):
+    job = new_id()
+    submit(lcm, job, learners=1)
+    with pytest.raises(errors.InvalidTransition):
+        lcm.resume(job, "alice", "")  # only a HALTED job resumes
+    lcm.place_round()
+    lcm.halt(job, "alice", "pausing")
+    with pytest.raises(errors.JobNotFound):
+        lcm.resume(job, "mallory", "")
+    assert lcm.resume(job, "alice", "") == "QUEUED"
+    wait(placed_again(lcm, job), what="the resumed job")
+    statuses = [t.status for t in lcm.store.get(job).history]
+    assert statuses[-4:] == [Status.HALTED, Status.QUEUED, Status.PENDING, Status.DOWNLOADING]
+
+
+def test_scale_restarts_an_elastic_gang_with_its_new_size(lcm, docker_client):
+    job = new_id()
+    submit(lcm, job, learners=2, extra="min_learners: 1\nmax_learners: 3\n")
+    lcm.place_round()
+    with pytest.raises(errors.InvalidRequest, match="learners: must be between 1 and 3"):
+        lcm.scale(job, "alice", 4)
+    assert lcm.scale(job, "alice", 3) == "QUEUED"
+    wait(placed_again(lcm, job), what="the rescaled job")
+    learners = [
+        c for c in containers(docker_client, job) if c.labels[jobspec.LABEL_ROLE] == "learner"
+    ]
+    assert len(learners) == 3
+    env = dict(e.split("=", 1) for e in learners[0].attrs["Config"]["Env"])
+    assert env["NUM_LEARNERS"] == "3"
+
+
+def test_scaling_a_fixed_size_job_is_refused_naming_the_field(lcm):
+    job = new_id()
+    submit(lcm, job, learners=1)
+    with pytest.raises(errors.InvalidRequest, match="learners: .* not elastic"):
+        lcm.scale(job, "alice", 2)
+
+
+def test_reconcile_finishes_a_requeue_cut_short_by_a_crash(lcm, docker_client):
+    job = new_id()
+    submit(lcm, job, learners=1)
+    lcm.place_round()
+    # The leader wrote QUEUED and died before tearing down or releasing anything.
+    lcm.keeper.transition(job, Status.QUEUED, "restart 1/1: simulated crash")
+    assert containers(docker_client, job)
+    lcm.reconcile()
+    wait(placed_again(lcm, job), what="the job placed by the new leader")
+    assert len(containers(docker_client, job)) == 2  # one helper, one learner: no duplicates
+
+
+def test_only_the_leader_places_and_a_standby_takes_over(lcm, etcd_server):
+    import pyetcd
+
+    etcd = pyetcd.client(host=etcd_server.host, port=etcd_server.port)
+    key = f"{lcm.keeper.prefix}/lcm/leader"
+    a = LeaderElection(etcd, key, "a", ttl=1, on_elected=lcm.on_elected, on_lost=lcm.on_lost)
+    b = LeaderElection(etcd, key, "b", ttl=1)
+    a.start()
+    wait(lambda: a.leading, what="a leads")
+    b.start()
+    time.sleep(0.5)
+    assert a.leading and not b.leading and b.leader() == "a"
+    # a dies without a word (SIGKILL): its lease simply stops being refreshed.
+    a._stop.set()
+    a._thread.join()
+    died = time.monotonic()
+    wait(lambda: b.leading, timeout=5, what="b takes over")
+    assert time.monotonic() - died < 2.5
+    b.stop()
