@@ -869,7 +869,7 @@ def test_error_bodies_never_carry_a_trace(env):
 
 
 @pytest.mark.docker
-def test_follow_hands_over_from_the_container_to_s3_without_gaps(env, docker_client):
+def test_follow_hands_over_from_the_container_to_s3_without_gaps(env, docker_client, learner_image):
     """Lines come live from `docker logs`; when the container is removed mid-stream, the rest
     comes from the S3 log object, with no line lost or repeated."""
     import contextlib
@@ -891,7 +891,7 @@ def test_follow_hands_over_from_the_container_to_s3_without_gaps(env, docker_cli
         "time.sleep(30)\n"  # keeps running: the test removes it mid-stream
     )
     container = docker_client.containers.run(
-        "dlaas-test-base:latest",
+        learner_image,
         ["python3", "-c", script],
         name=jobspec.learner_name(job_id, 0),
         detach=True,
