@@ -68,11 +68,9 @@ def main() -> None:
     # Imported here: the SDK pulls in gRPC, which the pure parts of this service never need.
     from dlaas.sdk import LcmClient, SchedulerClient
 
+    hosts = {n.name: n.docker_host or settings.docker_host for n in configured_nodes(settings)}
     try:
-        engines = {
-            n.name: _engine(n.docker_host or settings.docker_host, ms.docker_timeout_s, log)
-            for n in configured_nodes(settings)
-        }
+        engines = {name: _engine(host, ms.docker_timeout_s, log) for name, host in hosts.items()}
     except docker.errors.DockerException as exc:
         sys.exit(f"jobmonitor: bad Docker engine address: {exc}")
     store = open_store(settings.store_url)
@@ -96,7 +94,7 @@ def main() -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    nodes = ", ".join(f"{name} ({e.api.base_url})" for name, e in sorted(engines.items()))
+    nodes = ", ".join(f"{name} ({host})" for name, host in sorted(hosts.items()))
     log.info("job monitor watching %s (etcd prefix %s)", nodes, settings.etcd_prefix)
     monitor.run(stop)
     lcm.close()

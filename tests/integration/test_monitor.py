@@ -3,20 +3,31 @@
 Each test deploys a job by hand the way the LCM does (jobspec names and labels, a network,
 a volume, a helper and learners started together with init), using small `python3 -c`
 scripts in the test base image as stand-ins for the helper and the learners, then lets a
-JobMonitor running in a thread carry the job to its end and clean up.
+JobMonitor running in a thread (or a process, to kill it with SIGKILL) carry the job to
+its end and clean up. The LCM's part (requeue, teardown, redeploy) is played by the test:
+its `requeue` is a recording stand-in.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import docker
 import docker.errors
 import pytest
 
-from dlaas import jobspec
+from dlaas import jobspec, servers
 from dlaas.etcd_status import StatusKeeper
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
@@ -58,7 +69,38 @@ def learner_script(code: int, lines: int = 3, sleep: float = 1.0) -> str:
     )
 
 
+SLEEPER = "import time\ntime.sleep(60)\n"
+
 OOM_LEARNER = "import time\ntime.sleep(0.5)\nx = b'x' * (256 << 20)\nprint('survived')\n"
+
+
+# A monitor in its own process: argv = docker host, etcd host:port, prefix, store path,
+# platform id, the jobs it owns. Its release and requeue only log (its stdout is dropped).
+MONITOR_PROCESS = """
+import sys, threading
+import docker
+from dlaas.etcd_status import StatusKeeper, connect
+from dlaas.store import open_store
+from services.jobmonitor.monitor import JobMonitor
+
+docker_host, etcd, prefix, store_path, platform, jobs = sys.argv[1:7]
+host, _, port = etcd.rpartition(":")
+store = open_store(store_path)
+keeper = StatusKeeper(connect([(host, int(port))]), store, prefix)
+owned = set(jobs.split(","))
+monitor = JobMonitor(
+    docker.DockerClient(base_url=docker_host),
+    keeper,
+    store,
+    lambda job_id: print("released", job_id, flush=True),
+    requeue=lambda job_id, reason, is_restart=False: print("requeue", job_id, reason),
+    resync_s=1,
+    stop_grace_s=1,
+    owns_job=owned.__contains__,
+    platform_id=platform,
+)
+monitor.run(threading.Event())
+"""
 
 
 def manifest(learners: int) -> str:
@@ -77,6 +119,93 @@ def image(docker_client):
     return IMAGE
 
 
+class EngineProxy:
+    """A second node's "engine": a Unix socket forwarding to the real one, that can die.
+
+    A stand-in for the path to another dockerd (a real second engine would need its own
+    copy of the test image, too slow here): stop() refuses new connections and cuts the
+    open ones, as a dead engine does; start() brings it back at the same address.
+    """
+
+    def __init__(self, path: Path, target: str):
+        self.path = path
+        self.target = target
+        self.url = f"unix://{path}"
+        self._server: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(self.path))
+        server.listen(64)
+        server.settimeout(0.1)
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+            c.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def _accept(self, server: socket.socket) -> None:
+        while self._server is server:
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(None)
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(self.target)
+            with self._lock:
+                self._conns += [conn, upstream]
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def second_node(docker_host, tmp_path_factory):
+    if not docker_host.startswith("unix://"):
+        pytest.skip(f"the engine proxy forwards to a Unix socket, not {docker_host}")
+    # A short path: Unix socket paths are limited to about 100 bytes.
+    path = Path(tempfile.mkdtemp(prefix="dlaas-n2-")) / "docker.sock"
+    proxy = EngineProxy(path, docker_host.removeprefix("unix://"))
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+        path.parent.rmdir()
+
+
+@pytest.fixture(scope="module")
+def docker_host(docker_client) -> str:
+    """The engine's address, for monitors started in their own process."""
+    return servers.ensure_dockerd(Path(tempfile.gettempdir()) / "dlaas-dockerd")
+
+
 @pytest.fixture
 def keeper(etcd_client, etcd_prefix, job_store):
     return StatusKeeper(etcd_client, job_store, prefix=etcd_prefix)
@@ -85,14 +214,33 @@ def keeper(etcd_client, etcd_prefix, job_store):
 class Harness:
     """Deploys jobs like the LCM and runs monitors in threads; removes everything after."""
 
-    def __init__(self, docker_client, keeper: StatusKeeper, store, image: str):
+    def __init__(self, docker_client, keeper: StatusKeeper, store, image: str, etcd_endpoint: str):
+        self.etcd_endpoint = etcd_endpoint
         self.docker = docker_client
         self.keeper = keeper
         self.store = store
         self.image = image
         self.released: list[str] = []
+        self.requeued: list[tuple[str, str, bool]] = []
         self.jobs: list[str] = []
         self._runs: list[tuple[threading.Event, threading.Thread]] = []
+        self._procs: list[subprocess.Popen] = []
+
+    def requeue(self, job_id: str, reason: str, is_restart: bool = False) -> str:
+        """The LCM's RequeueJob, recorded; the test plays what the LCM then does."""
+        self.requeued.append((job_id, reason, is_restart))
+        return "PROCESSING"
+
+    def place(self, job_id: str, node: str, learners: int = 1) -> None:
+        """Write the placement the way the LCM does."""
+        placement = [{"learner": i, "node": node, "gpu_indices": []} for i in range(learners)]
+        key = f"{self.keeper.prefix}/jobs/{job_id}/placement"
+        self.keeper.etcd.put(key, json.dumps(placement))
+
+    def status(self, job_id: str) -> Status:
+        state = self.keeper.get(job_id)
+        assert state is not None
+        return state.status
 
     def new_job(self, learners: int) -> str:
         job_id = f"{SCOPE}{uuid.uuid4().hex[:10]}"
@@ -135,12 +283,13 @@ class Harness:
             c.start()
         self.keeper.transition(job_id, Status.DOWNLOADING, "helper and learners started")
 
-    def start_monitor(self, **kw) -> threading.Event:
+    def start_monitor(self, engines=None, **kw) -> threading.Event:
         monitor = JobMonitor(
-            self.docker,
+            engines or self.docker,
             self.keeper,
             self.store,
             self.released.append,
+            requeue=self.requeue,
             helper_timeout_s=kw.pop("helper_timeout_s", 10),
             resync_s=kw.pop("resync_s", 3),
             stop_grace_s=1,
@@ -154,7 +303,29 @@ class Harness:
         self._runs.append((stop, thread))
         return stop
 
+    def spawn_monitor(self, docker_host: str) -> subprocess.Popen:
+        """A monitor in its own process (owning this test's jobs), to be killed with SIGKILL."""
+        args = [
+            sys.executable,
+            "-c",
+            MONITOR_PROCESS,
+            docker_host,
+            self.etcd_endpoint,
+            self.keeper.prefix,
+            self.store.path,
+            PLATFORM,
+            ",".join(self.jobs),
+        ]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._procs.append(proc)
+        return proc
+
     def stop_monitors(self) -> None:
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+        self._procs.clear()
         for stop, thread in self._runs:
             stop.set()
         for stop, thread in self._runs:
@@ -187,20 +358,23 @@ class Harness:
             + [v.name for v in self.docker.volumes.list(filters=label)]
         )
 
+    def teardown(self, job_id: str) -> None:
+        label = {"label": f"{jobspec.LABEL_JOB}={job_id}"}
+        for c in self.docker.containers.list(all=True, filters=label):
+            c.remove(force=True)
+        for n in self.docker.networks.list(filters=label):
+            n.remove()
+        for v in self.docker.volumes.list(filters=label):
+            v.remove(force=True)
+
     def remove_all(self) -> None:
         for job_id in self.jobs:
-            label = {"label": f"{jobspec.LABEL_JOB}={job_id}"}
-            for c in self.docker.containers.list(all=True, filters=label):
-                c.remove(force=True)
-            for n in self.docker.networks.list(filters=label):
-                n.remove()
-            for v in self.docker.volumes.list(filters=label):
-                v.remove(force=True)
+            self.teardown(job_id)
 
 
 @pytest.fixture
-def harness(docker_client, keeper, job_store, image):
-    h = Harness(docker_client, keeper, job_store, image)
+def harness(docker_client, keeper, job_store, image, etcd_server):
+    h = Harness(docker_client, keeper, job_store, image, etcd_server.endpoint)
     try:
         yield h
     finally:
@@ -254,6 +428,8 @@ def test_learner_exit_3_fails_with_its_code_and_last_log_lines(harness):
     assert harness.leftovers(job) == []
     assert harness.released == [job]
     assert not record.info.get("logs_incomplete")
+    # The program's own failure: no restart, although the other learner then exited 143.
+    assert harness.requeued == []
 
 
 def test_helper_exit_10_fails_data_not_found_with_its_message(harness):
@@ -266,6 +442,7 @@ def test_helper_exit_10_fails_data_not_found_with_its_message(harness):
     assert record.reason == "training data not found: bucket training-data has no objects"
     assert statuses(record)[-2:] == ["DOWNLOADING", "FAILED"]
     assert harness.leftovers(job) == []
+    assert harness.requeued == []
 
 
 def test_oom_killed_learner_fails_oom_killed(harness):
@@ -279,27 +456,105 @@ def test_oom_killed_learner_fails_oom_killed(harness):
     assert "out of memory" in record.reason
     assert record.info["learners"][0].get("oom_killed") is True
     assert harness.leftovers(job) == []
+    assert harness.requeued == []  # exit 137 with OOMKilled is the job's own
 
 
-def test_restarted_monitor_picks_up_where_it_was(harness):
+def test_monitor_killed_at_any_moment_loses_no_status_change(harness, docker_host):
     job = harness.new_job(learners=1)
-    stop = harness.start_monitor()
-    harness.deploy(job, HELPER_OK, [learner_script(0, sleep=4)])
-    harness.wait_until(
-        "PROCESSING", lambda: harness.keeper.get(job).status == Status.PROCESSING, 15
-    )
-    stop.set()
-    harness.stop_monitors()  # down while the learner trains and exits
+    first = harness.spawn_monitor(docker_host)
+    harness.deploy(job, HELPER_OK, [learner_script(0, sleep=3)])
+    harness.wait_until("PROCESSING", lambda: harness.status(job) == Status.PROCESSING, 15)
+    first.send_signal(signal.SIGKILL)  # no chance to tidy up
+    first.wait(timeout=5)
     harness.wait_until(
         "the learner to exit",
         lambda: harness.docker.containers.get(jobspec.learner_name(job, 0)).status == "exited",
         15,
     )
-    assert harness.keeper.get(job).status == Status.PROCESSING  # nobody noticed yet
+    assert harness.status(job) == Status.PROCESSING  # nobody noticed yet
 
-    harness.start_monitor()
+    # The next one is killed right after it moved the job on (maybe before its signal).
+    second = harness.spawn_monitor(docker_host)
+    harness.wait_until(
+        "STORING", lambda: harness.status(job) in (Status.STORING, Status.COMPLETED), 15
+    )
+    second.send_signal(signal.SIGKILL)
+    second.wait(timeout=5)
+
+    harness.spawn_monitor(docker_host)
     record = harness.wait_cleaned(job)
-    assert statuses(record)[-3:] == ["PROCESSING", "STORING", "COMPLETED"]
+    assert statuses(record) == [
+        "QUEUED",
+        "PENDING",
+        "DOWNLOADING",
+        "PROCESSING",
+        "STORING",
+        "COMPLETED",
+    ]
+    assert harness.leftovers(job) == []
+
+
+def test_learner_killed_from_outside_is_restarted_through_the_lcm_once(harness):
+    job = harness.new_job(learners=2)
+    harness.start_monitor(resync_s=0.5)
+    harness.deploy(job, HELPER_OK, [SLEEPER, SLEEPER])
+    harness.wait_until("PROCESSING", lambda: harness.status(job) == Status.PROCESSING, 15)
+
+    harness.docker.containers.get(jobspec.learner_name(job, 1)).kill()  # SIGKILL, no OOM
+    harness.wait_until("the restart request", lambda: harness.requeued, 10)
+    time.sleep(1.5)  # several resyncs and Docker events later: still one request
+    reason = "learner 1 was killed from outside (SIGKILL, exit code 137)"
+    assert harness.requeued == [(job, reason, True)]
+    assert harness.status(job) == Status.PROCESSING  # not FAILED: the LCM decides
+    assert harness.store.get(job).info["restart_requested"]["reason"] == reason
+
+    # The LCM requeues (its own status write) and tears down a while later: the monitor
+    # leaves the old containers of a QUEUED job alone.
+    harness.keeper.transition(job, Status.QUEUED, f"restart 1/3: {reason}")
+    time.sleep(1.0)
+    assert harness.status(job) == Status.QUEUED
+    assert len(harness.leftovers(job)) == 5  # helper, 2 learners, network, volume
+    harness.teardown(job)
+
+    # The restarted gang runs to the end; the new run gets its own bookkeeping.
+    harness.keeper.transition(job, Status.PENDING, "placed on local")
+    harness.deploy(job, HELPER_OK, [learner_script(0), learner_script(0)])
+    record = harness.wait_cleaned(job)
+    assert statuses(record) == [
+        "QUEUED",
+        "PENDING",
+        "DOWNLOADING",
+        "PROCESSING",
+        "QUEUED",
+        "PENDING",
+        "DOWNLOADING",
+        "PROCESSING",
+        "STORING",
+        "COMPLETED",
+    ]
+    assert len(harness.requeued) == 1
+    assert harness.released == [job]
+    assert harness.leftovers(job) == []
+
+
+def test_resumed_job_is_released_and_cleaned_up_again(harness):
+    # The first run's bookkeeping (released, helper signalled, cleaned up) must not carry
+    # over to the run after a resume.
+    job = harness.new_job(learners=1)
+    harness.start_monitor()
+    harness.deploy(job, HELPER_OK, [SLEEPER])
+    harness.wait_until("PROCESSING", lambda: harness.status(job) == Status.PROCESSING, 15)
+    harness.keeper.transition(job, Status.HALTED, "halted by the user")
+    harness.wait_cleaned(job)
+    assert harness.released == [job]
+
+    harness.keeper.transition(job, Status.QUEUED, "resumed by the user")
+    harness.keeper.transition(job, Status.PENDING, "placed on local")
+    harness.deploy(job, HELPER_OK, [learner_script(0, sleep=0.5)])
+    harness.wait_until("COMPLETED", lambda: harness.status(job) == Status.COMPLETED, 20)
+    record = harness.wait_cleaned(job)
+    assert statuses(record)[-5:] == ["PENDING", "DOWNLOADING", "PROCESSING", "STORING", "COMPLETED"]
+    assert harness.released == [job, job]
     assert harness.leftovers(job) == []
 
 
@@ -336,3 +591,32 @@ def test_containers_with_no_status_it_never_saw_are_left_alone(harness):
     harness.start_monitor(resync_s=0.5)
     time.sleep(2)
     assert len(harness.leftovers(job)) == 4  # helper, learner, network, volume
+
+
+def test_a_down_node_leaves_its_job_to_the_lcm_while_other_nodes_go_on(harness, second_node):
+    n2 = docker.DockerClient(base_url=second_node.url, version="1.41", timeout=5)
+    a, b = harness.new_job(learners=1), harness.new_job(learners=1)
+    harness.place(a, "n1")
+    harness.place(b, "n2")
+    harness.start_monitor(
+        engines={"n1": harness.docker, "n2": n2}, resync_s=0.5, reconnect_max_s=0.5
+    )
+    harness.deploy(b, HELPER_OK, [learner_script(0, sleep=2)])
+    harness.wait_until("b PROCESSING", lambda: harness.status(b) == Status.PROCESSING, 15)
+
+    second_node.stop()  # n2's engine dies; b's learner finishes meanwhile
+    harness.deploy(a, HELPER_OK, [learner_script(0, sleep=0.5)])
+    assert harness.wait_cleaned(a).status == Status.COMPLETED  # n1's events still flow
+    harness.wait_until(
+        "b's learner to exit",
+        lambda: harness.docker.containers.get(jobspec.learner_name(b, 0)).status == "exited",
+        15,
+    )
+    time.sleep(1.5)  # resyncs and reconnect attempts: b is neither judged nor failed
+    assert harness.status(b) == Status.PROCESSING
+    assert harness.requeued == []
+
+    second_node.start()  # the engine answers again: the monitor reconnects and catches up
+    record = harness.wait_cleaned(b, timeout=20)
+    assert statuses(record)[-3:] == ["PROCESSING", "STORING", "COMPLETED"]
+    assert harness.leftovers(b) == []
