@@ -15,9 +15,9 @@ from services.scheduler.service import SchedulerService, SchedulerState
 class SchedulerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DLAAS_SCHEDULER_", extra="ignore")
 
-    # The live platform carries out start decisions only until the [resilience] work
-    # executes preempt/shrink/grow, hence FIFO by default.
-    policy: str = "fifo"
+    # fifo | priority | las | fair | default (see services/scheduler/policy); the LCM
+    # carries out every decision: start, preempt, shrink and grow.
+    policy: str = "default"
 
 
 def main() -> None:

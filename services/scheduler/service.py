@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pyetcd
 
@@ -28,6 +28,7 @@ from services.scheduler.policy import (
     RunningJob,
     Snapshot,
     can_ever_fit,
+    queue_report,
     schedule,
 )
 
@@ -46,13 +47,23 @@ def _running_from(data: dict) -> RunningJob:
     return RunningJob(**data)
 
 
+def _renumbered(allocations: list[Allocation]) -> tuple[Allocation, ...]:
+    """Learners are numbered 0..n-1 again: a resized gang restarts as a whole."""
+    return tuple(replace(a, learner=i) for i, a in enumerate(allocations))
+
+
 class SchedulerState:
-    """Queue and allocations in etcd under `<prefix>/sched/`."""
+    """Queue and allocations in etcd under `<prefix>/sched/`.
+
+    A running entry keeps the job's original request beside its allocation, so a
+    preempted job goes back to the queue as it was asked for, at its original position.
+    """
 
     def __init__(self, etcd: pyetcd.Etcd3Client, prefix: str = "/dlaas"):
         self.etcd = etcd
         self.queue_prefix = f"{prefix.rstrip('/')}/sched/queue/"
         self.running_prefix = f"{prefix.rstrip('/')}/sched/running/"
+        self.nodes_prefix = f"{prefix.rstrip('/')}/nodes/"
 
     def _all(self, prefix: str) -> dict[str, dict]:
         return {
@@ -63,8 +74,18 @@ class SchedulerState:
     def queue(self) -> list[QueuedJob]:
         return [_queued_from(d) for d in self._all(self.queue_prefix).values()]
 
+    def running_entries(self) -> dict[str, tuple[RunningJob, QueuedJob]]:
+        return {
+            job_id: (_running_from(d["running"]), _queued_from(d["request"]))
+            for job_id, d in self._all(self.running_prefix).items()
+        }
+
     def running(self) -> list[RunningJob]:
-        return [_running_from(d) for d in self._all(self.running_prefix).values()]
+        return [r for r, _ in self.running_entries().values()]
+
+    def unhealthy_nodes(self) -> set[str]:
+        """Nodes the LCM marked unhealthy (their engine stopped answering)."""
+        return {n for n, d in self._all(self.nodes_prefix).items() if not d.get("healthy", True)}
 
     def enqueue(self, job: QueuedJob) -> bool:
         """Queue the job unless it is queued or running already (idempotent)."""
@@ -84,7 +105,7 @@ class SchedulerState:
         running = RunningJob(
             job_id=job.job_id,
             user=job.user,
-            allocations=tuple(allocations),
+            allocations=_renumbered(allocations),
             priority=job.priority,
             start_time=now,
             attained_service=job.attained_service,
@@ -97,12 +118,48 @@ class SchedulerState:
             memory_mb_per_learner=job.memory_mb_per_learner,
             placement=job.placement,
         )
+        entry = {"running": asdict(running), "request": asdict(job)}
         ok, _ = self.etcd.transaction(
             compare=[tx.version(qk) > 0, tx.version(rk) == 0],
-            success=[tx.delete(qk), tx.put(rk, json.dumps(asdict(running)))],
+            success=[tx.delete(qk), tx.put(rk, json.dumps(entry))],
             failure=[],
         )
         return ok
+
+    def preempt(self, job_id: str, now: float) -> bool:
+        """Running -> queued again, at its original position, with its history."""
+        entry = self.running_entries().get(job_id)
+        if entry is None:
+            return False
+        running, request = entry
+        served = running.attained_service + (now - running.start_time) * max(1, running.gpus)
+        queued = replace(
+            request,
+            attained_service=served,
+            preemptions=request.preemptions + 1,
+            last_preempted_time=now,
+        )
+        tx = self.etcd.transactions
+        qk, rk = self.queue_prefix + job_id, self.running_prefix + job_id
+        ok, _ = self.etcd.transaction(
+            compare=[tx.version(rk) > 0],
+            success=[tx.delete(rk), tx.put(qk, json.dumps(asdict(queued)))],
+            failure=[],
+        )
+        return ok
+
+    def resize(self, job_id: str, allocations: tuple[Allocation, ...], now: float) -> bool:
+        """Give a running job a new allocation (shrink or grow); it restarts with it."""
+        entry = self.running_entries().get(job_id)
+        if entry is None:
+            return False
+        running, request = entry
+        resized = replace(running, allocations=_renumbered(list(allocations)), last_resize_time=now)
+        self.etcd.put(
+            self.running_prefix + job_id,
+            json.dumps({"running": asdict(resized), "request": asdict(request)}),
+        )
+        return True
 
     def release(self, job_id: str) -> None:
         self.etcd.delete(self.queue_prefix + job_id)
@@ -153,27 +210,55 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.state.enqueue(job)
         return scheduler_pb2.EnqueueReply(accepted=True)
 
+    def _snapshot(self) -> Snapshot:
+        unhealthy = self.state.unhealthy_nodes()
+        nodes = [replace(n, healthy=n.name not in unhealthy) for n in self.nodes]
+        return Snapshot(nodes=nodes, running=self.state.running(), queue=self.state.queue())
+
+    def _apply(self, d, queue: dict[str, QueuedJob], now: float) -> list[Allocation] | None:
+        """Record one decision in etcd; the allocations to report, or None if it lost a race."""
+        if d.action == "start":
+            ok = self.state.start(queue[d.job_id], d.allocations, now)
+            return list(_renumbered(d.allocations)) if ok else None
+        if d.action == "preempt":
+            return list(d.allocations) if self.state.preempt(d.job_id, now) else None
+        if d.action in ("shrink", "grow"):
+            current = self.state.running_entries().get(d.job_id)
+            if current is None:
+                return None
+            changed = {(a.node, a.gpu_indices, a.learner) for a in d.allocations}
+            if d.action == "shrink":
+                kept = [
+                    a
+                    for a in current[0].allocations
+                    if (a.node, a.gpu_indices, a.learner) not in changed
+                ]
+            else:
+                kept = [*current[0].allocations, *d.allocations]
+            new = _renumbered(kept)
+            return list(new) if self.state.resize(d.job_id, new, now) else None
+        return None
+
     @translate_errors
     def Schedule(self, request, context):
         with self._lock:
             now = self.clock()
-            queue = {j.job_id: j for j in self.state.queue()}
-            snapshot = Snapshot(nodes=self.nodes, running=self.state.running(), queue=list(queue.values()))
+            snapshot = self._snapshot()
+            queue = {j.job_id: j for j in snapshot.queue}
             out = []
             for d in schedule(snapshot, now, policy=self.policy):
                 if d.action == "wait":
                     continue
-                # A start that lost its etcd guard (released meanwhile) is not reported.
-                if d.action == "start" and not self.state.start(
-                    queue[d.job_id], d.allocations, now
-                ):
+                # A decision that lost its etcd guard (released meanwhile) is not reported.
+                allocations = self._apply(d, queue, now)
+                if allocations is None:
                     continue
                 out.append(
                     scheduler_pb2.Decision(
                         job_id=d.job_id,
                         action=d.action,
                         cause=d.cause,
-                        allocations=[_alloc_pb(a) for a in d.allocations],
+                        allocations=[_alloc_pb(a) for a in allocations],
                     )
                 )
             return scheduler_pb2.ScheduleReply(decisions=out)
@@ -185,13 +270,12 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     @translate_errors
     def Queue(self, request, context):
-        from services.scheduler.policy import queue_report
-
-        snapshot = Snapshot(nodes=self.nodes, running=self.state.running(), queue=self.state.queue())
         entries = [
             scheduler_pb2.QueueEntry(
                 job_id=job_id, position=pos, reason=reason, eta_low_s=lo, eta_high_s=hi
             )
-            for job_id, pos, reason, lo, hi in queue_report(snapshot, self.clock(), self.policy)
+            for job_id, pos, reason, lo, hi in queue_report(
+                self._snapshot(), self.clock(), self.policy
+            )
         ]
         return scheduler_pb2.QueueReply(entries=entries)

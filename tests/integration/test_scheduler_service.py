@@ -68,3 +68,64 @@ def test_restart_neither_loses_nor_doubles_an_allocation(etcd):
     assert started(restarted) == {}
     assert [j.job_id for j in restarted.state.running()] == ["a"]
     assert [j.job_id for j in restarted.state.queue()] == ["b"]
+
+
+def prio_gang(job_id, priority, learners=2, lo=None, hi=None, submit_time=1.0):
+    return scheduler_pb2.GangRequest(
+        job_id=job_id,
+        user="u",
+        learners=learners,
+        cpus=1.0,
+        memory_mb=256,
+        priority=priority,
+        min_learners=lo or learners,
+        max_learners=hi or learners,
+        submit_time=submit_time,
+    )
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_preempted_job_goes_back_to_the_queue_at_its_position(etcd):
+    clock = Clock()
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "priority", clock)
+    svc.Enqueue(prio_gang("low", 0), Ctx())
+    assert set(started(svc)) == {"low"}
+    clock.now += 3600  # past the thrash guard: it ran long enough to be preempted
+    svc.Enqueue(prio_gang("high", 100, learners=1, submit_time=2.0), Ctx())
+    decisions = started(svc)
+    assert decisions["low"].action == "preempt" and len(decisions["low"].allocations) == 2
+    assert decisions["high"].action == "start"
+    requeued = {j.job_id: j for j in svc.state.queue()}["low"]
+    assert requeued.submit_time == 1.0 and requeued.preemptions == 1
+    assert [j.job_id for j in svc.state.running()] == ["high"]
+
+
+def test_elastic_job_is_shrunk_not_killed_and_keeps_a_whole_allocation(etcd):
+    clock = Clock()
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "priority", clock)
+    svc.Enqueue(prio_gang("elastic", 0, learners=2, lo=1, hi=2), Ctx())
+    started(svc)
+    clock.now += 3600
+    svc.Enqueue(prio_gang("high", 100, learners=1, submit_time=2.0), Ctx())
+    decisions = started(svc)
+    assert decisions["elastic"].action == "shrink"
+    # The LCM restarts the gang with what it keeps: one learner, numbered 0.
+    assert [a.learner for a in decisions["elastic"].allocations] == [0]
+    running = {j.job_id: j for j in svc.state.running()}
+    assert running["elastic"].learners == 1 and running["high"].learners == 1
+
+
+def test_an_unhealthy_node_gets_no_new_gang(etcd):
+    svc = service(etcd)
+    etcd.put("/t-sched/nodes/local", '{"healthy": false}')
+    svc.Enqueue(gang("a"), Ctx())
+    assert started(svc) == {}
+    etcd.put("/t-sched/nodes/local", '{"healthy": true}')
+    assert set(started(svc)) == {"a"}
