@@ -275,11 +275,19 @@ class _Round:
             ):
                 self._ranked_start += 1
         first = 0 if elastic_only else self._ranked_start
+        skipped = yielded = 0
         for i in range(first, len(ranked)):
             rcls, r = ranked[i]
             if rcls <= cls:
                 return  # sorted: everyone after is at least as important
             if r.job_id in self.touched:
+                skipped += 1
+                if skipped > 32 and not elastic_only and not yielded:
+                    # many taken victims scattered in the list: compact it once (amortized)
+                    self._ranked_cache = [x for x in ranked if x[1].job_id not in self.touched]
+                    self._ranked_start = 0
+                    yield from self._victims(j, elastic_only)
+                    return
                 continue
             if elastic_only and r.learners <= r.min_gang:
                 continue
@@ -289,6 +297,7 @@ class _Round:
                 for a in r.allocations
             ):
                 continue  # frees nothing this job can use
+            yielded += 1
             yield r
 
     def try_preempt(self, j: QueuedJob) -> bool:

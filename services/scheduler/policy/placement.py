@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from .model import Allocation, Node
 
 _EPS = 1e-9
+_ENOUGH_CHOICE = 64  # candidate nodes looked at for a multi-node gang, once it would fit
 
 
 class NodeFree:
@@ -169,6 +170,7 @@ class FreeIndex:
     def _candidates(self, g: int, c: float, m: int, gpu_type: str, job_id: str | None, cap: int):
         """(NodeFree, fit) for every node that can host at least one learner, most free first."""
         out: list[tuple[NodeFree, int]] = []
+        have = 0
         if job_id is not None:  # nodes reserved for this very job are usable by it
             for nf in (self.nodes[x] for x in self.reserved.get(job_id, ())):
                 if not gpu_type or nf.node.gpu_type == gpu_type:
@@ -186,6 +188,13 @@ class FreeIndex:
                         f = nf.fit(g, c, m, cap)
                         if f > 0:
                             out.append((nf, f))
+                            have += f
+                            # Enough to hold the gang, plus some choice for topology: looking
+                            # at every node would make a round O(queue x nodes).
+                            if have >= cap and len(out) >= _ENOUGH_CHOICE:
+                                break
+                    if have >= cap and len(out) >= _ENOUGH_CHOICE:
+                        break
         else:
             for nf in self.nodes.values():
                 if nf.reserved_for is not None:
