@@ -1,0 +1,239 @@
+"""The log stream of a learner across restarts of its job (dlaas.logs).
+
+The pure parts (the line cursor, the run-start mark) and the reader's round logic over
+scripted sources: `ScriptedReader` replaces only the four adapter methods (container,
+its lines, S3 object, job status) with an in-memory world that moves one step each
+time the reader sleeps; that is a fake, named as such, because the point here is the
+line arithmetic across sources. The last test runs the real reader against the real
+engine and SeaweedFS across a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+
+import docker.errors
+import pytest
+
+from dlaas import jobspec
+from dlaas.learner.paths import RUN_START_META
+from dlaas.locations import S3Location
+from dlaas.logs import LineCursor, LogReader, S3Log, run_start, split_lines
+
+RUN1 = [f"run1 line {i}" for i in range(5)]
+RUN2 = [f"run2 line {i}" for i in range(4)]
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def test_cursor_skips_what_was_consumed_and_the_offset_across_parts():
+    cursor = LineCursor(offset=3)
+    assert list(cursor.take(RUN1[:2])) == []  # below the offset
+    assert list(cursor.take(RUN1)) == RUN1[3:]  # replayed from its start: only new lines
+    assert list(cursor.take(RUN2, start=5)) == RUN2  # the next part starts at line 5
+    assert list(cursor.take(RUN2[:2], start=5)) == []  # a replay of it gives nothing again
+    assert cursor.consumed == 9
+
+
+def test_an_offset_inside_the_second_part():
+    cursor = LineCursor(offset=7)
+    got = list(cursor.take(RUN1)) + list(cursor.take(RUN2, start=5))
+    assert got == RUN2[2:]
+
+
+def test_rewind_counts_on_from_where_the_stream_lost_its_lines():
+    cursor = LineCursor()
+    assert list(cursor.take(RUN1)) == RUN1  # 5 lines handed out, only 3 made it to S3
+    cursor.rewind(3)
+    assert list(cursor.take(RUN2, start=3)) == RUN2
+    cursor.rewind(10)  # never forward
+    assert cursor.consumed == 7
+
+
+def test_run_start_mark():
+    assert run_start({RUN_START_META: "12"}) == 12
+    assert run_start({}) == 0 and run_start(None) == 0  # objects of one run carry none
+    assert run_start({RUN_START_META: "-3"}) == 0 and run_start({RUN_START_META: "x"}) == 0
+
+
+def test_split_lines_joins_chunks_cut_anywhere():
+    assert list(split_lines([b"a\nb", b"c\r\n", b"", b"d"])) == ["a", "bc", "d"]
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+@dataclass
+class World:
+    """One moment: the learner container (id, running?, lines so far) and the S3 object."""
+
+    container: tuple[str, bool, list[str]] | None = None
+    s3: tuple[int, list[str]] | None = None  # (run-start mark, lines)
+    final: bool = False
+
+
+@dataclass
+class FakeContainer:
+    id: str
+    status: str
+    lines: list[str] = field(default_factory=list)
+
+
+class ScriptedReader(LogReader):
+    """Fake sources (see the module docstring): the world moves a step at every sleep."""
+
+    def __init__(self, worlds: list[World]):
+        super().__init__(None, None, None, poll_s=0)
+        self.worlds, self.step = worlds, 0
+        self.sleep = self._advance
+
+    def _advance(self, _seconds: float) -> None:
+        self.step = min(self.step + 1, len(self.worlds) - 1)
+
+    @property
+    def now(self) -> World:
+        return self.worlds[self.step]
+
+    def _final(self, job_id):
+        return self.now.final
+
+    def _container(self, job_id, learner):
+        c = self.now.container
+        return None if c is None else FakeContainer(c[0], "running" if c[1] else "exited", c[2])
+
+    def _container_lines(self, container, follow):
+        return iter(list(container.lines))
+
+    def _has_output(self, container):
+        return bool(container.lines)
+
+    def _s3_log(self, results, job_id, learner):
+        s3 = self.now.s3
+        return None if s3 is None else S3Log(s3[0], iter(list(s3[1])))
+
+    def read(self, offset=0, follow=False):
+        return list(self.stream(None, "job", 0, offset=offset, follow=follow))
+
+
+@pytest.mark.parametrize("offset", [0, 2, 5, 7, 9, 12])
+def test_a_second_run_reads_earlier_runs_from_s3_then_its_container(offset):
+    world = World(("b", True, RUN2), (5, RUN1))
+    assert ScriptedReader([world]).read(offset) == (RUN1 + RUN2)[offset:]
+
+
+def test_after_the_final_upload_the_container_lines_are_not_read_twice():
+    world = World(("b", False, RUN2), (5, RUN1 + RUN2), final=True)
+    assert ScriptedReader([world]).read() == RUN1 + RUN2
+
+
+def test_before_the_new_container_prints_every_s3_line_is_earlier():
+    # The helper of run 2 has not restored yet: the object is run 1's, marked 0.
+    world = World(("b", True, []), (0, RUN1))
+    assert ScriptedReader([world]).read() == RUN1
+
+
+def test_following_across_a_restart_gives_every_line_once():
+    worlds = [
+        World(("a", True, RUN1[:3])),  # run 1 prints
+        World(None, (0, RUN1)),  # run 1 removed after its helper stored the log
+        World(("b", True, []), (0, RUN1)),  # run 2 created, its helper still restoring
+        World(("b", True, RUN2[:2]), (5, RUN1)),  # restored, marked, run 2 prints
+        World(("b", True, RUN2[:2]), (5, RUN1 + RUN2[:1])),  # a periodic upload
+        World(("b", False, RUN2), (5, RUN1 + RUN2), final=True),
+    ]
+    assert ScriptedReader(worlds).read(follow=True) == RUN1 + RUN2
+
+
+@pytest.mark.parametrize("offset", [0, 4, 6])
+def test_following_from_an_offset_across_a_restart(offset):
+    worlds = [
+        World(("a", True, RUN1[:2])),
+        World(("a", False, RUN1)),
+        World(("b", True, RUN2[:1]), (5, RUN1)),  # swapped between two rounds of ours
+        World(None, (5, RUN1 + RUN2), final=True),
+    ]
+    assert ScriptedReader(worlds).read(offset, follow=True) == (RUN1 + RUN2)[offset:]
+
+
+def test_lines_lost_with_a_dead_node_do_not_swallow_the_next_run():
+    worlds = [
+        World(("a", True, RUN1)),  # all 5 lines streamed live ...
+        World(None, (0, RUN1[:3])),  # ... but the node died: S3 got only 3 of them
+        World(("b", True, RUN2), (3, RUN1[:3])),
+        World(None, (3, RUN1[:3] + RUN2), final=True),
+    ]
+    assert ScriptedReader(worlds).read(follow=True) == RUN1 + RUN2
+
+
+# --------------------------------------------------------------------------- real engine
+
+
+class RealReader(LogReader):
+    """The real reader on the real engine and S3; the job's status is the test's."""
+
+    def __init__(self, docker_client, s3_client):
+        super().__init__(None, None, docker_client, lambda _loc: s3_client, poll_s=0.05)
+        self.final = threading.Event()
+
+    def _final(self, job_id):
+        return self.final.is_set()
+
+
+@pytest.mark.docker
+def test_a_live_stream_spans_a_restart_without_gap_or_duplicate(
+    docker_client, learner_image, s3_client, s3_bucket
+):
+    job_id = "l" + str(time.monotonic_ns())[-10:]
+    name, key = jobspec.learner_name(job_id, 0), jobspec.log_object_key(job_id, 0)
+    labels = {jobspec.LABEL_MANAGED: "test-logs", jobspec.LABEL_JOB: job_id}
+
+    def learner(lines: list[str], wait_s: float):
+        script = (
+            f"import time\ntime.sleep({wait_s})\n"
+            f"for line in {lines!r}:\n    print(line, flush=True)\n    time.sleep(0.05)\n"
+        )
+        return docker_client.containers.run(
+            learner_image, ["python3", "-c", script], name=name, labels=labels,
+            detach=True, init=True,
+        )  # fmt: skip
+
+    def helper_upload(lines: list[str], start: int) -> None:
+        body = "".join(line + "\n" for line in lines).encode()
+        s3_client.put_object(
+            Bucket=s3_bucket, Key=key, Body=body, Metadata={RUN_START_META: str(start)}
+        )
+
+    reader = RealReader(docker_client, s3_client)
+    got: list[str] = []
+    follower = threading.Thread(
+        target=lambda: got.extend(
+            reader.stream(S3Location("", "", "", s3_bucket), job_id, 0, offset=2, follow=True)
+        ),
+        daemon=True,
+    )
+    containers = []
+    try:
+        containers.append(learner(RUN1, 0))
+        follower.start()
+        deadline = time.monotonic() + 20
+        while len(got) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        containers[0].wait(timeout=20)
+        helper_upload(RUN1, 0)  # run 1's helper stores the log, then it is removed
+        containers[0].remove(force=True)
+        containers.append(learner(RUN2, 1.0))  # run 2 waits for its helper's data_ready
+        time.sleep(0.3)
+        helper_upload(RUN1, 5)  # ... who restored the log and marked where run 2 starts
+        containers[1].wait(timeout=20)
+        helper_upload(RUN1 + RUN2, 5)  # run 2's final upload
+        reader.final.set()
+        follower.join(timeout=20)
+    finally:
+        for c in containers:
+            with contextlib.suppress(docker.errors.APIError):
+                c.remove(force=True)
+    assert not follower.is_alive()
+    assert got == (RUN1 + RUN2)[2:]
