@@ -147,8 +147,9 @@ class HelperConfig:
                 f"{ENV_CHECKPOINT_INTERVAL} must be a number of seconds >= 0"
             ) from None
         prefix = store.folder_prefix(get(ENV_CHECKPOINT_PREFIX) or checkpoint_prefix(get("JOB_ID")))
-        if store.local_name(prefix + "x", prefix) != "x" or prefix == "/":
-            raise ConfigError(f"{ENV_CHECKPOINT_PREFIX} must be a plain folder name")
+        # The sync deletes below this prefix: it must never be the whole bucket.
+        if not prefix or ".." in prefix.split("/"):
+            raise ConfigError(f"{ENV_CHECKPOINT_PREFIX} must name a folder, without '..'")
         return cls(
             job_id=get("JOB_ID"),
             num_learners=num_learners,
