@@ -9,6 +9,12 @@ the learners start, and stay, bit-identical. Every learner prints per-epoch loss
 accuracy, the number of all-reduce rounds and the bytes it exchanged, and a checksum of
 its final weights; learner 0 writes model.npz and metrics.json to RESULT_DIR.
 
+Checkpoints: learner 0 saves one every epoch (dlaas.learner.checkpoint, CHECKPOINT_DIR)
+and, on a restart, loads the newest and broadcasts it with its position, so every
+learner resumes from it, whatever the new NUM_LEARNERS. SIGTERM (halt, preemption) is
+cooperative: each all-reduce round also carries a stop flag, so all learners stop after
+the same mini-batch; learner 0 saves a checkpoint of that point and all exit 143.
+
 Locally, two shells (or see tests/integration/test_examples_local.py):
   LEARNER_ID=0 NUM_LEARNERS=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 DATA_DIR=data python train.py
   LEARNER_ID=1 NUM_LEARNERS=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 DATA_DIR=data python train.py
@@ -20,6 +26,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import socket
 import struct
 import sys
@@ -28,9 +35,20 @@ from pathlib import Path
 
 import numpy as np
 
+try:
+    from dlaas.learner import checkpoint
+except ImportError:  # run outside the platform without dlaas installed: no checkpoints
+    checkpoint = None
+
 SEED = 0
 HIDDEN = 32
+EXIT_TERMINATED = 128 + signal.SIGTERM
 _HEADER = struct.Struct("!Q")  # payload length in bytes
+_STOP = {"requested": False}
+
+
+def _on_sigterm(_signum, _frame) -> None:
+    _STOP["requested"] = True
 
 
 class PeerLost(Exception):
@@ -215,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     timeout = float(os.environ.get("DDP_TIMEOUT_S", "120"))
     data_dir = Path(os.environ.get("DATA_DIR", "data"))
     result_dir = Path(os.environ.get("RESULT_DIR", "results"))
+    ckpt_dir = os.environ.get("CHECKPOINT_DIR", "checkpoints")
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
     path = find_data(data_dir)
     if path is None:
@@ -240,25 +260,56 @@ def main(argv: list[str] | None = None) -> int:
     except PeerLost as exc:
         print(f"error: learner {rank}: {exc}", file=sys.stderr)
         return 1
+    history: list[dict] = []
+    epoch, next_step = 1, 0  # where training stands, for a checkpoint on SIGTERM
+
+    def save(epoch_done: int, step_in_next: int = 0) -> None:
+        if rank == 0 and checkpoint:
+            state = {"params": params, "history": history, "world": world}
+            if step_in_next:
+                state["next_step"] = step_in_next
+            checkpoint.save(state, step=epoch_done, directory=ckpt_dir)
+
     try:
-        params = unflatten(comm.broadcast(flatten(init_params(np.random.default_rng(SEED)))))
-        history = []
+        # Learner 0 decides where training starts and tells everyone (with the weights).
+        params = init_params(np.random.default_rng(SEED))
+        start = [1.0, 0.0]
+        found = checkpoint.load_latest(ckpt_dir) if rank == 0 and checkpoint else None
+        if found is not None:
+            done_epochs, state = found
+            params, history = state["params"], list(state.get("history", []))
+            # A position inside an epoch means nothing with another number of learners.
+            inside = state.get("next_step", 0) if state.get("world") == world else 0
+            start = [done_epochs + 1.0, float(inside)]
+        synced = comm.broadcast(np.concatenate([flatten(params), start]))
+        params, first, next_step = unflatten(synced[:-2]), int(synced[-2]), int(synced[-1])
+        if first > 1 or next_step:
+            where = f" and {next_step} steps of epoch {first}" if next_step else ""
+            print(f"learner {rank}: resuming from the checkpoint of epoch {first - 1}{where}")
         started = time.monotonic()
-        for epoch in range(1, args.epochs + 1):
+        for epoch in range(first, args.epochs + 1):
             perm = np.random.default_rng([SEED, epoch, rank]).permutation(shard)
             loss_total = correct_total = seen = 0.0
-            for s in range(steps):
+            for s in range(next_step, steps):
+                next_step = s
                 idx = perm[s * args.batch_size : (s + 1) * args.batch_size]
                 loss_sum, correct, grads = loss_sum_and_grads(params, x[idx], y[idx])
-                # One round carries the gradients plus [loss, correct, count] for the log.
-                reduced = comm.sum(np.concatenate([flatten(grads), [loss_sum, correct, len(idx)]]))
-                n = reduced[-1]
-                step = unflatten(reduced[:-3] / n)
+                # One round carries the gradients plus [loss, correct, count] for the log,
+                # and whether any learner was asked to stop (so all stop after this step).
+                extra = [loss_sum, correct, len(idx), float(_STOP["requested"])]
+                reduced = comm.sum(np.concatenate([flatten(grads), extra]))
+                n = reduced[-2]
+                step = unflatten(reduced[:-4] / n)
                 for k in params:
                     params[k] -= args.lr * step[k]
-                loss_total += reduced[-3]
-                correct_total += reduced[-2]
+                loss_total += reduced[-4]
+                correct_total += reduced[-3]
                 seen += n
+                if reduced[-1] > 0:
+                    save(epoch - 1, s + 1)
+                    print(f"learner {rank}: SIGTERM: stopped after step {s + 1} of epoch {epoch}")
+                    return EXIT_TERMINATED
+            next_step = 0
             acc = float((forward(params, x_test)[1].argmax(axis=1) == y_test).mean())
             history.append({"epoch": epoch, "loss": loss_total / seen, "accuracy": acc})
             print(
@@ -266,7 +317,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"train_accuracy={correct_total / seen:.4f} accuracy={acc:.4f} "
                 f"allreduce_rounds={comm.rounds} bytes_exchanged={comm.bytes_sent + comm.bytes_received}"
             )
+            save(epoch)
     except (PeerLost, OSError) as exc:
+        if _STOP["requested"]:  # a peer stopped first: keep what the last full step made
+            save(epoch - 1, next_step)
+            print(f"learner {rank}: SIGTERM: stopped at step {next_step} of epoch {epoch}")
+            return EXIT_TERMINATED
         print(f"error: learner {rank}: the all-reduce failed: {exc}", file=sys.stderr)
         return 1
     finally:
