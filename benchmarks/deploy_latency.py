@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -82,7 +81,9 @@ def measure_latency(url: str, token: str, client: docker.DockerClient, jobs: int
     with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
         for i in range(jobs):
             t0 = time.time()
-            reply = http.post("/v1/jobs", content=MANIFEST, headers={"Content-Type": "application/yaml"})
+            reply = http.post(
+                "/v1/jobs", content=MANIFEST, headers={"Content-Type": "application/yaml"}
+            )
             reply.raise_for_status()
             job_id = reply.json()["job_id"]
             deadline = time.time() + 30
@@ -91,7 +92,10 @@ def measure_latency(url: str, token: str, client: docker.DockerClient, jobs: int
             if job_id not in started:
                 raise SystemExit(f"job {job_id}: no learner started within 30 s")
             latencies.append(started[job_id] - t0)
-            print(f"  job {i + 1:2d}/{jobs}: submit -> learner running {latencies[-1]:.3f} s", flush=True)
+            print(
+                f"  job {i + 1:2d}/{jobs}: submit -> learner running {latencies[-1]:.3f} s",
+                flush=True,
+            )
             # Let it end, so every job is measured on an idle node.
             while time.time() < deadline:
                 status = http.get(f"/v1/jobs/{job_id}").json()["status"]
@@ -118,11 +122,15 @@ def measure_overhead(client: docker.DockerClient, image: str, repeats: int, step
             holder.remove(force=True)
         (rootfs / "workload.py").write_text(WORKLOAD.format(steps=steps))
         env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        chroot = shutil.which("chroot") or "/usr/sbin/chroot"
         bare, boxed = [], []
         for r in range(repeats):
             out = subprocess.run(
-                ["chroot", str(rootfs), "python3", "/workload.py"],
-                env=env, capture_output=True, text=True, check=True,
+                [chroot, str(rootfs), "python3", "/workload.py"],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
             )
             bare.append(float(out.stdout.strip()))
             logs = client.containers.run(
@@ -134,7 +142,10 @@ def measure_overhead(client: docker.DockerClient, image: str, repeats: int, step
                 init=True,
             )
             boxed.append(float(logs.decode().strip()))
-            print(f"  run {r + 1}/{repeats}: bare {bare[-1]:.3f} s, container {boxed[-1]:.3f} s", flush=True)
+            print(
+                f"  run {r + 1}/{repeats}: bare {bare[-1]:.3f} s, container {boxed[-1]:.3f} s",
+                flush=True,
+            )
         return statistics.median(bare), statistics.median(boxed)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -144,19 +155,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=400, help="training steps of the overhead workload")
-    ap.add_argument("--home", type=Path, default=None, help="platform state dir (default: temporary)")
+    ap.add_argument(
+        "--steps", type=int, default=400, help="training steps of the overhead workload"
+    )
+    ap.add_argument(
+        "--home", type=Path, default=None, help="platform state dir (default: temporary)"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
     home = args.home or Path(tempfile.mkdtemp(prefix="dlaas-bench-"))
-    was_up = (home / "client.json").exists() and platform.status(home).get("running", False)
+    was_up = (home / "client.json").exists() and all(c.running for c in platform.status(home))
     print(f"platform in {home}", flush=True)
-    platform.up(home, progress=lambda line: print("  " + line, flush=True))
+    info = platform.up(home, progress=lambda line: print("  " + line, flush=True))
     try:
         cfg = json.loads((home / "client.json").read_text())
-        env = platform.service_env(home) if hasattr(platform, "service_env") else {}
-        client = docker.DockerClient(base_url=env.get("DLAAS_DOCKER_HOST", os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")))
+        client = docker.DockerClient(base_url=info.docker_host)
         print(f"submit -> learner running, {args.jobs} jobs:", flush=True)
         lat = measure_latency(cfg["url"], cfg["token"], client, args.jobs)
         print("bare process vs container, same binaries:", flush=True)
@@ -166,10 +180,18 @@ def main(argv: list[str] | None = None) -> int:
             platform.down(home)
     p50, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
     overhead = (boxed - bare) / bare * 100
-    print(f"deploy latency: p50 {p50:.3f} s, p99 {p99:.3f} s over {len(lat)} jobs (targets 1.0 / 2.5 s)")
-    print(f"training loop: bare {bare:.3f} s, container {boxed:.3f} s, overhead {overhead:+.2f} % (target <= 1 %)")
+    print(
+        f"deploy latency: p50 {p50:.3f} s, p99 {p99:.3f} s over {len(lat)} jobs (targets 1.0 / 2.5 s)"
+    )
+    print(
+        f"training loop: bare {bare:.3f} s, container {boxed:.3f} s, overhead {overhead:+.2f} % (target <= 1 %)"
+    )
     if args.json:
-        print(json.dumps({"p50_s": round(p50, 4), "p99_s": round(p99, 4), "overhead_pct": round(overhead, 3)}))
+        print(
+            json.dumps(
+                {"p50_s": round(p50, 4), "p99_s": round(p99, 4), "overhead_pct": round(overhead, 3)}
+            )
+        )
     return 0
 
 
