@@ -205,7 +205,8 @@ class JobMonitor:
             if job_id not in self._waiting:
                 self._waiting.add(job_id)
                 log.warning(
-                    "job %s: node %s does not answer; leaving the job to the LCM",
+                    "job %s: node %s does not answer (or has no engine configured here); "
+                    "leaving the job to the LCM",
                     job_id,
                     ", ".join(unreachable),
                 )
