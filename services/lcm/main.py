@@ -33,6 +33,14 @@ class LcmSettings(BaseSettings):
     leader_ttl_s: int = 1
 
 
+def _engine(host: str) -> docker.DockerClient:
+    """A client even for an engine that is down now (API version pinned instead of asked)."""
+    try:
+        return docker.DockerClient(base_url=host)
+    except docker.errors.DockerException:
+        return docker.DockerClient(base_url=host, version="1.41")
+
+
 def main() -> None:
     log = configure_logging("lcm")
     settings = PlatformSettings()
@@ -41,10 +49,7 @@ def main() -> None:
     etcd = connect(settings.etcd_hostports())
     keeper = StatusKeeper(etcd, store, settings.etcd_prefix)
     nodes = configured_nodes(settings)
-    deployers = {
-        n.name: Deployer(docker.DockerClient(base_url=n.docker_host or settings.docker_host))
-        for n in nodes
-    }
+    deployers = {n.name: Deployer(_engine(n.docker_host or settings.docker_host)) for n in nodes}
     lcm = Lcm(settings, keeper, store, deployers, SchedulerClient(settings.scheduler_addr), nodes)
     listen = lcm_settings.listen or settings.lcm_addr.split(",")[0]
     server = start_server(

@@ -80,7 +80,9 @@ def wait_cleaned(docker_client, job_id: str, timeout: float = 30) -> None:
     label = f"{jobspec.LABEL_JOB}={job_id}"
     deadline = time.time() + timeout
     while time.time() < deadline:
-        left = docker_client.containers.list(all=True, filters={"label": label})
+        left = docker_client.containers.list(
+            all=True, filters={"label": label}, ignore_removed=True
+        )
         nets = docker_client.networks.list(filters={"label": label})
         vols = docker_client.volumes.list(filters={"label": label})
         if not (left or nets or vols):
@@ -192,4 +194,3 @@ def test_framework_without_an_image_is_refused_naming_the_field(live):
     )
     assert reply.status_code == 422
     assert "framework" in reply.json()["message"]
-
