@@ -14,9 +14,13 @@ only if `up` started it) ever stops it.
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
+import hashlib
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -613,3 +617,392 @@ def _interface_ipv4(name: str) -> str | None:
         except OSError:
             return None
     return socket.inet_ntoa(packed[20:24])
+
+
+# --------------------------------------------------------------------------- extra engines
+#
+# Several Docker engines on one machine stand in for several nodes. Each extra engine is a
+# dockerd of its own: its own data root (image cache), exec root (containerd, network
+# namespaces), socket and pid file. Two things would otherwise collide between engines
+# on one host:
+# - The default bridge. `--bridge none` makes dockerd delete the interface named docker0
+#   at start, i.e. the machine engine's bridge, cutting its containers off the host. So
+#   each extra engine gets a bridge of its own, created here (dockerd never creates a
+#   bridge that is not called docker0) and removed again when the engine stops.
+# - Addresses. Every engine allocates user networks from its own 10.<k>.0.0/16; with the
+#   same pool on two engines, two job networks could get one subnet and the host would
+#   route one of them into the wrong bridge. k is chosen machine-wide under a lock, from
+#   the engines alive (each records its pool in its exec root), the host's routes and the
+#   machine engine's networks.
+# The engine's bridge takes 10.<k>.0.1/24, so user networks start at 10.<k>.1.0/24 and a
+# container of any network on it reaches host services at 10.<k>.0.1 (the host owns every
+# bridge address, and nothing filters: the engines run with --iptables=false).
+
+ENGINES_RUN_DIR = Path("/run/dlaas-engines")
+ENGINE_POOL_FIRST = 200  # 10.200.0.0/16 ... 10.254.0.0/16: clear of Docker's own defaults
+ENGINE_POOL_LAST = 254
+ENGINE_RECORD = "engine.json"
+
+
+@dataclass
+class EngineServer:
+    """An extra dockerd standing in for one node (see the section comment above)."""
+
+    name: str
+    docker_host: str
+    pid: int
+    data_root: Path
+    exec_root: Path
+    pool: str  # its --default-address-pool base, "10.<k>.0.0/16"
+    bridge: str  # its default bridge interface, created by start_engine
+    gateway: str  # the host's address on that bridge: how its containers reach the host
+    log: Path
+    # True when this call started the engine, False when it found it running.
+    started: bool = True
+
+    def alive(self) -> bool:
+        return pid_matches(self.pid, str(self.exec_root))
+
+    def processes(self) -> list[int]:
+        """PIDs of every process of this engine: dockerd, its containerd, container shims."""
+        return _pids_with_token(str(self.exec_root))
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop dockerd by PID, then whatever of its containerd and shims outlived it.
+
+        dockerd stops its containers and its containerd on SIGTERM; after a SIGKILL
+        (a node's engine "dying") both keep running, so they are looked up by the exec
+        root in their command lines, which is this engine's alone.
+        """
+        stop_pid(self.pid, timeout)
+        leftovers = self.processes()
+        # Container processes outlive their shim: kill them first (they are found as the
+        # shims' descendants; their own command lines do not name the engine).
+        for pid in _descendants(leftovers):
+            stop_pid(pid, 0)
+        for pid in leftovers:
+            stop_pid(pid, 5.0)
+        # A SIGKILLed dockerd leaves its mounts: containers' network namespaces under the
+        # exec root, their root filesystems (overlay) under the data root.
+        _unmount_under(self.exec_root, self.data_root)
+        _delete_bridge(self.bridge)
+        (self.exec_root / ENGINE_RECORD).unlink(missing_ok=True)
+        shutil.rmtree(self.exec_root, ignore_errors=True)
+
+
+def engine_pool(k: int) -> str:
+    return f"10.{k}.0.0/16"
+
+
+def choose_engine_pool(taken: Sequence[str]) -> str:
+    """The first 10.<k>.0.0/16 (k in 200..254) that overlaps none of `taken` (CIDRs). Pure."""
+    used = [ipaddress.ip_network(t, strict=False) for t in taken]
+    for k in range(ENGINE_POOL_FIRST, ENGINE_POOL_LAST + 1):
+        pool = ipaddress.ip_network(engine_pool(k))
+        if not any(pool.overlaps(u) for u in used):
+            return str(pool)
+    raise ServerError(
+        f"no free address pool for another Docker engine: 10.{ENGINE_POOL_FIRST}-"
+        f"{ENGINE_POOL_LAST}.0.0/16 are all in use"
+    )
+
+
+def engine_bridge_name(pool: str) -> str:
+    """The bridge interface of the engine with `pool`: "dlaas-br201" (15 characters at most)."""
+    return f"dlaas-br{ipaddress.ip_network(pool).network_address.packed[1]}"
+
+
+def engine_gateway(pool: str) -> str:
+    return str(ipaddress.ip_network(pool).network_address + 1)
+
+
+def engine_exec_root(name: str, data_root: Path) -> Path:
+    """Short (unix socket paths have a 108-byte limit) and unique per data root."""
+    digest = hashlib.sha256(str(data_root.resolve()).encode()).hexdigest()[:8]
+    return ENGINES_RUN_DIR / f"{name}-{digest}"
+
+
+def _engine_paths(name: str, state_dir: Path | str) -> tuple[Path, Path]:
+    root = Path(state_dir) / name
+    return root, engine_exec_root(name, root / "data")
+
+
+def find_engine(name: str, state_dir: Path | str) -> EngineServer | None:
+    """The engine `start_engine(name, state_dir)` started, from its record; None if none."""
+    root, exec_root = _engine_paths(name, state_dir)
+    record = _read_engine_record(exec_root)
+    if not record:
+        return None
+    return _engine_from_record(name, root, exec_root, record, started=False)
+
+
+def start_engine(
+    name: str, state_dir: Path | str, pool_base: str | None = None, timeout: float = 60.0
+) -> EngineServer:
+    """An extra dockerd named `name`, data under `state_dir`/`name`; reused if it runs.
+
+    `pool_base` ("10.<k>.0.0/16") pins its address pool; by default the first free one
+    is taken. The image cache lives in `state_dir`/`name`/data, so it outlives the engine
+    (the platform keeps its state dir across `up`/`down`). Needs root (dockerd does).
+    """
+    root, exec_root = _engine_paths(name, state_dir)
+    data_root = root / "data"
+    ENGINES_RUN_DIR.mkdir(parents=True, exist_ok=True)
+    with open(ENGINES_RUN_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            found = find_engine(name, state_dir)
+            if found is not None and found.alive():
+                wait_until(
+                    lambda: docker_answers(found.docker_host),
+                    timeout, f"Docker engine {name} (pid {found.pid})",
+                    alive=found.alive, log=found.log,
+                )  # fmt: skip
+                return found
+            if found is not None:
+                found.stop()  # a dead engine's leftovers: containerd, shims, bridge
+            return _start_engine(name, root, data_root, exec_root, pool_base, timeout)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _start_engine(
+    name: str,
+    root: Path,
+    data_root: Path,
+    exec_root: Path,
+    pool_base: str | None,
+    timeout: float,
+) -> EngineServer:
+    dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
+    if not os.access(dockerd, os.X_OK):
+        raise ServerError("dockerd not found: install Docker (`apt-get install -y docker.io`)")
+    if os.geteuid() != 0:
+        raise ServerError(f"starting Docker engine {name} needs root (dockerd does)")
+    taken = _taken_networks()
+    if pool_base is None:
+        pool = choose_engine_pool(taken)
+    else:
+        try:
+            pool = str(ipaddress.ip_network(pool_base))
+        except ValueError as e:
+            raise ServerError(f"pool_base {pool_base!r} is not a network: {e}") from None
+        clash = [t for t in taken if ipaddress.ip_network(t, strict=False).overlaps(
+            ipaddress.ip_network(pool))]  # fmt: skip
+        if clash:
+            raise ServerError(f"pool_base {pool} overlaps networks in use: {', '.join(clash)}")
+    bridge, gateway = engine_bridge_name(pool), engine_gateway(pool)
+    _create_bridge(bridge, f"{gateway}/24")
+    data_root.mkdir(parents=True, exist_ok=True)
+    exec_root.mkdir(parents=True, exist_ok=True)
+    socket_path = exec_root / "docker.sock"
+    docker_host = f"unix://{socket_path}"
+    log = root / "dockerd.log"
+    argv = [
+        dockerd,
+        "--data-root", str(data_root),
+        "--exec-root", str(exec_root),
+        "-H", docker_host,
+        "--pidfile", str(exec_root / "docker.pid"),
+        "--bridge", bridge,
+        "--iptables=false",
+        "--default-address-pool", f"base={pool},size=24",
+        "--label", f"dlaas.node={name}",
+    ]  # fmt: skip
+    env = {**os.environ, "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"}
+    try:
+        mp = spawn(f"dockerd {name}", argv, log, env=env)
+    except ServerError:
+        _delete_bridge(bridge)
+        raise
+    engine = EngineServer(
+        name, docker_host, mp.pid, data_root, exec_root, pool, bridge, gateway, log
+    )
+    # Recorded before the wait: the next start finds (and cleans up) a failed one.
+    _write_engine_record(exec_root, engine)
+    try:
+        wait_until(
+            lambda: docker_answers(docker_host), timeout, f"Docker engine {name} ({docker_host})",
+            alive=mp.alive, log=log,
+        )  # fmt: skip
+    except BaseException:
+        engine.stop()
+        raise
+    return engine
+
+
+def _write_engine_record(exec_root: Path, engine: EngineServer) -> None:
+    record = {
+        "name": engine.name, "pid": engine.pid, "docker_host": engine.docker_host,
+        "pool": engine.pool, "bridge": engine.bridge, "gateway": engine.gateway,
+        "log": str(engine.log),
+    }  # fmt: skip
+    (exec_root / ENGINE_RECORD).write_text(json.dumps(record))
+
+
+def _read_engine_record(exec_root: Path) -> dict:
+    try:
+        return json.loads((exec_root / ENGINE_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _engine_from_record(
+    name: str, root: Path, exec_root: Path, record: dict, started: bool
+) -> EngineServer:
+    return EngineServer(
+        name=name,
+        docker_host=record["docker_host"],
+        pid=int(record["pid"]),
+        data_root=root / "data",
+        exec_root=exec_root,
+        pool=record["pool"],
+        bridge=record["bridge"],
+        gateway=record["gateway"],
+        log=Path(record.get("log") or root / "dockerd.log"),
+        started=started,
+    )
+
+
+def _taken_networks() -> list[str]:
+    """Networks another engine must not use: live engines' pools, host routes, main engine's."""
+    taken = []
+    if ENGINES_RUN_DIR.exists():
+        for record_file in ENGINES_RUN_DIR.glob(f"*/{ENGINE_RECORD}"):
+            record = _read_engine_record(record_file.parent)
+            if record and pid_matches(int(record.get("pid") or 0), str(record_file.parent)):
+                taken.append(record["pool"])
+    taken.extend(_host_routes())
+    try:
+        import docker
+
+        client = docker.DockerClient(base_url=DEFAULT_DOCKER_HOST, timeout=10)
+        try:
+            for net in client.networks.list():
+                for cfg in (net.attrs.get("IPAM") or {}).get("Config") or []:
+                    subnet = cfg.get("Subnet") or ""
+                    if subnet and ":" not in subnet:
+                        taken.append(subnet)
+        finally:
+            client.close()
+    except Exception:  # noqa: BLE001, S110 - no machine engine: its networks take nothing
+        pass
+    return taken
+
+
+def _host_routes() -> list[str]:
+    """IPv4 destinations of the host's routing table, except the default route."""
+    out = []
+    try:
+        lines = Path("/proc/net/route").read_text().splitlines()[1:]
+    except OSError:
+        return out
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        dest = socket.inet_ntoa(int(fields[1], 16).to_bytes(4, "little"))
+        mask = socket.inet_ntoa(int(fields[7], 16).to_bytes(4, "little"))
+        if dest != "0.0.0.0":
+            out.append(str(ipaddress.ip_network(f"{dest}/{mask}", strict=False)))
+    return out
+
+
+def _pids_with_token(token: str) -> list[int]:
+    """Live processes whose command line contains `token` (a path unique to one engine)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        pid = int(entry.name) if entry.name.isdigit() else 0
+        if pid and pid != os.getpid() and pid_matches(pid, token):
+            pids.append(pid)
+    return pids
+
+
+def _descendants(roots: Sequence[int]) -> list[int]:
+    """Every live descendant of `roots` (not the roots), deepest last."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out: list[int] = []
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _unmount_under(*roots: Path) -> None:
+    """Detach every mount at or below `roots`, deepest first (umount -l: busy ones too)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return
+    prefixes = [str(r.resolve()) for r in roots]
+    points = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 5:
+            continue
+        # mountinfo escapes space, tab, newline and backslash as octal (\040 ...).
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        if any(point == p or point.startswith(p + "/") for p in prefixes):
+            points.append(point)
+    libc = ctypes.CDLL(None, use_errno=True)
+    mnt_detach = 2
+    for point in sorted(set(points), key=len, reverse=True):
+        libc.umount2(point.encode(), mnt_detach)
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess:
+    ip = shutil.which("ip") or "/sbin/ip"
+    return subprocess.run([ip, *args], capture_output=True, text=True, check=False)
+
+
+def _create_bridge(name: str, address: str) -> None:
+    _delete_bridge(name)  # a leftover of an engine that died keeps a stale address
+    for args in (
+        ("link", "add", name, "type", "bridge"),
+        ("addr", "add", address, "dev", name),
+        ("link", "set", name, "up"),
+    ):
+        result = _ip(*args)
+        if result.returncode != 0:
+            _delete_bridge(name)
+            raise ServerError(f"cannot create bridge {name}: ip {' '.join(args)}: "
+                              f"{result.stderr.strip()}")  # fmt: skip
+
+
+def _delete_bridge(name: str) -> None:
+    if Path(f"/sys/class/net/{name}").exists():
+        _ip("link", "del", name)
+
+
+def copy_image(src_client, dst_client, tag: str) -> bool:
+    """Copy image `tag` from one engine to another with no registry; False if already there.
+
+    `docker save` on the source streamed into `docker load` on the destination; both keep
+    the image id, so an image the destination has under that id only needs its tag.
+    """
+    import docker.errors
+
+    image = src_client.images.get(tag)
+    try:
+        present = dst_client.images.get(image.id)
+    except docker.errors.ImageNotFound:
+        present = None
+    if present is not None:
+        if tag not in present.tags:
+            repository, _, version = tag.rpartition(":")
+            if not repository or "/" in version:  # "host:5000/name" has no tag
+                repository, version = tag, "latest"
+            present.tag(repository, version)
+        return False
+    dst_client.images.load(image.save(named=tag))
+    return True
