@@ -185,6 +185,7 @@ class _Round:
     _ranked_cache: list | None = None
     _elastic: list = field(default_factory=list)
     _ranked_start: int = 0
+    _compacted_at: int = 0
 
     def __post_init__(self) -> None:
         self.idx = FreeIndex(
@@ -266,6 +267,11 @@ class _Round:
         """Lower-class running jobs this job may take resources from, best victim first."""
         cls = queued_class(j, self.now, self.policy, self.cfg)
         ranked = self._ranked()
+        if not elastic_only and len(self.touched) - self._compacted_at > max(64, len(ranked) // 16):
+            # victims taken this round lie scattered in the list: drop them (amortized O(n))
+            ranked = self._ranked_cache = [x for x in ranked if x[1].job_id not in self.touched]
+            self._ranked_start = 0
+            self._compacted_at = len(self.touched)
         if elastic_only:
             ranked = self._elastic
         else:
