@@ -28,6 +28,20 @@ class Deployer:
         self.client = client
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="deploy")
 
+    def ping(self) -> bool:
+        """Whether the engine answers now."""
+        try:
+            return bool(self.client.ping())
+        except Exception:  # noqa: BLE001 - any failure to answer means not healthy
+            return False
+
+    def managed_jobs(self, platform_id: str) -> set[str]:
+        """Ids of the jobs that have containers of this platform on this engine."""
+        found = self.client.containers.list(
+            all=True, filters={"label": f"{jobspec.LABEL_MANAGED}={platform_id}"}
+        )
+        return {c.labels.get(jobspec.LABEL_JOB, "") for c in found} - {""}
+
     def image_present(self, image: str) -> bool:
         try:
             self.client.images.get(image)

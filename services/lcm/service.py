@@ -41,6 +41,9 @@ RUNNING = (Status.PENDING, Status.DOWNLOADING, Status.PROCESSING)
 MAX_BACKOFF_S = 60.0
 # How long a requeue waits for the helper to store checkpoints and logs before removing it.
 HELPER_FINISH_TIMEOUT_S = 30.0
+# Node health: an engine is probed this often; this many failed probes in a row mark it lost.
+NODE_PROBE_S = 0.5
+NODE_LOST_AFTER = 2
 
 
 def backoff_s(restart: int) -> float:
@@ -73,6 +76,10 @@ class Lcm:
         self._thread: threading.Thread | None = None
         # Requeued jobs waiting out their restart backoff: job_id -> not_before.
         self._due: dict[str, float] = {}
+        # Node health as the leader sees it: name -> consecutive failed probes.
+        self._probe_failures: dict[str, int] = {}
+        self._unhealthy: set[str] = set()
+        self._last_probe = 0.0
         self._lock = threading.Lock()
 
     @property
@@ -270,9 +277,13 @@ class Lcm:
         self._wake.set()
 
     def _deployers_of(self, job_id: str) -> list[Deployer]:
+        """The engines holding the job's containers (every healthy one if unknown)."""
+        healthy = {n: d for n, d in self.deployers.items() if n not in self._unhealthy}
         nodes = {p["node"] for p in self._placement(job_id)}
-        found = [self.deployers[n] for n in sorted(nodes) if n in self.deployers]
-        return found or list(dict.fromkeys(self.deployers.values()))
+        found = [healthy[n] for n in sorted(nodes) if n in healthy]
+        if found or nodes & set(self.deployers):
+            return list(dict.fromkeys(found))
+        return list(dict.fromkeys(healthy.values()))
 
     def _teardown(self, job_id: str, wait_helper: bool = True) -> None:
         """Stop the gang, let the helper store checkpoints and logs, remove everything."""
@@ -330,6 +341,7 @@ class Lcm:
                 reconciled = False
                 continue
             try:
+                self.check_nodes()
                 if not reconciled:
                     self.reconcile()
                     reconciled = True
@@ -339,6 +351,54 @@ class Lcm:
                 log.warning("placement round: %s", exc.message)
             except Exception:
                 log.exception("placement round failed")
+
+    # ---- node health (leader only) -------------------------------------------------
+
+    def _node_key(self, name: str) -> str:
+        return f"{self.keeper.prefix}/nodes/{name}"
+
+    def check_nodes(self) -> None:
+        """Probe every engine; a lost one gets no new gangs and its jobs are requeued."""
+        now = self.clock()
+        if now - self._last_probe < NODE_PROBE_S:
+            return
+        self._last_probe = now
+        for name, deployer in self.deployers.items():
+            if deployer.ping():
+                self._probe_failures[name] = 0
+                if name in self._unhealthy:
+                    self._node_back(name, deployer)
+                continue
+            self._probe_failures[name] = self._probe_failures.get(name, 0) + 1
+            if self._probe_failures[name] >= NODE_LOST_AFTER and name not in self._unhealthy:
+                self._node_lost(name)
+
+    def _node_lost(self, name: str) -> None:
+        log.warning("node %s lost: its engine is not answering", name)
+        self._unhealthy.add(name)
+        self.keeper.etcd.put(
+            self._node_key(name),
+            json.dumps({"healthy": False, "since": self.clock(), "reason": "engine not answering"}),
+        )
+        for job_id, state in self.keeper.active_jobs().items():
+            if state.status in RUNNING and name in {p["node"] for p in self._placement(job_id)}:
+                try:
+                    self.requeue(job_id, f"node {name} lost: its engine is not answering", False)
+                except errors.DlaasError as exc:
+                    log.warning("requeue %s after losing %s: %s", job_id, name, exc.message)
+
+    def _node_back(self, name: str, deployer: Deployer) -> None:
+        """A node rejoins: remove what is left of jobs that have moved on, then use it again."""
+        log.info("node %s is answering again", name)
+        for job_id in deployer.managed_jobs(self.settings.platform_id):
+            state = self.keeper.get(job_id)
+            placed_here = name in {p["node"] for p in self._placement(job_id)}
+            if state is None or state.status not in RUNNING or not placed_here:
+                deployer.remove_job(job_id)
+        self._unhealthy.discard(name)
+        self.keeper.etcd.put(
+            self._node_key(name), json.dumps({"healthy": True, "since": self.clock()})
+        )
 
     def _enqueue_due(self) -> None:
         now = self.clock()
@@ -529,7 +589,7 @@ class LcmServicer(lcm_pb2_grpc.LifecycleManagerServicer):
                     memory_mb=n.memory_mb,
                     gpus=n.gpus,
                     gpu_type=n.gpu_type,
-                    healthy=True,
+                    healthy=n.name not in self.lcm._unhealthy,
                 )
                 for n in self.lcm.nodes
             ]

@@ -15,9 +15,10 @@ from services.scheduler.service import SchedulerService, SchedulerState
 class SchedulerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DLAAS_SCHEDULER_", extra="ignore")
 
-    # fifo | priority | las | fair | default (see services/scheduler/policy); the LCM
-    # carries out every decision: start, preempt, shrink and grow.
-    policy: str = "default"
+    # fifo | priority | las | fair | default (see services/scheduler/policy). The LCM
+    # carries out every decision (start, preempt, shrink, grow). "priority" preempts only
+    # for a higher priority, which is what users of a shared cluster expect by default.
+    policy: str = "priority"
 
 
 def main() -> None:

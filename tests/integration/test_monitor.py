@@ -10,11 +10,8 @@ its `requeue` is a recording stand-in.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +23,7 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+from engine_proxy import EngineProxy
 
 from dlaas import jobspec, servers
 from dlaas.etcd_status import StatusKeeper
@@ -35,7 +33,6 @@ from services.jobmonitor.monitor import JobMonitor
 
 pytestmark = pytest.mark.docker
 
-IMAGE = "dlaas-test-base:latest"
 PLATFORM = f"test-{uuid.uuid4().hex[:8]}"  # this run's containers only
 SCOPE = "mon-"  # the monitor under test touches only these jobs (the engine is shared)
 
@@ -111,78 +108,8 @@ def manifest(learners: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def image(docker_client):
-    try:
-        docker_client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.skip(f"test image {IMAGE} is not built on this engine")
-    return IMAGE
-
-
-class EngineProxy:
-    """A second node's "engine": a Unix socket forwarding to the real one, that can die.
-
-    A stand-in for the path to another dockerd (a real second engine would need its own
-    copy of the test image, too slow here): stop() refuses new connections and cuts the
-    open ones, as a dead engine does; start() brings it back at the same address.
-    """
-
-    def __init__(self, path: Path, target: str):
-        self.path = path
-        self.target = target
-        self.url = f"unix://{path}"
-        self._server: socket.socket | None = None
-        self._conns: list[socket.socket] = []
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(str(self.path))
-        server.listen(64)
-        server.settimeout(0.1)
-        self._server = server
-        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        with self._lock:
-            conns, self._conns = self._conns, []
-        for c in conns:
-            with contextlib.suppress(OSError):
-                c.shutdown(socket.SHUT_RDWR)
-            c.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
-
-    def _accept(self, server: socket.socket) -> None:
-        while self._server is server:
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            conn.settimeout(None)
-            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            upstream.connect(self.target)
-            with self._lock:
-                self._conns += [conn, upstream]
-            for a, b in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
-
-
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
+def image(learner_image):
+    return learner_image
 
 
 @pytest.fixture
