@@ -205,7 +205,11 @@ def test_data_and_code_in_learner_runs_results_and_logs_stored(job, s3_client, s
     assert wait_exit(helper) == jobspec.HELPER_EXIT_OK, helper.logs().decode()
     helper_logs = helper.logs().decode()
     # the learner's checkpoints (the library keeps the last 3) are mirrored before the results
-    assert [e["event"] for e in events(helper_logs)] == ["data_ready", "checkpoint_synced", "stored"]
+    assert [e["event"] for e in events(helper_logs)] == [
+        "data_ready",
+        "checkpoint_synced",
+        "stored",
+    ]
     assert events(helper_logs)[1]["files"] == 3
     assert s3_server.secret_key not in helper_logs
 
