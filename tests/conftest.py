@@ -128,6 +128,12 @@ def learner_image(docker_client) -> str:
 
 
 @pytest.fixture(scope="session")
+def docker_host(docker_client) -> str:
+    """The engine's address, for processes and clients a test starts itself."""
+    return servers.ensure_dockerd(Path(tempfile.gettempdir()) / "dlaas-dockerd")
+
+
+@pytest.fixture(scope="session")
 def docker_gateway(docker_client) -> str:
     """The host's IP as containers see it (the default bridge gateway)."""
     return servers.docker_gateway_ip(docker_client)

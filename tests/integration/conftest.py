@@ -21,39 +21,53 @@ from services.scheduler.service import SchedulerService, SchedulerState
 
 
 @pytest.fixture
-def lcm(etcd_server, docker_client, job_store, learner_image, s3_server, docker_gateway):
+def lcm_factory(etcd_server, docker_client, job_store, learner_image, s3_server, docker_gateway):
+    """Build an Lcm over the given nodes (name -> docker client, 2 cpus each) with its own
+    scheduler service; everything it made is removed afterwards."""
     prefix = f"/t-lcm-{time.monotonic_ns()}"
     etcd = pyetcd.client(host=etcd_server.host, port=etcd_server.port)
-    node = NodeSpec(name="local", cpus=2, memory_mb=2048)
-    port = free_port()
-    sched = SchedulerService(SchedulerState(etcd, prefix), [node], "fifo")
-    server = start_server(
-        f"127.0.0.1:{port}",
-        lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(sched, s),
-        ["dlaas.v1.Scheduler"],
-    )
-    settings = PlatformSettings(
-        s3_endpoint=s3_server.endpoint,
-        s3_endpoint_for_containers=f"http://{docker_gateway}:{s3_server.port}",
-        s3_access_key=s3_server.access_key,
-        s3_secret_key=s3_server.secret_key,
-        etcd_prefix=prefix,
-        platform_id=f"t{prefix}",
-    )
-    keeper = StatusKeeper(etcd, job_store, prefix)
-    manager = Lcm(
-        settings,
-        keeper,
-        job_store,
-        Deployer(docker_client),
-        SchedulerClient(f"127.0.0.1:{port}"),
-        [node],
-    )
-    created: list[str] = []
-    manager.created = created
-    manager.image = learner_image
-    yield manager
-    for job_id in created:
-        manager.deployer.remove_job(job_id)
-    server.stop(0)
+    made: list[tuple[Lcm, object]] = []
+
+    def make(engines=None) -> Lcm:
+        engines = engines or {"local": docker_client}
+        nodes = [NodeSpec(name=name, cpus=2, memory_mb=2048) for name in engines]
+        port = free_port()
+        sched = SchedulerService(SchedulerState(etcd, prefix), nodes, "fifo")
+        server = start_server(
+            f"127.0.0.1:{port}",
+            lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(sched, s),
+            ["dlaas.v1.Scheduler"],
+        )
+        settings = PlatformSettings(
+            s3_endpoint=s3_server.endpoint,
+            s3_endpoint_for_containers=f"http://{docker_gateway}:{s3_server.port}",
+            s3_access_key=s3_server.access_key,
+            s3_secret_key=s3_server.secret_key,
+            etcd_prefix=prefix,
+            platform_id=f"t{prefix}",
+        )
+        manager = Lcm(
+            settings,
+            StatusKeeper(etcd, job_store, prefix),
+            job_store,
+            {name: Deployer(client) for name, client in engines.items()},
+            SchedulerClient(f"127.0.0.1:{port}"),
+            nodes,
+        )
+        manager.created = []
+        manager.image = learner_image
+        made.append((manager, server))
+        return manager
+
+    yield make
+    cleaner = Deployer(docker_client)
+    for manager, server in made:
+        for job_id in manager.created:
+            cleaner.remove_job(job_id)
+        server.stop(0)
     etcd.delete_prefix(prefix + "/")
+
+
+@pytest.fixture
+def lcm(lcm_factory):
+    return lcm_factory()

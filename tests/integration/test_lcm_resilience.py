@@ -138,3 +138,60 @@ def test_only_the_leader_places_and_a_standby_takes_over(lcm, etcd_server):
     wait(lambda: b.leading, timeout=5, what="b takes over")
     assert time.monotonic() - died < 2.5
     b.stop()
+
+
+def test_a_lost_node_gets_its_jobs_requeued_and_no_new_gangs(
+    lcm_factory, docker_client, docker_host, tmp_path_factory
+):
+    import tempfile
+    from pathlib import Path
+
+    import docker
+    from engine_proxy import EngineProxy
+
+    if not docker_host.startswith("unix://"):
+        pytest.skip(f"the engine proxy forwards to a Unix socket, not {docker_host}")
+    proxy = EngineProxy(
+        Path(tempfile.mkdtemp(prefix="dlaas-n2-")) / "docker.sock",
+        docker_host.removeprefix("unix://"),
+    )
+    proxy.start()
+    try:
+        n2 = docker.DockerClient(base_url=proxy.url)
+        lcm = lcm_factory({"local": docker_client, "n2": n2})
+        jobs = [new_id(), new_id()]
+        for job in jobs:
+            submit(lcm, job, learners=4)  # 4 x 0.5 cpus: a whole node each
+        lcm.place_round()
+        on = {job: lcm._placement(job)[0]["node"] for job in jobs}
+        assert sorted(on.values()) == ["local", "n2"]
+        lost = next(j for j, n in on.items() if n == "n2")
+        kept = next(j for j, n in on.items() if n == "local")
+
+        proxy.stop()  # the engine of n2 dies
+        lcm._last_probe = 0
+        lcm.check_nodes()
+        lcm._last_probe = 0
+        lcm.check_nodes()
+        state = lcm.keeper.get(lost)
+        assert state.status == Status.QUEUED and "node n2 lost" in state.reason
+        assert lcm.keeper.get(kept).status == Status.DOWNLOADING
+        health, _ = lcm.keeper.etcd.get(f"{lcm.keeper.prefix}/nodes/n2")
+        assert b'"healthy": false' in health
+        # (n2 is a proxy to the same engine here: its containers die with it.)
+        lcm.deployer.remove_job(lost)
+        wait(lambda: lost in lcm._due, what="the requeue to finish")
+        lcm._enqueue_due()
+        lcm.place_round()
+        assert lcm.keeper.get(lost).status == Status.QUEUED  # n2 gets nothing, local is full
+        lcm.halt(kept, "alice", "make room")
+        wait(placed_again(lcm, lost), what="the lost job on the healthy node")
+        assert {p["node"] for p in lcm._placement(lost)} == {"local"}
+
+        proxy.start()  # n2 comes back
+        lcm._last_probe = 0
+        lcm.check_nodes()
+        health, _ = lcm.keeper.etcd.get(f"{lcm.keeper.prefix}/nodes/n2")
+        assert b'"healthy": true' in health
+    finally:
+        proxy.stop()

@@ -25,7 +25,7 @@ import docker.errors
 import pytest
 from engine_proxy import EngineProxy
 
-from dlaas import jobspec, servers
+from dlaas import jobspec
 from dlaas.etcd_status import StatusKeeper
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
@@ -125,12 +125,6 @@ def second_node(docker_host, tmp_path_factory):
     finally:
         proxy.stop()
         path.parent.rmdir()
-
-
-@pytest.fixture(scope="module")
-def docker_host(docker_client) -> str:
-    """The engine's address, for monitors started in their own process."""
-    return servers.ensure_dockerd(Path(tempfile.gettempdir()) / "dlaas-dockerd")
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from dlaas.errors import InvalidTransition
 from dlaas.status import (
     ACTIVE,
     FINAL,
-    USER_ONLY,
     HAPPY_PATH,
     TRANSITIONS,
+    USER_ONLY,
     JobState,
     Status,
     Transition,
