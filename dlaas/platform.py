@@ -5,6 +5,8 @@ Everything lives in a state directory ($DLAAS_HOME or ~/.dlaas):
     secrets.json   S3 keys and API tokens, generated once (0600)
     client.json    {"url", "token", "admin_token"} for the CLI (0600)
     platform.json  the ports chosen, kept across restarts so clients keep working
+    nodes.yaml     with `--nodes N` (N > 1): every node the services deploy on
+    engines/<node>/ the data root (image cache) and log of each extra Docker engine
     jobs.db        the job store (embedded SQLite)
     etcd/ s3/      server data
     logs/<name>.log, pids/<name>.json
@@ -15,6 +17,17 @@ alone; anything else is (re)started. A service also restarts when the configurat
 would get changed (a server came back on another port), recognised by a fingerprint of its
 environment. `down` stops by PID what `up` started: services first, then servers, and the
 Docker engine only if `up` started it (it holds the image cache and may be the machine's).
+
+Several nodes on one machine (`up(nodes=N)`, `dlaas up --nodes N`): the machine's engine
+is node "local"; N-1 extra Docker engines (servers.start_engine) are nodes node-2 ...
+node-N, each given a copy of the job image (no registry: save/load). Declared capacity:
+every node declares all the machine's CPUs (containers share CPU time and a job must fit
+on one node: with 2 cores and 3 nodes, a third of a core each would fit no job) and an
+N-th of its memory (memory is not shared: the sum stays what the machine has).
+DLAAS_NODE_CPUS / DLAAS_NODE_MEMORY_MB / DLAAS_NODE_GPUS, when set, are declared per
+node instead. Each node's containers reach S3 through their own engine's bridge gateway.
+The node count is kept in platform.json: a later `up` without one keeps it, one with
+fewer nodes stops the engines left over.
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlaas import servers
+from dlaas.nodes import NodeSpec, dump_nodes, machine_capacity
 
 Progress = Callable[[str], None]
 
@@ -47,6 +61,8 @@ SERVERS = ("etcd", "s3")
 USER_NAME = "user"
 SERVICE_START_TIMEOUT = 60.0
 JOBMONITOR_SETTLE_S = 1.0
+LOCAL_NODE = "local"
+ENGINE_PREFIX = "engine-"  # pid files of extra engines: pids/engine-node-2.json
 
 
 class PlatformError(RuntimeError):
@@ -100,6 +116,21 @@ class StateDir:
 
     def forget(self, name: str) -> None:
         self.pid_file(name).unlink(missing_ok=True)
+
+    @property
+    def engines(self) -> Path:
+        return self.root / "engines"
+
+    @property
+    def nodes_file(self) -> Path:
+        return self.root / "nodes.yaml"
+
+    def engine_records(self) -> list[str]:
+        """Names of the extra engines with a pid file ("node-2", ...), in node order."""
+        names = [
+            p.stem.removeprefix(ENGINE_PREFIX) for p in self.pids.glob(f"{ENGINE_PREFIX}*.json")
+        ]
+        return sorted(names, key=_node_order)
 
     def prepare(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -171,7 +202,10 @@ def status(state_dir: Path | None = None) -> list[ComponentStatus]:
     """Every component `up` manages, whether its recorded process is alive."""
     state = StateDir(Path(state_dir or default_state_dir()))
     out = []
-    for name in ("dockerd", *SERVERS, *SERVICES):
+    engines = (
+        [ENGINE_PREFIX + node for node in state.engine_records()] if state.pids.exists() else []
+    )
+    for name in ("dockerd", *engines, *SERVERS, *SERVICES):
         record = state.read_pid(name)
         if not record:
             if name == "dockerd":
@@ -351,6 +385,80 @@ class _Up:
         finally:
             client.close()
 
+    # -- nodes
+    def nodes(self, count: int | None, gateway: str, s3_port: str) -> Path | None:
+        """Bring the extra engines to `count` nodes in all; the nodes file (None for one node)."""
+        count = count or int(self.config.get("nodes") or 1)
+        if count < 1:
+            raise PlatformError(f"nodes: must be at least 1, got {count}")
+        wanted = [f"node-{i}" for i in range(2, count + 1)]
+        for name in self.state.engine_records():
+            if name not in wanted:
+                _stop_engine(self.state, name, self.progress)
+        self.config.update(nodes=count)
+        self.save_config()
+        if count == 1:
+            self.state.nodes_file.unlink(missing_ok=True)
+            return None
+        cpus, memory_mb = machine_capacity()
+        cpus = float(os.environ.get("DLAAS_NODE_CPUS") or 0) or cpus
+        memory_mb = int(os.environ.get("DLAAS_NODE_MEMORY_MB") or 0) or memory_mb // count
+        gpus = int(os.environ.get("DLAAS_NODE_GPUS") or 0)
+        gpu_type = os.environ.get("DLAAS_NODE_GPU_TYPE", "")
+
+        def spec(i: int, name: str, docker_host: str, gateway: str) -> NodeSpec:
+            return NodeSpec(
+                name=name, cpus=cpus, memory_mb=memory_mb, gpus=gpus, gpu_type=gpu_type,
+                docker_host=docker_host, labels={"rack": f"rack-{i}", "area": "local"},
+                s3_endpoint_for_containers=f"http://{gateway}:{s3_port}",
+            )  # fmt: skip
+
+        local = os.environ.get("DLAAS_NODE_NAME") or LOCAL_NODE
+        specs = [spec(1, local, self.docker_host, gateway)]
+        for i, name in enumerate(wanted, start=2):
+            engine = self.engine(name)
+            specs.append(spec(i, name, engine.docker_host, engine.gateway))
+        path = self.state.nodes_file
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(dump_nodes(specs))
+        os.replace(tmp, path)
+        self.progress(f"nodes: {', '.join(n.name for n in specs)} (in {path})")
+        return path
+
+    def engine(self, name: str) -> servers.EngineServer:
+        """Extra engine `name` running (found or started), with the job image on it."""
+        engine = servers.start_engine(name, self.state.engines)
+        self.state.write_pid(
+            ENGINE_PREFIX + name,
+            # The exec root is this engine's alone: a reused pid won't match it.
+            {"pid": engine.pid, "match": str(engine.exec_root), "address": engine.docker_host},
+        )
+        verb = "started" if engine.started else "running"
+        self.progress(f"{name}: Docker engine {verb} on {engine.docker_host} (pid {engine.pid})")
+        self.copy_job_image(name, engine.docker_host)
+        return engine
+
+    def copy_job_image(self, name: str, docker_host: str) -> None:
+        import docker
+        import docker.errors
+
+        from dlaas.images import LEARNER_IMAGE
+
+        tag = os.environ.get("DLAAS_LEARNER_IMAGE") or LEARNER_IMAGE
+        src = docker.DockerClient(base_url=self.docker_host, timeout=600)
+        dst = docker.DockerClient(base_url=docker_host, timeout=600)
+        try:
+            started = time.monotonic()
+            copied = servers.copy_image(src, dst, tag)
+        except docker.errors.ImageNotFound:
+            self.progress(f"{name}: {tag} is not on the machine's engine, nothing to copy")
+            return
+        finally:
+            src.close()
+            dst.close()
+        if copied:
+            self.progress(f"{name}: copied {tag} ({time.monotonic() - started:.1f}s)")
+
     def gateway_ip(self) -> str:
         import docker
 
@@ -434,20 +542,27 @@ def _where(address: str) -> str:
 
 
 def up(
-    state_dir: Path | None = None, progress: Progress = print, build_images: bool = True
+    state_dir: Path | None = None,
+    progress: Progress = print,
+    build_images: bool = True,
+    nodes: int | None = None,
 ) -> PlatformInfo:
-    """Bring every component up (or find it running); write client.json for the CLI."""
+    """Bring every component up (or find it running); write client.json for the CLI.
+
+    `nodes`: how many Docker engines to deploy on (the machine's and nodes-1 extra ones);
+    None keeps the count of the last `up` (1 the first time).
+    """
     state = StateDir(Path(state_dir or default_state_dir()))
     state.prepare()
     with state.locked():
         run = _Up(state, progress, build_images)
         try:
-            return _up(run)
+            return _up(run, nodes)
         except servers.ServerError as e:
             raise PlatformError(str(e)) from None
 
 
-def _up(run: _Up) -> PlatformInfo:
+def _up(run: _Up, nodes: int | None = None) -> PlatformInfo:
     state, creds = run.state, run.creds
     run.docker()
     etcd_endpoint = run.etcd()
@@ -457,6 +572,7 @@ def _up(run: _Up) -> PlatformInfo:
     run.images()
     gateway = run.gateway_ip()
     s3_port = s3_endpoint.rsplit(":", 1)[1]
+    nodes_file = run.nodes(nodes, gateway, s3_port)
 
     lcm_ports = {name: run.service_port(name) for name in LCM_NAMES}
     scheduler_port = run.service_port("scheduler")
@@ -489,6 +605,8 @@ def _up(run: _Up) -> PlatformInfo:
         "DLAAS_API_ADMIN_TOKEN": creds["admin_token"],
         "DLAAS_API_TOKENS": f"{creds['user_token']}:{USER_NAME}",
     }
+    if nodes_file is not None:
+        env["DLAAS_NODES_FILE"] = str(nodes_file)
     api_url = f"http://127.0.0.1:{api_port}"
     addresses = {
         "scheduler": env["DLAAS_SCHEDULER_ADDR"],
@@ -542,23 +660,57 @@ def down(state_dir: Path | None = None, progress: Progress = print) -> list[str]
         return []
     stopped = []
     with state.locked():
-        for name in (*reversed(SERVICES), *reversed(SERVERS), "dockerd"):
-            record = state.read_pid(name)
-            if not record:
-                continue
-            if _record_alive(record):
-                # SeaweedFS's graceful stop hangs (see servers.S3Server.stop); dockerd needs
-                # time to stop its containers.
-                grace = {"s3": 3.0, "dockerd": 30.0}.get(name, 10.0)
-                servers.stop_pid(int(record["pid"]), timeout=grace)
-                progress(f"{name}: stopped (pid {record['pid']})")
+        for name in reversed(SERVICES):
+            if _stop_recorded(state, name, progress):
                 stopped.append(name)
-            else:
-                progress(f"{name}: was not running (stale pid file removed)")
-            state.forget(name)
+        # The extra engines stop their jobs' containers; the machine's engine goes last.
+        for node in reversed(state.engine_records()):
+            if _stop_engine(state, node, progress):
+                stopped.append(ENGINE_PREFIX + node)
+        for name in (*reversed(SERVERS), "dockerd"):
+            if _stop_recorded(state, name, progress):
+                stopped.append(name)
     if not stopped:
         progress("nothing was running")
     return stopped
+
+
+def _stop_recorded(state: StateDir, name: str, progress: Progress) -> bool:
+    """Stop component `name` by its recorded pid; True if it was running."""
+    record = state.read_pid(name)
+    if not record:
+        return False
+    running = _record_alive(record)
+    if running:
+        # SeaweedFS's graceful stop hangs (see servers.S3Server.stop); dockerd needs
+        # time to stop its containers.
+        grace = {"s3": 3.0, "dockerd": 30.0}.get(name, 10.0)
+        servers.stop_pid(int(record["pid"]), timeout=grace)
+        progress(f"{name}: stopped (pid {record['pid']})")
+    else:
+        progress(f"{name}: was not running (stale pid file removed)")
+    state.forget(name)
+    return running
+
+
+def _stop_engine(state: StateDir, node: str, progress: Progress) -> bool:
+    """Stop extra engine `node`, and what outlived it if it died; True if it was running."""
+    record = state.read_pid(ENGINE_PREFIX + node)
+    running = _record_alive(record)
+    engine = servers.find_engine(node, state.engines)
+    if engine is not None:
+        engine.stop()  # also cleans up after a dead one: containerd, shims, its bridge
+    elif running:
+        servers.stop_pid(int(record["pid"]), timeout=30.0)
+    progress(f"{node}: Docker engine " + ("stopped" if running else "was not running"))
+    state.forget(ENGINE_PREFIX + node)
+    return running
+
+
+def _node_order(name: str) -> tuple[int, str]:
+    """node-2 before node-10."""
+    _, _, number = name.rpartition("-")
+    return (int(number) if number.isdigit() else 0, name)
 
 
 # --------------------------------------------------------------------------- data

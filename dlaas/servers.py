@@ -18,6 +18,7 @@ import ctypes
 import fcntl
 import hashlib
 import ipaddress
+import itertools
 import json
 import os
 import re
@@ -873,6 +874,7 @@ def _taken_networks() -> list[str]:
             if record and pid_matches(int(record.get("pid") or 0), str(record_file.parent)):
                 taken.append(record["pool"])
     taken.extend(_host_routes())
+    taken.extend(_machine_engine_pools())
     try:
         import docker
 
@@ -888,6 +890,28 @@ def _taken_networks() -> list[str]:
     except Exception:  # noqa: BLE001, S110 - no machine engine: its networks take nothing
         pass
     return taken
+
+
+def _machine_engine_pools() -> list[str]:
+    """The address pools the machine's engine allocates from, where configured.
+
+    Its networks to come would otherwise be invisible until created. Docker's built-in
+    defaults (172.17-31.0.0/16, 192.168.0.0/16) never meet the 10.200+ range.
+    """
+    pools = []
+    try:
+        config = json.loads(Path("/etc/docker/daemon.json").read_text())
+        pools += [p["base"] for p in config.get("default-address-pools") or [] if "base" in p]
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    pid = _running_dockerd_pid()
+    argv = pid_cmdline(pid) if pid else []
+    # "--default-address-pool base=...,size=24" or "--default-address-pool=base=...".
+    values = [b for a, b in itertools.pairwise(argv) if a == "--default-address-pool"]
+    values += [a.split("=", 1)[1] for a in argv if a.startswith("--default-address-pool=")]
+    for value in values:
+        pools += [v.split("=", 1)[1] for v in value.split(",") if v.startswith("base=")]
+    return pools
 
 
 def _host_routes() -> list[str]:

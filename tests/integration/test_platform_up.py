@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import stat
 import time
 
@@ -127,6 +128,60 @@ def test_up_restarts_a_dead_service_and_detects_a_stale_pid(up_state):
         assert after[name] == before[name], name
     assert any(line.startswith("lcm-1: stale pid file") for line in lines), lines
     assert httpx.get(f"{info.api_url}/health", timeout=5).status_code == 200
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="extra Docker engines need root")
+def test_up_with_two_nodes_adds_an_engine_and_back_to_one_stops_it(up_state):
+    """`up(nodes=2)`: a second engine with the job image, a nodes file the services get."""
+    from dlaas.images import LEARNER_IMAGE
+    from dlaas.nodes import load_nodes_file, machine_capacity
+
+    state_dir, info, _ = up_state
+    before = _pids(state_dir)
+    lines: list[str] = []
+    platform.up(state_dir, progress=lines.append, build_images=False, nodes=2)
+    after = _pids(state_dir)
+    local, node2 = load_nodes_file(state_dir / "nodes.yaml")
+    assert (local.name, node2.name) == ("local", "node-2")
+    assert local.docker_host == info.docker_host
+    assert servers.docker_answers(node2.docker_host)
+    assert after["engine-node-2"] and servers.pid_alive(after["engine-node-2"])
+    # Each node declares the machine's CPUs and half its memory; its own rack, one area.
+    cpus, memory_mb = machine_capacity()
+    assert node2.cpus == cpus and local.memory_mb + node2.memory_mb <= memory_mb
+    assert (local.labels["rack"], node2.labels["rack"]) == ("rack-1", "rack-2")
+    # Its containers reach S3 through the node's own bridge gateway.
+    s3_port = info.s3_endpoint.rsplit(":", 1)[1]
+    engine = servers.find_engine("node-2", state_dir / "engines")
+    assert node2.s3_endpoint_for_containers == f"http://{engine.gateway}:{s3_port}"
+    import docker
+
+    machine = docker.DockerClient(base_url=info.docker_host, timeout=60)
+    other = docker.DockerClient(base_url=node2.docker_host, timeout=60)
+    try:
+        if machine.images.list(name=LEARNER_IMAGE):
+            assert other.images.get(LEARNER_IMAGE).id == machine.images.get(LEARNER_IMAGE).id
+    finally:
+        machine.close()
+        other.close()
+    # The services were restarted with the nodes file; the servers were left alone.
+    for name in platform.SERVICES:
+        assert after[name] != before[name], name
+    for name in platform.SERVERS:
+        assert after[name] == before[name], name
+    assert httpx.get(f"{info.api_url}/health", timeout=5).status_code == 200
+
+    # A later `up` without a count keeps the nodes and touches nothing.
+    platform.up(state_dir, progress=lambda _: None, build_images=False)
+    assert _pids(state_dir) == after
+
+    platform.up(state_dir, progress=lambda _: None, build_images=False, nodes=1)
+    assert not (state_dir / "nodes.yaml").exists()
+    assert "engine-node-2" not in _pids(state_dir)
+    assert not servers.pid_alive(after["engine-node-2"])
+    assert engine.processes() == []
+    # Its data root (an image cache kept for the next `up --nodes 2`) is 300 MB: not here.
+    shutil.rmtree(state_dir / "engines", ignore_errors=True)
 
 
 def test_down_stops_everything_and_is_idempotent(up_state):
