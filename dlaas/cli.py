@@ -190,12 +190,22 @@ def _id_column():
 def up(
     ctx: typer.Context,
     no_images: Annotated[bool, typer.Option(help="do not build the job image")] = False,
+    nodes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Docker engines to run jobs on: the machine's and N-1 extra ones "
+            "(default: as last time, else 1)",
+        ),
+    ] = None,
 ) -> None:
     """Bring the whole platform up on this machine (idempotent)."""
     from dlaas import platform
 
     try:
-        info = platform.up(ctx.obj.home, progress=console.print, build_images=not no_images)
+        info = platform.up(
+            ctx.obj.home, progress=console.print, build_images=not no_images, nodes=nodes
+        )
     except platform.PlatformError as exc:
         _fail(str(exc))
     console.print(f"[green]up[/green]: API at {info.api_url} (state in {info.state_dir})")

@@ -41,6 +41,9 @@ class PlatformSettings(BaseSettings):
     node_memory_mb: int = 0
     node_gpus: int = 0
     node_gpu_type: str = ""
+    # A nodes file (YAML/JSON, see dlaas.nodes) listing every node; when set, node_* above
+    # are not used. `dlaas up --nodes N` writes one.
+    nodes_file: str = ""
 
     def etcd_hostports(self) -> list[tuple[str, int]]:
         out = []

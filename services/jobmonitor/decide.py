@@ -106,6 +106,8 @@ class JobView:
     store_timeout_s: float = DEFAULT_STORE_TIMEOUT_S
     # When the monitor asked the LCM to restart this run of the job (None: not yet).
     requeue_requested_at: float | None = None
+    # How often this run's helper was restarted alone.
+    helper_restarts: int = 0
     requeue_retry_s: float = DEFAULT_REQUEUE_RETRY_S
 
 
@@ -160,6 +162,18 @@ class ReleaseAllocation:
 
 
 @dataclass(frozen=True)
+class RestartHelper:
+    """Start the job's helper container again in place; the learners keep running.
+
+    The helper lost (killed or stopped from outside) while the learners train is restarted
+    alone: the job volume still holds data, code and the ready mark, so the new helper
+    process adopts the running gang and goes on syncing checkpoints and logs.
+    """
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Requeue:
     """Ask the LCM to restart the gang from its last checkpoint (counts as a restart)."""
 
@@ -175,7 +189,11 @@ Action = (
     | Cleanup
     | ReleaseAllocation
     | Requeue
+    | RestartHelper
 )
+
+# A helper restarted this many times in one run is not restarted alone again: the gang is.
+MAX_HELPER_RESTARTS = 3
 
 
 @dataclass(frozen=True)
@@ -202,6 +220,8 @@ def decide(view: JobView) -> Decision:
         change = _status_change(view, helper, learners)
         if isinstance(change, Requeue):
             return _requeue(view, change)
+        if isinstance(change, RestartHelper):
+            return Decision([change])
         if change is not None:
             actions.append(change)
             status = change.target
@@ -212,9 +232,30 @@ def decide(view: JobView) -> Decision:
     return Decision(actions)
 
 
+def _helper_lost_alone(
+    view: JobView, helper: ContainerView | None, learners: list[ContainerView], all_done: bool
+) -> RestartHelper | None:
+    """The helper died from outside while the learners are fine: restart it alone."""
+    if helper is None or not helper.exited or helper.oom_killed:
+        return None
+    if view.state.status not in (Status.DOWNLOADING, Status.PROCESSING) or all_done:
+        return None
+    if view.helper_restarts >= MAX_HELPER_RESTARTS:
+        return None
+    if any(c.exited and (c.exit_code or c.oom_killed) for c in learners):
+        return None
+    how = {EXIT_SIGKILL: "killed (SIGKILL)", EXIT_SIGTERM: "stopped (SIGTERM)", 0: "stopped"}
+    if helper.exit_code not in how:
+        return None
+    return RestartHelper(
+        f"the helper was {how[helper.exit_code]} from outside; restarted beside the running "
+        f"learners ({view.helper_restarts + 1}/{MAX_HELPER_RESTARTS})"
+    )
+
+
 def _status_change(
     view: JobView, helper: ContainerView | None, learners: list[ContainerView]
-) -> TransitionTo | Requeue | None:
+) -> TransitionTo | Requeue | RestartHelper | None:
     """The one status change (or restart request) the containers call for, or None."""
     status = view.state.status
     if status in (Status.QUEUED, Status.PENDING):
@@ -230,6 +271,9 @@ def _status_change(
         and all(c.exited and c.exit_code == 0 for c in learners)
     )
 
+    restart_helper = _helper_lost_alone(view, helper, learners, all_done)
+    if restart_helper is not None:
+        return restart_helper
     failure = _first_failure(view, helper, learners)
     if failure is None and helper is not None and helper.exited and helper.exit_code == 0:
         if status == Status.STORING or all_done:

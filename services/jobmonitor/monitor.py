@@ -64,6 +64,7 @@ INFO_CLEANED_UP = "cleaned_up"
 INFO_LOGS_INCOMPLETE = "logs_incomplete"
 INFO_LOGS_NOTE = "logs_note"
 INFO_REQUEUE = "restart_requested"  # {"at": time, "reason": why} when it asked the LCM
+INFO_HELPER_RESTARTS = "helper_restarts"  # [{"at": time, "reason": why}] in this run
 # What a new run starts with: the previous run's bookkeeping no longer applies.
 _FRESH_RUN: dict[str, Any] = {
     INFO_SIGNALLED_AT: None,
@@ -72,6 +73,7 @@ _FRESH_RUN: dict[str, Any] = {
     INFO_LOGS_INCOMPLETE: None,
     INFO_LOGS_NOTE: None,
     INFO_REQUEUE: None,
+    INFO_HELPER_RESTARTS: None,
 }
 
 # The node name used when the monitor is given one engine without a name.
@@ -258,6 +260,7 @@ class JobMonitor:
             store_timeout_s=self.store_timeout_s,
             requeue_requested_at=requested.get("at") if isinstance(requested, dict) else None,
             requeue_retry_s=self.requeue_retry_s,
+            helper_restarts=len(mine.get(INFO_HELPER_RESTARTS) or []),
         )
         decision = d.decide(view)
         self._apply(job_id, decision, containers, helper, _RunInfo(self, job_id, run, info))
@@ -341,6 +344,19 @@ class JobMonitor:
                     return
             elif isinstance(action, d.Requeue):
                 self._requeue(job_id, action, info)
+            elif isinstance(action, d.RestartHelper):
+                if helper is not None:
+                    _quiet(helper.start)
+                same_run = info.info.get(INFO_RUN, 0) == info.run
+                restarts = list(info.info.get(INFO_HELPER_RESTARTS) or []) if same_run else []
+                info.update(
+                    {
+                        INFO_HELPER_RESTARTS: [
+                            *restarts,
+                            {"at": self.clock(), "reason": action.reason},
+                        ]
+                    }
+                )
             elif isinstance(action, d.SignalHelperFinish):
                 if helper is not None:
                     _quiet(helper.kill, signal=jobspec.HELPER_FINISH_SIGNAL)

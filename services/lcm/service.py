@@ -465,10 +465,17 @@ class Lcm:
             deployer = self.deployers[node]
             record = self.store.get(job_id)
             manifest = parse_manifest(record.manifest_yaml)
-            data, results = job_locations(manifest, self.settings, for_containers=True)
+            # Containers reach the platform's S3 through their own engine's bridge.
+            s = self.settings
+            spec = {n.name: n for n in self.nodes}.get(node)
+            if spec is not None and spec.s3_endpoint_for_containers:
+                s = s.model_copy(
+                    update={"s3_endpoint_for_containers": spec.s3_endpoint_for_containers}
+                )
+            data, results = job_locations(manifest, s, for_containers=True)
             code = None
             if record.code_key:
-                endpoint = self.settings.s3_endpoint_for_containers or self.settings.s3_endpoint
+                endpoint = s.s3_endpoint_for_containers or s.s3_endpoint
                 code = S3Location(
                     endpoint,
                     self.settings.s3_access_key,

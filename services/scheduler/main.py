@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import connect
 from dlaas.grpc_server import configure_logging, start_server, wait_for_termination
-from dlaas.nodes import configured_nodes
+from dlaas.nodes import NodesFileError, configured_nodes
 from dlaas.v1 import scheduler_pb2_grpc
 from services.scheduler.service import SchedulerService, SchedulerState
 
@@ -21,13 +23,20 @@ class SchedulerSettings(BaseSettings):
     policy: str = "priority"
 
 
+def _nodes(settings):
+    try:
+        return configured_nodes(settings)
+    except NodesFileError as exc:
+        sys.exit(f"scheduler: bad configuration: {exc}")
+
+
 def main() -> None:
     log = configure_logging("scheduler")
     settings = PlatformSettings()
     sched = SchedulerSettings()
     etcd = connect(settings.etcd_hostports())
     service = SchedulerService(
-        SchedulerState(etcd, settings.etcd_prefix), configured_nodes(settings), sched.policy
+        SchedulerState(etcd, settings.etcd_prefix), _nodes(settings), sched.policy
     )
     host, _, port = settings.scheduler_addr.rpartition(":")
     server = start_server(

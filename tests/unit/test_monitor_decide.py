@@ -159,9 +159,21 @@ def test_helper_exit_zero_with_learners_done_completes_from_processing():
     assert transition(dec).target == Status.COMPLETED
 
 
-def test_helper_exit_zero_before_learners_finish_is_a_restart():
+def test_helper_exit_zero_before_learners_finish_restarts_the_helper_alone():
     # The helper exits 0 early only on a finish signal the monitor did not send.
     dec = decide(view(Status.PROCESSING, [helper("exited", 0), learner(0)]))
+    [action] = dec.actions
+    assert isinstance(action, d.RestartHelper) and "stopped from outside" in action.reason
+
+
+def test_helper_exit_zero_again_and_again_restarts_the_gang():
+    dec = decide(
+        view(
+            Status.PROCESSING,
+            [helper("exited", 0), learner(0)],
+            helper_restarts=d.MAX_HELPER_RESTARTS,
+        )
+    )
     assert dec.actions == [
         Requeue(
             "the helper was stopped from outside before the learners finished", d.ERROR_TERMINATED
@@ -328,11 +340,35 @@ def test_an_unreachable_data_store_restarts_with_the_helpers_message():
     ]
 
 
-@pytest.mark.parametrize(("code", "error_code"), [(137, "killed"), (143, "terminated")])
-def test_a_helper_killed_or_stopped_from_outside_restarts(code, error_code):
+@pytest.mark.parametrize(("code", "how"), [(137, "killed (SIGKILL)"), (143, "stopped (SIGTERM)")])
+def test_a_helper_lost_beside_healthy_learners_is_restarted_alone(code, how):
     dec = decide(view(Status.PROCESSING, [helper("exited", code), learner(0)]))
+    [action] = dec.actions
+    assert isinstance(action, d.RestartHelper) and f"the helper was {how}" in action.reason
+    assert "1/3" in action.reason
+
+
+@pytest.mark.parametrize(("code", "error_code"), [(137, "killed"), (143, "terminated")])
+def test_a_helper_lost_too_often_restarts_the_gang(code, error_code):
+    dec = decide(
+        view(
+            Status.PROCESSING,
+            [helper("exited", code), learner(0)],
+            helper_restarts=d.MAX_HELPER_RESTARTS,
+        )
+    )
     assert [r.error_code for r in requeues(dec)] == [error_code]
     assert "helper" in requeues(dec)[0].reason
+
+
+def test_a_helper_lost_after_a_learner_failed_is_not_restarted_alone():
+    dec = decide(
+        view(
+            Status.PROCESSING,
+            [helper("exited", 137), learner(0, "exited", 137, at=NOW - 2)],
+        )
+    )
+    assert not any(isinstance(a, d.RestartHelper) for a in dec.actions)
 
 
 @pytest.mark.parametrize(
