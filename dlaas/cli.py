@@ -198,13 +198,21 @@ def up(
             "(default: as last time, else 1)",
         ),
     ] = None,
+    etcd_members: Annotated[
+        int | None,
+        typer.Option(help="1, or 3 for an etcd cluster that survives losing a member"),
+    ] = None,
 ) -> None:
     """Bring the whole platform up on this machine (idempotent)."""
     from dlaas import platform
 
     try:
         info = platform.up(
-            ctx.obj.home, progress=console.print, build_images=not no_images, nodes=nodes
+            ctx.obj.home,
+            progress=console.print,
+            build_images=not no_images,
+            nodes=nodes,
+            etcd_members=etcd_members,
         )
     except platform.PlatformError as exc:
         _fail(str(exc))

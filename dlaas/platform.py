@@ -40,6 +40,7 @@ import os
 import secrets
 import socket
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -58,6 +59,8 @@ LCM_REPLICAS = 3
 LCM_NAMES = tuple(f"lcm-{i}" for i in range(LCM_REPLICAS))
 SERVICES = ("scheduler", *LCM_NAMES, "jobmonitor", "api")
 SERVERS = ("etcd", "s3")
+# With `--etcd-members 3` etcd runs as a real three-member cluster: "etcd" plus these.
+EXTRA_ETCD = ("etcd-1", "etcd-2")
 USER_NAME = "user"
 SERVICE_START_TIMEOUT = 60.0
 JOBMONITOR_SETTLE_S = 1.0
@@ -205,7 +208,8 @@ def status(state_dir: Path | None = None) -> list[ComponentStatus]:
     engines = (
         [ENGINE_PREFIX + node for node in state.engine_records()] if state.pids.exists() else []
     )
-    for name in ("dockerd", *engines, *SERVERS, *SERVICES):
+    members = [m for m in EXTRA_ETCD if state.read_pid(m)] if state.pids.exists() else []
+    for name in ("dockerd", *engines, *SERVERS, *members, *SERVICES):
         record = state.read_pid(name)
         if not record:
             if name == "dockerd":
@@ -313,6 +317,49 @@ class _Up:
             self.progress(f"docker: engine answering on {info.docker_host}")
 
     # -- etcd
+    def etcd_cluster(self, members: int) -> str:
+        """`members` etcd members forming one cluster; each found running or (re)started."""
+        names = ["etcd", *EXTRA_ETCD][:members]
+        ports = self.config.get("etcd_cluster_ports") or {}
+        for name in names:
+            if name not in ports:
+                ports[name] = servers.free_ports(2)
+        self.config.update(etcd_cluster_ports=ports, etcd_members=members)
+        self.save_config()
+        cluster = ",".join(f"{n}=http://127.0.0.1:{ports[n][1]}" for n in names)
+        dead = [n for n in names if not _record_alive(self.state.read_pid(n))]
+        for name in dead:
+            self._stop_stale(name, self.state.read_pid(name))
+        started: dict[str, servers.EtcdServer] = {}
+
+        def start(name: str) -> None:
+            # A fresh cluster needs its members up together; a restarted member rejoins.
+            started[name] = servers.start_etcd(
+                self.state.root / "etcd",
+                name=name,
+                client_port=ports[name][0],
+                peer_port=ports[name][1],
+                cluster=cluster,
+                log=self.state.logs / f"{name}.log",
+            )
+
+        threads = [threading.Thread(target=start, args=(n,)) for n in dead]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for name in dead:
+            if name not in started:
+                raise PlatformError(f"{name}: etcd member did not start; see its log")
+            server = started[name]
+            self.state.write_pid(
+                name, {"pid": server.pid, "match": str(server.data_dir), "address": server.endpoint}
+            )
+            self.progress(f"{name}: started on {server.endpoint} (pid {server.pid})")
+        for name in set(names) - set(dead):
+            self.progress(f"{name}: running on 127.0.0.1:{ports[name][0]}")
+        return ",".join(f"127.0.0.1:{ports[n][0]}" for n in names)
+
     def etcd(self) -> str:
         record = self.state.read_pid("etcd")
         if _record_alive(record) and _etcd_ok(record["address"]):
@@ -546,26 +593,37 @@ def up(
     progress: Progress = print,
     build_images: bool = True,
     nodes: int | None = None,
+    etcd_members: int | None = None,
 ) -> PlatformInfo:
     """Bring every component up (or find it running); write client.json for the CLI.
 
     `nodes`: how many Docker engines to deploy on (the machine's and nodes-1 extra ones);
-    None keeps the count of the last `up` (1 the first time).
+    None keeps the count of the last `up` (1 the first time). `etcd_members`: 1, or 3 for
+    a real etcd cluster (survives losing a member); None keeps the last choice.
     """
+    if etcd_members not in (None, 1, 3):
+        raise PlatformError("etcd_members: use 1 or 3")
     state = StateDir(Path(state_dir or default_state_dir()))
     state.prepare()
     with state.locked():
         run = _Up(state, progress, build_images)
         try:
-            return _up(run, nodes)
+            return _up(run, nodes, etcd_members)
         except servers.ServerError as e:
             raise PlatformError(str(e)) from None
 
 
-def _up(run: _Up, nodes: int | None = None) -> PlatformInfo:
+def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> PlatformInfo:
     state, creds = run.state, run.creds
     run.docker()
-    etcd_endpoint = run.etcd()
+    members = etcd_members or run.config.get("etcd_members", 1)
+    if members != run.config.get("etcd_members", 1):
+        # A different etcd layout starts afresh (its data dirs are per member name).
+        for name in ("etcd", *EXTRA_ETCD):
+            run._stop_stale(name, run.state.read_pid(name))
+            run.state.forget(name)
+        run.config["etcd_members"] = members
+    etcd_endpoint = run.etcd_cluster(members) if members > 1 else run.etcd()
     s3_endpoint = run.s3()
     bucket = os.environ.get("DLAAS_S3_BUCKET", "dlaas")
     run.bucket(s3_endpoint, bucket)
@@ -667,9 +725,11 @@ def down(state_dir: Path | None = None, progress: Progress = print) -> list[str]
         for node in reversed(state.engine_records()):
             if _stop_engine(state, node, progress):
                 stopped.append(ENGINE_PREFIX + node)
-        for name in (*reversed(SERVERS), "dockerd"):
+        for name in (*reversed(SERVERS), *EXTRA_ETCD, "dockerd"):
             if _stop_recorded(state, name, progress):
                 stopped.append(name)
+            if name in EXTRA_ETCD:
+                state.forget(name)
     if not stopped:
         progress("nothing was running")
     return stopped
