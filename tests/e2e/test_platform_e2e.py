@@ -194,3 +194,34 @@ def test_framework_without_an_image_is_refused_naming_the_field(live):
     )
     assert reply.status_code == 422
     assert "framework" in reply.json()["message"]
+
+
+def test_halt_checkpoints_and_resume_continues_from_the_checkpoint(live):
+    http, _, docker_client = live
+    manifest = (
+        (REPO / "examples/digits/manifest.yaml")
+        .read_text()
+        .replace("python3 train.py --epochs 20", "python3 train.py --epochs 20 --epoch-sleep 0.5")
+    )
+    job_id = submit(http, manifest, REPO / "examples/digits")
+    deadline = time.time() + 60
+    while not any(line.startswith("epoch 3/") for line in logs(http, job_id)):
+        assert time.time() < deadline, "no third epoch within a minute"
+        time.sleep(0.2)
+    assert http.post(f"/v1/jobs/{job_id}/halt").status_code == 200
+    assert wait_final(http, job_id, timeout=60)["status"] == "HALTED"
+    wait_cleaned(docker_client, job_id)
+    reply = http.post(f"/v1/jobs/{job_id}/resume")
+    assert reply.status_code == 200, reply.text
+    job = wait_final(http, job_id)
+    assert job["status"] == "COMPLETED", job["history"]
+    lines = logs(http, job_id)
+    resumed = [line for line in lines if line.startswith("resuming from the checkpoint of epoch")]
+    assert resumed, lines
+    epoch = int(re.search(r"epoch (\d+)", resumed[0]).group(1))
+    assert epoch >= 3  # the work before the halt was kept
+    # Both runs' lines are in the one stream, the first run's before the second's.
+    first_epoch = next(i for i, line in enumerate(lines) if line.startswith("epoch 1/20"))
+    assert first_epoch < lines.index(resumed[0])
+    statuses = [h["status"] for h in job["history"]]
+    assert statuses.count("HALTED") == 1 and statuses[-1] == "COMPLETED"
