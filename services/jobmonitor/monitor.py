@@ -45,6 +45,7 @@ import pyetcd.events
 import requests.exceptions
 
 from dlaas import jobspec
+from dlaas.docker_calls import quiet
 from dlaas.errors import DlaasError, JobNotFound, PermanentError
 from dlaas.etcd_status import StatusKeeper
 from dlaas.manifest import parse_manifest
@@ -346,7 +347,7 @@ class JobMonitor:
                 self._requeue(job_id, action, info)
             elif isinstance(action, d.RestartHelper):
                 if helper is not None:
-                    _quiet(helper.start)
+                    quiet(helper.start)
                 same_run = info.info.get(INFO_RUN, 0) == info.run
                 restarts = list(info.info.get(INFO_HELPER_RESTARTS) or []) if same_run else []
                 info.update(
@@ -359,11 +360,11 @@ class JobMonitor:
                 )
             elif isinstance(action, d.SignalHelperFinish):
                 if helper is not None:
-                    _quiet(helper.kill, signal=jobspec.HELPER_FINISH_SIGNAL)
+                    quiet(helper.kill, signal=jobspec.HELPER_FINISH_SIGNAL)
                 info.update({INFO_SIGNALLED_AT: self.clock()})
             elif isinstance(action, d.KillHelper):
                 if helper is not None:
-                    _quiet(helper.kill)
+                    quiet(helper.kill)
             elif isinstance(action, d.StopLearners):
                 self._stop_learners(containers)
             elif isinstance(action, d.ReleaseAllocation):
@@ -433,7 +434,7 @@ class JobMonitor:
 
             def stop(c=c):
                 try:
-                    _quiet(c.stop, timeout=self.stop_grace_s)
+                    quiet(c.stop, timeout=self.stop_grace_s)
                 except Exception:
                     log.exception("stopping container %s", c.name)
                 finally:
@@ -444,14 +445,14 @@ class JobMonitor:
     def _remove_resources(self, job_id: str, containers: Iterable) -> None:
         """Remove a job's containers, networks and volumes on every engine that answers."""
         for c in containers:
-            _quiet(c.remove, force=True)
+            quiet(c.remove, force=True)
         label = {"label": [f"{jobspec.LABEL_JOB}={job_id}", self._managed]}
         for node, engine in self._reachable():
             try:
                 for n in engine.networks.list(filters=label):
-                    _quiet(n.remove)
+                    quiet(n.remove)
                 for v in engine.volumes.list(filters=label):
-                    _quiet(v.remove, force=True)
+                    quiet(v.remove, force=True)
             except _UNREACHABLE:
                 self._mark_down(node)
 
@@ -798,15 +799,3 @@ def _tail(c, n: int) -> list[str]:
 
 def _events_in(lines: Iterable[str]) -> list[dict]:
     return [e for e in (jobspec.parse_event(x.strip()) for x in lines) if e is not None]
-
-
-def _quiet(fn, *args, **kwargs):
-    """Run a Docker call whose target may already be gone (or already stopped)."""
-    try:
-        return fn(*args, **kwargs)
-    except docker.errors.NotFound:
-        return None
-    except docker.errors.APIError as exc:
-        if exc.status_code in (304, 404, 409):
-            return None
-        raise

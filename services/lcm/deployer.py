@@ -17,6 +17,7 @@ import docker.errors
 from docker.types import DeviceRequest
 
 from dlaas import jobspec
+from dlaas.docker_calls import quiet
 from dlaas.errors import ImageUnavailable, TemporaryError
 from services.lcm.plan import ContainerSpec, DeploymentPlan
 
@@ -145,12 +146,12 @@ class Deployer:
         running = [
             c for c in self.containers(job_id, jobspec.ROLE_LEARNER) if c.status == "running"
         ]
-        list(self._pool.map(lambda c: _quiet(c.stop, timeout=timeout), running))
+        list(self._pool.map(lambda c: quiet(c.stop, timeout=timeout), running))
 
     def signal_helper(self, job_id: str) -> None:
         for c in self.containers(job_id, jobspec.ROLE_HELPER):
             if c.status == "running":
-                _quiet(c.kill, signal=jobspec.HELPER_FINISH_SIGNAL)
+                quiet(c.kill, signal=jobspec.HELPER_FINISH_SIGNAL)
 
     def wait_helper(self, job_id: str, timeout_s: float) -> bool:
         """Wait until the job's helper has exited (stored what it must); False on timeout."""
@@ -167,22 +168,10 @@ class Deployer:
     def remove_job(self, job_id: str) -> None:
         """Remove every container, the network and the volume of a job (missing ones are fine)."""
         for c in self.containers(job_id):
-            _quiet(c.remove, force=True)
+            quiet(c.remove, force=True)
         for n in self.client.networks.list(names=[jobspec.network_name(job_id)]):
-            _quiet(n.remove)
+            quiet(n.remove)
         try:
-            _quiet(self.client.volumes.get(jobspec.volume_name(job_id)).remove, force=True)
+            quiet(self.client.volumes.get(jobspec.volume_name(job_id)).remove, force=True)
         except docker.errors.NotFound:
             pass
-
-
-def _quiet(fn, *args, **kwargs):
-    """Run a Docker call whose target may already be gone."""
-    try:
-        return fn(*args, **kwargs)
-    except docker.errors.NotFound:
-        return None
-    except docker.errors.APIError as exc:
-        if exc.status_code in (304, 404, 409):
-            return None
-        raise
