@@ -43,7 +43,7 @@ from services.scheduler.policy import (
     forward_starts,
     schedule,
 )
-from services.scheduler.policy.core import preempts
+from services.scheduler.policy.core import _service, _thresholds, preempts
 
 _FINISH, _SUBMIT, _TICK = 0, 1, 2
 
@@ -132,6 +132,7 @@ def simulate(
     tick_s: float = 300.0,
     config: PolicyConfig | None = None,
     round_s: float = 10.0,
+    per_job: bool = False,
 ) -> dict:
     cfg = config or DEFAULT_CONFIG
     cluster = tuple(
@@ -165,7 +166,7 @@ def simulate(
     busy_gpu_s = 0.0
     last_t = None
     tick_pending = False
-    thresholds = cfg.las_thresholds if policy in ("las", "default") else ()
+    thresholds = _thresholds(policy, cfg) if policy in ("las", "default") else ()
     first_t = events[0][0] if events else 0.0
     last_end = first_t
 
@@ -197,7 +198,10 @@ def simulate(
         )
         running[st.job.job_id] = st
         push(st.work_start + st.remaining, _FINISH, f"{st.job.job_id}#{st.epoch}")
-        for thr in thresholds:  # wake up when it drops a LAS level: someone may preempt it
+        # wake up when it drops a LAS level: someone may preempt it
+        scale = _service(1.0, st.job.gpus, policy, cfg)  # level = attained * scale
+        for thr in thresholds:
+            thr /= scale
             if st.attained < thr:
                 push(st.work_start + (thr - st.attained) / st.job.gpus + 1e-3, _TICK, "")
 
@@ -314,7 +318,7 @@ def simulate(
             waited += 1
             waited_in += ok
     span = max(last_end - first_t, 1e-9)
-    return {
+    out = {
         "jobs": len(done),
         "refused": refused,
         "avg_jct": statistics.fmean(jct) if jct else 0.0,
@@ -330,6 +334,12 @@ def simulate(
         "_waited": waited,
         "_eta_in_range_waited": waited_in / waited if waited else 1.0,
     }
+    if per_job:  # for analysis: (submit, duration, gpus, first start, end, preemptions, eta)
+        out["_per_job"] = [
+            (s.job.submit, s.job.duration, s.job.gpus, s.first_start, s.end, s.preemptions, s.eta)
+            for s in done
+        ]
+    return out
 
 
 KEYS = (

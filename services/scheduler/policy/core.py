@@ -39,15 +39,38 @@ POLICIES: tuple[str, ...] = ("fifo", "priority", "las", "fair", "default")
 class PolicyConfig:
     """Knobs of the policies. One configuration is used for every trace window."""
 
-    # 2D-LAS queue thresholds, in attained GPU-seconds (Tiresias uses a few coarse levels).
+    # las: Tiresias' discretized 2D-LAS queue thresholds, in attained GPU-seconds.
     las_thresholds: tuple[float, ...] = (1_000.0, 10_000.0, 100_000.0)
-    # Promote a waiting job to level 0 once it waited this many times its executed time.
+    # las: promote a waiting job to level 0 once it waited this many times its executed time.
     starve_factor: float = 2.0
+    # default: few levels with a high first threshold (GPU-seconds). Most jobs finish inside
+    # level 0 and run in arrival order; only the long tail is demoted behind them. Measured on
+    # both Philly windows (see simulator.py): low first thresholds (Tiresias' 1e3) preempt
+    # medium jobs over and over where durations are not heavy-tailed (window B: +30 % avg JCT).
+    default_thresholds: tuple[float, ...] = (20_000.0, 200_000.0)
+    # default: the level is computed from attained GPU-seconds / gpus ** (1 - exponent): 1 is
+    # Tiresias' GPU-time (a big gang drops levels as many times faster), 0 is wall time.
+    level_gpu_exponent: float = 1.0
+    # default: at equal level, smaller gangs first (gang size is known at submit; on Philly-like
+    # traces small gangs are also the short ones, a Gittins-index-like bet).
+    small_first: bool = True
+    # default: inside a demoted level, the least attained service goes first (true LAS: the
+    # least-served demoted job is the likeliest to finish soon) instead of arrival order.
+    level_order_by_attained: bool = True
+    # default: a demoted job that waited `starve_after_s` (or, if the factor is > 0, this many
+    # times its executed time, whichever is first) moves back to the front of the order. It
+    # does NOT preempt anyone on the strength of that promotion: promoted-then-preempting-the-
+    # next-promoted is the thrash loop this guard exists to break. A relative factor (Tiresias'
+    # STARVE_LIMIT) measured worse on both windows, so only the absolute bound is on.
+    default_starve_factor: float = 0.0
+    starve_after_s: float = 172_800.0
     # Thrash guard: a job that (re)started or was resized less than this ago is not a victim.
     min_run_s: float = 300.0
+    # default: preempt only a victim that attained at least this many times the GPU-seconds
+    # of the waiting job plus `preempt_margin_gpu_s` (a demoted job is not preempted for a
+    # job that is almost as old as it).
+    preempt_margin_gpu_s: float = 0.0
     # Reserve nodes for the first blocked gang once it waited this long, under these policies.
-    # Plain fifo is the classic non-blocking FIFO of the peer simulators (calibration), so it
-    # does not reserve unless listed here.
     reserve_after_s: float = 0.0
     reserve_policies: tuple[str, ...] = ("priority", "las", "fair", "default")
     # Only gangs at least this many GPUs get reservations (small ones will find a gap anyway).
@@ -55,8 +78,13 @@ class PolicyConfig:
     # A preemption that needs more victims than this is not worth its disruption: the gang
     # waits (and gets a reservation) instead. Also bounds the cost of one attempt.
     max_victims: int = 16
-    # fifo only: a job that does not fit blocks everyone behind it (no backfill at all).
-    strict_fifo: bool = False
+    # fifo: when the first job that does not fit blocks the ones behind it.
+    #   "count" - while fewer GPUs (of its type) are free than it needs in total; when enough
+    #             are free but fragmented, later jobs may start (the peer simulators' FIFO,
+    #             Tiresias `--schedule fifo`, which blocks on the GPU count; see simulator.py);
+    #   "gang"  - always (strict head-of-line blocking, no backfill at all);
+    #   "none"  - never (every job that fits starts, in arrival order).
+    fifo_blocking: str = "count"
     # Let elastic jobs grow into idle GPUs.
     grow: bool = True
 
@@ -86,12 +114,34 @@ def _executed_s(j: QueuedJob) -> float:
     return j.attained_service / max(j.gpus_per_learner * j.learners, 1)
 
 
+def _service(attained: float, gpus: int, policy: str, cfg: PolicyConfig) -> float:
+    """What a job's level is computed from (see PolicyConfig.level_gpu_exponent)."""
+    if policy != "default" or cfg.level_gpu_exponent == 1.0 or gpus <= 1:
+        return attained
+    return attained / gpus ** (1.0 - cfg.level_gpu_exponent)
+
+
+def _thresholds(policy: str, cfg: PolicyConfig) -> tuple[float, ...]:
+    return cfg.default_thresholds if policy == "default" else cfg.las_thresholds
+
+
+def _starving(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> bool:
+    """A demoted job that waited long enough for its executed time goes back to the front."""
+    waited = now - _wait_since(j)
+    if policy == "default":
+        if cfg.default_starve_factor > 0:
+            rel = cfg.default_starve_factor * max(_executed_s(j), 1.0)
+            return waited >= min(rel, cfg.starve_after_s)
+        return waited >= cfg.starve_after_s
+    return waited >= cfg.starve_factor * max(_executed_s(j), 1.0)  # Tiresias' STARVE_LIMIT
+
+
 def queued_class(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> tuple:
     """The class used to decide who may preempt whom (smaller = more important)."""
     if policy in ("las", "default"):
-        lvl = las_level(j.attained_service, cfg.las_thresholds)
-        if lvl and now - _wait_since(j) >= cfg.starve_factor * max(_executed_s(j), 1.0):
-            lvl = 0  # starvation promotion (Tiresias' STARVE_LIMIT)
+        lvl = las_level(_service(j.attained_service, j.gpus, policy, cfg), _thresholds(policy, cfg))
+        if lvl and policy == "las" and _starving(j, now, policy, cfg):
+            lvl = 0  # las: starvation promotion also lets it preempt (as in Tiresias)
         return (-j.priority, lvl)
     if policy == "priority":
         return (-j.priority,)
@@ -100,17 +150,32 @@ def queued_class(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> tu
 
 def running_class(r: RunningJob, policy: str, cfg: PolicyConfig) -> tuple:
     if policy in ("las", "default"):
-        return (-r.priority, las_level(r.attained_service, cfg.las_thresholds))
+        service = _service(r.attained_service, r.gpus, policy, cfg)
+        return (-r.priority, las_level(service, _thresholds(policy, cfg)))
     if policy == "priority":
         return (-r.priority,)
     return ()
 
 
 def order_key(policy: str, now: float, cfg: PolicyConfig) -> Callable[[QueuedJob], tuple]:
+    """The order a round considers queued jobs in (the queue position shown to users)."""
     if policy == "fifo":
         return lambda j: (j.submit_time, j.job_id)
     if policy == "priority":
         return lambda j: (-j.priority, j.submit_time, j.job_id)
+    if policy == "default":
+        th = cfg.default_thresholds
+        small = cfg.small_first
+        by_att = cfg.level_order_by_attained
+
+        def key(j: QueuedJob) -> tuple:
+            lvl = las_level(_service(j.attained_service, j.gpus, policy, cfg), th)
+            if lvl and _starving(j, now, policy, cfg):
+                lvl = 0
+            att = j.attained_service if lvl and by_att else 0.0
+            return (-j.priority, lvl, j.gpus if small else 0, att, j.submit_time, j.job_id)
+
+        return key
     return lambda j: (*queued_class(j, now, policy, cfg), j.submit_time, j.job_id)
 
 
@@ -181,6 +246,7 @@ class _Round:
     touched: set[str] = field(default_factory=set)  # running jobs already acted on
     shrunk_to: dict[str, list[Allocation]] = field(default_factory=dict)
     reserved_for: str | None = None
+    promoted: set[str] = field(default_factory=set)  # sorted ahead of their preemption class
     waiting: list[QueuedJob] = field(default_factory=list)
     _ranked_cache: list | None = None
     _elastic: list = field(default_factory=list)
@@ -281,6 +347,7 @@ class _Round:
             ):
                 self._ranked_start += 1
         first = 0 if elastic_only else self._ranked_start
+        margin = self.cfg.preempt_margin_gpu_s if self.policy == "default" else 0.0
         skipped = yielded = 0
         for i in range(first, len(ranked)):
             rcls, r = ranked[i]
@@ -297,6 +364,8 @@ class _Round:
                 continue
             if elastic_only and r.learners <= r.min_gang:
                 continue
+            if r.attained_service < j.attained_service + margin:
+                continue  # not enough older than the waiting job to be worth a preemption
             if j.gpu_type and not any(
                 self.idx.nodes.get(a.node) is not None
                 and self.idx.nodes[a.node].node.gpu_type == j.gpu_type
@@ -433,6 +502,18 @@ class _Round:
                 self.reserved_for = j.job_id
                 return
 
+    def _fifo_blocks(self, j: QueuedJob) -> bool:
+        """Whether a fifo head that did not fit holds back every later job (fifo_blocking)."""
+        mode = self.cfg.fifo_blocking
+        if self.reserved_for == j.job_id:
+            return False  # nodes are held for it: the rest of the cluster may be backfilled
+        if mode == "gang":
+            return True
+        if mode == "count":
+            need = j.min_gang * j.gpus_per_learner
+            return need == 0 or self.idx.total_free_gpus(j.gpu_type) < need
+        return False
+
     def wait(self, j: QueuedJob, why: str) -> None:
         self.waiting.append(j)
         if self.include_waits:
@@ -503,10 +584,14 @@ class _Round:
             return
         if self.policy in ("las", "default"):
             now, cfg, pol = self.now, self.cfg, self.policy
-            rows = [(queued_class(j, now, pol, cfg), j.submit_time, j.job_id, j) for j in queue]
-            rows.sort(key=lambda r: r[:3])
-            for r in rows:
-                yield r[0], r[3]
+            key = order_key(pol, now, cfg)
+            rows = [(key(j), j) for j in queue]
+            rows.sort(key=lambda r: r[0])
+            for k, j in rows:
+                cls = queued_class(j, now, pol, cfg)
+                if pol == "default" and k[1] < cls[1]:
+                    self.promoted.add(j.job_id)
+                yield cls, j
             return
         key = order_key(self.policy, self.now, self.cfg)
         for j in sorted(queue, key=key):
@@ -569,6 +654,10 @@ class _Round:
                 and self.idx.total_free_gpus() == 0
                 and not self._may_preempt(cls, can_preempt)
             ):
+                if j.job_id in self.promoted:
+                    # sorted ahead of its class: a later job may still preempt
+                    self.wait(j, "")
+                    continue
                 # Full cluster and nobody left to preempt for this class or any later (the
                 # queue is sorted by class): every remaining job waits. Keeps long queues cheap.
                 rest = True
@@ -613,8 +702,8 @@ class _Round:
                 why += f"; behind {self.reserved_for}, which holds a reservation"
             failed[shape] = (self.idx.version, j.min_gang)
             self.wait(j, why)
-            if self.policy == "fifo" and self.cfg.strict_fifo:
-                rest = True  # head-of-line blocking by configuration
+            if self.policy == "fifo" and self._fifo_blocks(j):
+                rest = True  # head-of-line blocking: see PolicyConfig.fifo_blocking
         self.grow()
         return self.decisions
 
