@@ -70,6 +70,10 @@ class PolicyConfig:
     # of the waiting job plus `preempt_margin_gpu_s` (a demoted job is not preempted for a
     # job that is almost as old as it).
     preempt_margin_gpu_s: float = 0.0
+    # At most this many jobs are preempted in one round (a preemption storm guard: each one
+    # costs a checkpoint and a restart the LCM must carry out; the next round, seconds later,
+    # goes on). It also bounds a round's cost on a huge queue behind a full cluster.
+    max_preemptions_per_round: int = 64
     # Reserve nodes for the first blocked gang once it waited this long, under these policies.
     reserve_after_s: float = 0.0
     reserve_policies: tuple[str, ...] = ("priority", "las", "fair", "default")
@@ -169,11 +173,16 @@ def order_key(policy: str, now: float, cfg: PolicyConfig) -> Callable[[QueuedJob
         by_att = cfg.level_order_by_attained
 
         def key(j: QueuedJob) -> tuple:
-            lvl = las_level(_service(j.attained_service, j.gpus, policy, cfg), th)
+            # the last item is the job's real level (its preemption class), after the unique id
+            # so it never changes the order
+            if not j.attained_service:  # a fresh job: level 0 (the common case, kept cheap)
+                gpus = j.learners * j.gpus_per_learner if small else 0
+                return (-j.priority, 0, gpus, 0.0, j.submit_time, j.job_id, 0)
+            real = lvl = las_level(_service(j.attained_service, j.gpus, policy, cfg), th)
             if lvl and _starving(j, now, policy, cfg):
                 lvl = 0
             att = j.attained_service if lvl and by_att else 0.0
-            return (-j.priority, lvl, j.gpus if small else 0, att, j.submit_time, j.job_id)
+            return (-j.priority, lvl, j.gpus if small else 0, att, j.submit_time, j.job_id, real)
 
         return key
     return lambda j: (*queued_class(j, now, policy, cfg), j.submit_time, j.job_id)
@@ -588,9 +597,12 @@ class _Round:
             rows = [(key(j), j) for j in queue]
             rows.sort(key=lambda r: r[0])
             for k, j in rows:
-                cls = queued_class(j, now, pol, cfg)
-                if pol == "default" and k[1] < cls[1]:
-                    self.promoted.add(j.job_id)
+                if pol == "default":
+                    cls = (k[0], k[-1])
+                    if k[1] < k[-1]:
+                        self.promoted.add(j.job_id)
+                else:
+                    cls = queued_class(j, now, pol, cfg)
                 yield cls, j
             return
         key = order_key(self.policy, self.now, self.cfg)
@@ -644,6 +656,7 @@ class _Round:
         failed: dict[tuple, tuple[int, int]] = {}
         gpu_less = any(j.gpus_per_learner == 0 for j in self.snapshot.queue)
         rest = None
+        preempted = 0
         for cls, j in self.ordered():
             if rest is not None:
                 self.wait(j, "")
@@ -691,7 +704,11 @@ class _Round:
                     cause += f"; backfilled outside nodes reserved for {self.reserved_for}"
                 self.start(j, allocs, cause)
                 continue
+            n_before = len(self.decisions)
             if can_preempt and self.try_preempt(j):
+                preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
+                if preempted >= self.cfg.max_preemptions_per_round:
+                    can_preempt = False  # storm guard: the rest waits for the next round
                 continue
             why = self.why_not(j) if self.include_waits else ""
             if self.reserved_for is None:
