@@ -232,3 +232,84 @@ def test_pending_reason_has_a_counterfactual():
 def test_unknown_policy_is_refused_by_name():
     with pytest.raises(ValueError, match="policy"):
         schedule(Snapshot(nodes(1)), 0, "nope")
+
+
+@pytest.mark.parametrize(
+    ("mode", "short_starts", "fragmented_starts"),
+    [("count", False, True), ("gang", False, False), ("none", True, True)],
+)
+def test_fifo_head_blocks_by_configured_rule(mode, short_starts, fragmented_starts):
+    cfg = PolicyConfig(fifo_blocking=mode)
+    queue = [q("head", gpus=4, t=0), q("small", t=1)]
+    # 3 GPUs free in all: fewer than the head needs
+    short = [running("x", [("n0", (0,))]), running("y", [("n1", (0, 1, 2, 3))])]
+    ds = schedule(Snapshot(nodes(2), short, queue), 10, "fifo", cfg)
+    assert [d.job_id for d in by_action(ds, "start")] == (["small"] if short_starts else [])
+    # 4 GPUs free, but 2 + 2: enough by count, fragmented for the gang
+    frag = [running("x", [("n0", (0, 1))]), running("y", [("n1", (0, 1))])]
+    ds = schedule(Snapshot(nodes(2), frag, queue), 10, "fifo", cfg)
+    assert [d.job_id for d in by_action(ds, "start")] == (["small"] if fragmented_starts else [])
+
+
+def test_default_fifo_blocks_on_the_gpu_count():
+    assert PolicyConfig().fifo_blocking == "count"
+
+
+def test_default_prefers_small_gangs_at_equal_level():
+    busy = [running("r", [("n0", (0, 1))], start=0, attained=100)]
+    queue = [q("big", gpus=2, t=0), q("s1", t=1), q("s2", t=2)]
+    ds = schedule(Snapshot(nodes(1), busy, queue), 50, "default")
+    assert [d.job_id for d in by_action(ds, "start")] == ["s1", "s2"]
+    ds = schedule(Snapshot(nodes(1), busy, queue), 50, "fifo")
+    assert [d.job_id for d in by_action(ds, "start")] == ["big"]
+
+
+def test_default_serves_the_least_attained_first_inside_a_demoted_level():
+    # both were preempted in level 1 (20,000 <= attained < 200,000 GPU-s); one GPU frees up
+    busy = [running("r", [("n0", (0, 1, 2))], start=0, attained=10)]
+    queue = [
+        q("older", t=0, attained_service=90_000, last_preempted_time=100),
+        q("younger", t=50, attained_service=30_000, last_preempted_time=100),
+    ]
+    ds = schedule(Snapshot(nodes(1), busy, queue), 200, "default")
+    assert [d.job_id for d in by_action(ds, "start")] == ["younger"]
+
+
+def test_default_first_threshold_is_high():
+    # a 1-GPU job that ran 10,000 s is still in level 0: a fresh job does not preempt it ...
+    busy = [running("mid", [("n0", (0, 1, 2, 3))], start=0, attained=4 * 2_500)]
+    ds = schedule(Snapshot(nodes(1), busy, [q("new", gpus=4, t=5)]), 3_000, "default")
+    assert by_action(ds, "preempt") == []
+    # ... one past 20,000 GPU-s is demoted and is
+    busy = [running("long", [("n0", (0, 1, 2, 3))], start=0, attained=4 * 6_000)]
+    ds = schedule(Snapshot(nodes(1), busy, [q("new", gpus=4, t=5)]), 7_000, "default")
+    assert [d.job_id for d in by_action(ds, "preempt")] == ["long"]
+
+
+def test_default_starvation_promotion_reorders_but_never_preempts():
+    cfg = PolicyConfig(starve_after_s=3_600)
+    # the node is held by a demoted job (level 1); 'starved' (also level 1) waited 2 h
+    busy = [running("held", [("n0", (0, 1, 2, 3))], start=0, attained=4 * 10_000)]
+    starved = q("starved", gpus=4, t=0, attained_service=50_000, last_preempted_time=2_800)
+    snap = Snapshot(nodes(1), busy, [starved])
+    ds = schedule(snap, 10_000, "default", cfg)
+    assert by_action(ds, "preempt") == []  # promotion is not a licence to preempt
+    # a fresh job behind it still preempts (its class is better), and the promoted job keeps
+    # the first queue position
+    snap = Snapshot(nodes(1), busy, [starved, q("fresh", gpus=4, t=9_000)])
+    ds = schedule(snap, 10_000, "default", cfg)
+    assert [d.job_id for d in by_action(ds, "preempt")] == ["held"]
+    assert [d.job_id for d in by_action(ds, "start")] == ["fresh"]
+    entries = queue_report(snap, 10_000, "default", config=cfg)
+    assert [e.job_id for e in entries] == ["starved", "fresh"]
+
+
+def test_preemption_storm_guard_caps_victims_per_round():
+    many = [Node(f"m{i}", 1, 4.0, 8_000) for i in range(30)]
+    busy = [running(f"r{i}", [(f"m{i}", (0,))], start=0, attained=500_000) for i in range(30)]
+    queue = [q(f"n{i}", t=10 + i) for i in range(30)]
+    cfg = PolicyConfig(max_preemptions_per_round=5)
+    ds = schedule(Snapshot(many, busy, queue), 100_000, "default", cfg)
+    assert len(by_action(ds, "preempt")) == 5 and len(by_action(ds, "start")) == 5
+    ds = schedule(Snapshot(many, busy, queue), 100_000, "default")
+    assert len(by_action(ds, "preempt")) == 30
