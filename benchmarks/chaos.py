@@ -1,0 +1,984 @@
+"""Chaos suite: example jobs run to completion while the platform's parts are SIGKILLed.
+
+Brings a platform up (`dlaas.platform.up`, a temporary home by default, `--nodes` Docker
+engines), runs the process supervisor (`python -m dlaas.supervisor`, unless `up` already
+started one), uploads the digits data, submits `--jobs` example jobs and, while they
+run, kills one component at a time at a random moment, waiting for it to recover before
+the next kill. Then it waits for every job to end and checks what was lost.
+
+Jobs (a seeded mix): digits, 1 learner, `--epoch-sleep` so a run takes ~20-60 s; ddp,
+2 learners; elastic ddp (min 1, max 2 learners); priorities low / normal / high; every
+job checkpoints every epoch, syncs every 5 s (checkpoint.interval_s) and may restart 3
+times (max_restarts).
+
+Kills (`--kills`, in a seeded random order, SIGKILL always):
+  lcm-leader   the LCM replica holding the leadership key   -> another replica holds it
+  lcm-replica  an LCM replica that does not lead             -> it answers gRPC health again
+  api          the REST API                                  -> GET /health answers
+  jobmonitor   the job monitor (it serves nothing)           -> a new monitor process runs
+  scheduler    the scheduler                                 -> it answers gRPC health again
+  etcd         one etcd member (only with an etcd cluster)   -> the member answers /health
+  learner      learner 0 of a running job (`docker kill`)    -> its job's new run prints
+               its first "resuming from ..." / "epoch" line
+  helper       the helper of a running job (`docker kill`)   -> a helper of the job runs
+               again (started after the kill) and the job is PROCESSING
+  engine       a whole extra Docker engine: dockerd, its containerd, shims and the
+               containers' processes (a node dying; only with >1 node, never the
+               machine's engine)                             -> "engine": it answers again;
+               "engine_jobs": every job it ran is PROCESSING again (or ended)
+Recovery times are measured from the kill; service restarts are the supervisor's work.
+
+What is measured:
+- completed / lost: a job is lost unless it ends COMPLETED (every job here is valid,
+  so any FAILED or HALTED is the platform's fault; reasons are printed).
+- duplicate learners: every 0.2 s all engines are listed (running containers with this
+  platform's label); two running containers for the same job and learner index at the
+  same moment count once per (job, learner).
+- lost log lines: each learner's log stream read over REST from offset 0 after the end
+  (learner 0 for elastic jobs, whose learner count changes). The stream is cut into runs
+  at each run's first line ("data: ..." / "learner i/n: shard ...") and at "resuming from
+  the checkpoint of epoch N" (the next epoch line must then be N+1). Within a run the
+  epoch lines must count up by one: a number not above the previous one is a
+  DUPLICATED line, a jump over k numbers is k LOST lines. Across runs, repeating the
+  epochs after the resumed checkpoint is allowed (that work is redone), but resuming
+  from epoch N when the stream so far shows fewer than N epochs means the lines in
+  between were LOST. A COMPLETED job's stream must end with "epoch E/E". lost_log_lines
+  is the sum of lost and duplicated lines.
+- lost work per restart: the learner-0 containers of every job are followed
+  (`docker logs --follow --timestamps`, the engine's own clock); when a run resumes
+  from the checkpoint of epoch N (a whole epoch), the work lost is the end of the
+  previous run (its log stream ends when the container dies) minus the time the line
+  "epoch N/E" was printed; a resume mid-epoch (a SIGTERM checkpoint: preemption, halt,
+  rescale) loses nothing; a run that restarts from scratch loses the previous run.
+  max_lost_work_s is the largest.
+
+Usage: python benchmarks/chaos.py [--jobs 20] [--kills LIST] [--seed N] [--nodes 3]
+       [--timeout S] [--json] [--home DIR]
+With --json the last line is one JSON object: completed, lost, duplicate_learners,
+lost_log_lines, max_lost_work_s, recovery_s (component -> seconds; null: not recovered
+within the wait), plus jobs, skipped, details.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime as dt
+import importlib.util
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FINAL = {"COMPLETED", "FAILED", "HALTED"}
+ALL_KILLS = (
+    "lcm-leader",
+    "lcm-replica",
+    "api",
+    "jobmonitor",
+    "scheduler",
+    "etcd",
+    "learner",
+    "helper",
+    "engine",
+)
+CHECKPOINT_INTERVAL_S = 5
+MAX_RESTARTS = 3
+POLL_DOCKER_S = 0.2
+RECOVERY_WAIT_S = 90.0
+# Targets of the issue (seconds), for the table.
+TARGETS = {"api": 1.0, "lcm-leader": 2.0, "helper": 2.0, "learner": 5.0}
+
+EPOCH_RE = re.compile(r"^epoch (\d+)/(\d+)\b")
+RESUME_RE = re.compile(r"resuming from the checkpoint of epoch (\d+)( and \d+)?")
+RUN_START_RE = re.compile(r"^(data: \d+ training|learner \d+/\d+: shard of)")
+
+
+# =========================================================================== pure logic
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    name: str
+    kind: str  # "digits" | "ddp" | "elastic"
+    epochs: int
+    manifest: str
+    code_dir: Path
+
+    @property
+    def checked_learners(self) -> tuple[int, ...]:
+        """Learners whose log stream must be complete (an elastic job's count changes)."""
+        return (0, 1) if self.kind == "ddp" else (0,)
+
+
+def _manifest(name: str, learners: str, cpus: float, priority: str, command: str, results: str):
+    return (
+        f"name: {name}\n{learners}cpus: {cpus}\nmemory: 512MiB\npriority: {priority}\n"
+        f"checkpoint: {{interval_s: {CHECKPOINT_INTERVAL_S}}}\nmax_restarts: {MAX_RESTARTS}\n"
+        "data_stores:\n  - id: digits\n    type: s3\n"
+        "    training_data: {container: digits-data}\n"
+        f"    training_results: {{container: {results}}}\n"
+        f'framework: {{name: python, version: "3", command: "{command}"}}\n'
+    )
+
+
+def job_mix(n: int, rng: random.Random) -> list[JobPlan]:
+    """n jobs: half digits (1 learner, slow epochs), a quarter ddp, a quarter elastic ddp."""
+    kinds = ["digits", "ddp", "digits", "elastic"]
+    plans = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        priority = rng.choice(["low", "normal", "high"])
+        name = f"chaos-{i:02d}-{kind}"
+        if kind == "digits":
+            epochs, sleep = rng.randint(15, 30), rng.choice([1.0, 1.5, 2.0])
+            command = f"python3 train.py --epochs {epochs} --epoch-sleep {sleep}"
+            text = _manifest(name, "learners: 1\n", 1, priority, command, "digits-results")
+            code = REPO / "examples/digits"
+        else:
+            epochs = rng.randint(15, 25)
+            learners = (
+                "learners: 2\n"
+                if kind == "ddp"
+                else "learners: 2\nmin_learners: 1\nmax_learners: 2\n"
+            )
+            command = f"python3 train.py --epochs {epochs}"
+            text = _manifest(name, learners, 0.5, priority, command, "digits-ddp-results")
+            code = REPO / "examples/ddp"
+        plans.append(JobPlan(name, kind, epochs, text, code))
+    return plans
+
+
+@dataclass
+class LogCheck:
+    lost: int = 0
+    duplicated: int = 0
+    runs: int = 0
+    last_epoch: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def bad_lines(self) -> int:
+        return self.lost + self.duplicated
+
+
+def check_log(lines: Sequence[str], epochs: int, completed: bool = True) -> LogCheck:
+    """Lost and duplicated "epoch k/E" lines in one learner's whole stream (see the docstring)."""
+    out = LogCheck()
+    prev: int | None = None  # last epoch of this run; None: a run just started
+    seen = 0  # highest epoch the stream has shown so far
+    for i, line in enumerate(lines):
+        if RUN_START_RE.search(line):
+            out.runs += 1
+            prev = None
+            continue
+        resume = RESUME_RE.search(line)
+        if resume:
+            n = int(resume.group(1))
+            if n > seen:
+                out.lost += n - seen
+                out.problems.append(f"line {i}: resumes from epoch {n}, stream showed {seen}")
+            prev = n
+            continue
+        m = EPOCH_RE.match(line)
+        if not m:
+            continue
+        k = int(m.group(1))
+        expected = (prev or 0) + 1
+        if k < expected:
+            out.duplicated += 1
+            out.problems.append(f"line {i}: epoch {k} again (expected {expected})")
+            continue
+        if k > expected:
+            out.lost += k - expected
+            out.problems.append(f"line {i}: epoch {k}, epochs {expected}..{k - 1} missing")
+        prev = k
+        seen = max(seen, k)
+    out.last_epoch = prev or 0
+    if completed and out.last_epoch < epochs:
+        out.lost += epochs - out.last_epoch
+        out.problems.append(f"ends at epoch {out.last_epoch} of {epochs}")
+    return out
+
+
+@dataclass
+class RunTimeline:
+    """One learner container's lines with the engine's timestamps; `end`: its stream ended."""
+
+    container_id: str
+    start: float
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    end: float | None = None
+
+
+def lost_work(runs: Sequence[RunTimeline]) -> list[float]:
+    """Seconds of training lost at each restart of one learner (runs in start order)."""
+    out = []
+    for i in range(1, len(runs)):
+        prev, run = runs[i - 1], runs[i]
+        if not any(RUN_START_RE.search(t) for _, t in run.lines):
+            continue  # never got to its first line: nothing to judge
+        prev_end = prev.end if prev.end is not None else run.start
+        resume = next((RESUME_RE.search(t) for _, t in run.lines if RESUME_RE.search(t)), None)
+        if resume is None:
+            # From scratch: the previous run's work (if it trained at all) is lost.
+            trained = [ts for ts, t in prev.lines if EPOCH_RE.match(t)]
+            out.append(max(0.0, prev_end - prev.start) if trained else 0.0)
+            continue
+        if resume.group(2):  # a mid-epoch SIGTERM checkpoint: taken at the stop itself
+            out.append(0.0)
+            continue
+        n = int(resume.group(1))
+        printed = [
+            ts
+            for r in runs[:i]
+            for ts, t in r.lines
+            if (m := EPOCH_RE.match(t)) and int(m.group(1)) == n
+        ]
+        if printed:
+            out.append(max(0.0, prev_end - max(printed)))
+    return out
+
+
+def duplicates(rows: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The (job, learner) pairs that occur more than once among running learner containers."""
+    seen: set[tuple[str, int]] = set()
+    dup: set[tuple[str, int]] = set()
+    for key in rows:
+        (dup if key in seen else seen).add(key)
+    return dup
+
+
+def summary(
+    jobs: dict[str, dict],
+    checks: dict[str, dict[int, LogCheck]],
+    dups: set,
+    work: dict[str, list[float]],
+    recovery: dict[str, float | None],
+) -> dict:
+    completed = sum(1 for j in jobs.values() if j.get("status") == "COMPLETED")
+    all_work = [w for ws in work.values() for w in ws]
+    return {
+        "completed": completed,
+        "lost": len(jobs) - completed,
+        "duplicate_learners": len(dups),
+        "lost_log_lines": sum(c.bad_lines for per in checks.values() for c in per.values()),
+        "max_lost_work_s": round(max(all_work), 2) if all_work else 0.0,
+        "recovery_s": {k: (round(v, 2) if v is not None else None) for k, v in recovery.items()},
+    }
+
+
+# =========================================================================== adapters
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _docker_ts(stamp: str) -> float:
+    """'2026-11-22T03:04:41.123456789Z' -> seconds since the epoch (engine clock = host clock)."""
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    base = dt.datetime.fromisoformat(head).replace(tzinfo=dt.UTC).timestamp()
+    return base + float(f"0.{frac or 0}")
+
+
+class Platform:
+    """The platform under test: its state dir, REST client, engines and pid records."""
+
+    def __init__(self, home: Path):
+        import docker
+        import httpx
+
+        self.home = home
+        cfg = json.loads((home / "client.json").read_text())
+        self.token = cfg["token"]
+        self.http = httpx.Client(
+            base_url=cfg["url"], headers={"Authorization": f"Bearer {self.token}"}, timeout=30
+        )
+        conf = json.loads((home / "platform.json").read_text())
+        self.platform_id = conf["platform_id"]
+        self.engines: dict[str, str] = {}  # node -> docker host
+        nodes_file = home / "nodes.yaml"
+        if nodes_file.exists():
+            from dlaas.nodes import load_nodes_file
+
+            for node in load_nodes_file(nodes_file):
+                self.engines[node.name] = node.docker_host
+        else:
+            self.engines["local"] = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        self._docker = docker
+        self.clients = {n: self.client(h) for n, h in self.engines.items()}
+
+    def client(self, host: str):
+        # A short timeout: a dead engine must not stall the watcher.
+        return self._docker.DockerClient(base_url=host, version="1.41", timeout=5, max_pool_size=64)
+
+    def record(self, name: str) -> dict:
+        try:
+            return json.loads((self.home / "pids" / f"{name}.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def records(self) -> dict[str, dict]:
+        out = {}
+        for p in (self.home / "pids").glob("*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                out[p.stem] = json.loads(p.read_text())
+        return out
+
+    def etcd_members(self) -> list[str]:
+        return sorted(n for n in self.records() if n == "etcd" or n.startswith("etcd-"))
+
+    def etcd_endpoints(self) -> list[str]:
+        return [self.record(n).get("address", "") for n in self.etcd_members()]
+
+    def api_url(self) -> str:
+        return self.record("api").get("address") or str(self.http.base_url)
+
+    def get(self, path: str, **params):
+        """GET over REST, retried while the API is down (it is one of the things killed)."""
+        import httpx
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.http.base_url = self.api_url()
+                reply = self.http.get(path, params=params)
+                if reply.status_code < 500:
+                    return reply
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"GET {path}: the API did not answer for 60 s")
+            time.sleep(0.2)
+
+    def submit(self, plan: JobPlan) -> str:
+        from dlaas.client import pack_code
+
+        data, name = pack_code(plan.code_dir)
+        files = {
+            "manifest": ("manifest.yaml", plan.manifest.encode(), "application/yaml"),
+            "code": (name, data, "application/gzip"),
+        }
+        reply = self.http.post("/v1/jobs", files=files)
+        if reply.status_code != 201:
+            raise RuntimeError(f"submit {plan.name}: {reply.status_code} {reply.text}")
+        return reply.json()["job_id"]
+
+    def leader(self) -> str:
+        """The LCM leadership key's value ("host:pid@addr"), read over etcd's HTTP gateway."""
+        import httpx
+
+        key = base64.b64encode(b"/dlaas/lcm/leader").decode()
+        for endpoint in self.etcd_endpoints():
+            with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+                reply = httpx.post(f"http://{endpoint}/v3/kv/range", json={"key": key}, timeout=1)
+                kvs = reply.json().get("kvs") or []
+                return base64.b64decode(kvs[0]["value"]).decode() if kvs else ""
+        return ""
+
+    def running(self, role: str, **labels: str) -> list[tuple[str, dict]]:
+        """(node, container summary) of this platform's running containers with `role`."""
+        from dlaas import jobspec
+
+        want = [f"{jobspec.LABEL_MANAGED}={self.platform_id}", f"{jobspec.LABEL_ROLE}={role}"]
+        want += [f"{k}={v}" for k, v in labels.items()]
+        out = []
+        for node, client in list(self.clients.items()):
+            try:
+                rows = client.api.containers(filters={"label": want, "status": "running"})
+            except Exception:  # noqa: BLE001, S112 - a dead engine (killed on purpose) lists nothing
+                continue
+            out.extend((node, row) for row in rows)
+        return out
+
+
+class Watcher:
+    """Background: duplicate learners (all engines every 0.2 s) and learner log timelines."""
+
+    def __init__(self, platform: Platform):
+        self.p = platform
+        self.dups: set[tuple[str, int]] = set()
+        self.timelines: dict[tuple[str, int], list[RunTimeline]] = {}
+        self.learners_on: dict[str, set[str]] = {}  # node -> jobs with a learner there now
+        self._followed: set[str] = set()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        from dlaas import jobspec
+
+        while not self._stop.is_set():
+            rows = self.p.running(jobspec.ROLE_LEARNER)
+            keys, on = [], {}
+            for node, row in rows:
+                labels = row.get("Labels") or {}
+                job = labels.get(jobspec.LABEL_JOB, "")
+                index = int(labels.get(jobspec.LABEL_LEARNER, "0"))
+                keys.append((job, index))
+                on.setdefault(node, set()).add(job)
+                if row["Id"] not in self._followed:
+                    self._followed.add(row["Id"])
+                    threading.Thread(
+                        target=self._follow, args=(node, row["Id"], job, index), daemon=True
+                    ).start()
+            found = duplicates(keys)
+            with self._lock:
+                for key in found - self.dups:
+                    log(f"DUPLICATE learner: job {key[0]} learner {key[1]}")
+                self.dups |= found
+                self.learners_on = on
+            self._stop.wait(POLL_DOCKER_S)
+
+    def _follow(self, node: str, container_id: str, job: str, index: int) -> None:
+        client = self.p.clients.get(node)
+        run = RunTimeline(container_id, time.time())
+        with self._lock:
+            runs = self.timelines.setdefault((job, index), [])
+            runs.append(run)
+        try:
+            info = client.api.inspect_container(container_id)
+            run.start = _docker_ts(info["State"]["StartedAt"])
+            with self._lock:
+                runs.sort(key=lambda r: r.start)
+            buf = b""
+            for chunk in client.api.logs(container_id, stream=True, follow=True, timestamps=True):
+                buf += chunk
+                *whole, buf = buf.split(b"\n")
+                for raw in whole:
+                    stamp, _, text = raw.decode("utf-8", "replace").partition(" ")
+                    with contextlib.suppress(ValueError):
+                        run.lines.append((_docker_ts(stamp), text))
+        except Exception:  # noqa: BLE001, S110 - the engine died, or the container went
+            pass
+        run.end = time.time()
+
+    def first_line_after(self, job: str, index: int, after: float, pattern) -> float | None:
+        with self._lock:
+            runs = list(self.timelines.get((job, index), []))
+        for run in runs:
+            if run.start <= after:
+                continue
+            for ts, text in run.lines:
+                if pattern.search(text):
+                    return ts
+        return None
+
+    def epochs_printed(self, job: str) -> int:
+        with self._lock:
+            runs = list(self.timelines.get((job, 0), []))
+        return sum(1 for r in runs for _, t in r.lines if EPOCH_RE.match(t))
+
+
+@dataclass
+class Tracker:
+    """Job statuses, polled over REST every 0.5 s."""
+
+    platform: Platform
+    ids: dict[str, JobPlan]
+    status: dict[str, str] = field(default_factory=dict)
+
+    def poll(self) -> dict[str, str]:
+        try:
+            reply = self.platform.get("/v1/jobs", limit=500)
+            for job in reply.json().get("jobs", []):
+                if job["job_id"] in self.ids:
+                    self.status[job["job_id"]] = job["status"]
+        except (RuntimeError, ValueError):
+            pass
+        return self.status
+
+    def active(self) -> list[str]:
+        return [j for j in self.ids if self.status.get(j) not in FINAL]
+
+    def processing(self) -> list[str]:
+        return [j for j in self.ids if self.status.get(j) == "PROCESSING"]
+
+
+# --------------------------------------------------------------------------- kills
+
+
+def _sigkill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _wait(check: Callable[[], bool], timeout: float = RECOVERY_WAIT_S, every: float = 0.02):
+    """Poll until `check` holds; the time that took, or None after `timeout`."""
+    start = time.time()
+    while time.time() - start < timeout:
+        with contextlib.suppress(Exception):
+            if check():
+                return time.time() - start
+        time.sleep(every)
+    return None
+
+
+def _http_ok(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=0.5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _grpc_ok(address: str) -> bool:
+    from dlaas.platform import _grpc_serving
+
+    try:
+        return _grpc_serving(address)
+    except Exception:  # noqa: BLE001 - not answering yet
+        return False
+
+
+def _new_pid_alive(p: Platform, name: str, old: int) -> bool:
+    from dlaas import servers
+
+    rec = p.record(name)
+    pid = int(rec.get("pid") or 0)
+    return pid not in (0, old) and servers.pid_matches(pid, rec.get("match", ""))
+
+
+class Chaos:
+    """Performs one kill and measures the recovery; results in `recovery` and `events`."""
+
+    def __init__(self, p: Platform, watcher: Watcher, tracker: Tracker, rng: random.Random):
+        self.p, self.watcher, self.tracker, self.rng = p, watcher, tracker, rng
+        self.recovery: dict[str, float | None] = {}
+        self.skipped: dict[str, str] = {}
+        self.events: list[dict] = []
+
+    def kill(self, what: str) -> None:
+        fn = getattr(self, "_kill_" + what.replace("-", "_"), None)
+        if fn is None:
+            raise SystemExit(f"--kills: unknown component {what!r}; use {', '.join(ALL_KILLS)}")
+        fn()
+
+    def _done(self, what: str, seconds: float | None, **detail) -> None:
+        self.recovery[what] = seconds
+        shown = f"{seconds:.2f} s" if seconds is not None else f"NOT within {RECOVERY_WAIT_S:.0f} s"
+        extra = "".join(f", {k}={v}" for k, v in detail.items())
+        log(f"  {what}: recovered in {shown}{extra}")
+        self.events.append({"kill": what, "recovery_s": seconds, **detail})
+
+    def _skip(self, what: str, reason: str) -> None:
+        self.skipped[what] = reason
+        log(f"  {what}: skipped: {reason}")
+
+    # -- services
+    def _service(self, what: str, name: str, answers: Callable[[dict], bool]) -> None:
+        rec = self.p.record(name)
+        old = int(rec.get("pid") or 0)
+        if not old:
+            return self._skip(what, f"no {name} pid record")
+        log(f"kill -9 {name} (pid {old})")
+        _sigkill(old)
+        took = _wait(lambda: _new_pid_alive(self.p, name, old) and answers(self.p.record(name)))
+        self._done(what, took, pid=old)
+
+    def _kill_api(self) -> None:
+        self._service("api", "api", lambda rec: _http_ok(f"{rec['address']}/health"))
+
+    def _kill_scheduler(self) -> None:
+        self._service("scheduler", "scheduler", lambda rec: _grpc_ok(rec["address"]))
+
+    def _kill_jobmonitor(self) -> None:
+        # The monitor serves nothing to ask: its replacement process running is the answer.
+        self._service("jobmonitor", "jobmonitor", lambda rec: True)
+
+    def _kill_lcm_replica(self) -> None:
+        leader = self.p.leader()
+        names = [n for n in self.p.records() if n.startswith("lcm-")]
+        standby = [n for n in sorted(names) if f":{self.p.record(n).get('pid')}@" not in leader]
+        if not standby:
+            return self._skip("lcm-replica", "no LCM replica besides the leader")
+        name = self.rng.choice(standby)
+        self._service("lcm-replica", name, lambda rec: _grpc_ok(rec["address"]))
+
+    def _kill_lcm_leader(self) -> None:
+        leader = self.p.leader()
+        m = re.match(r"^.*:(\d+)@", leader)
+        mine = {
+            int(r.get("pid") or 0): n for n, r in self.p.records().items() if n.startswith("lcm-")
+        }
+        if not m or int(m.group(1)) not in mine:
+            return self._skip("lcm-leader", f"leader key {leader!r} names none of our replicas")
+        pid = int(m.group(1))
+        log(f"kill -9 {mine[pid]} (pid {pid}), the LCM leader")
+        _sigkill(pid)
+        took = _wait(lambda: (now := self.p.leader()) != "" and now != leader)
+        self._done("lcm-leader", took, pid=pid, new_leader=self.p.leader())
+
+    def _kill_etcd(self) -> None:
+        members = self.p.etcd_members()
+        if len(members) < 2:
+            return self._skip("etcd", "the platform runs a single etcd member, not a cluster")
+        name = self.rng.choice(members)
+        self._service("etcd", name, lambda rec: _http_ok(f"http://{rec['address']}/health"))
+
+    # -- containers
+    def _job_with_progress(self, role: str) -> tuple[str, str, dict] | None:
+        """A PROCESSING job that has printed an epoch, with a running `role` container."""
+        from dlaas import jobspec
+
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            self.tracker.poll()
+            ready = [j for j in self.tracker.processing() if self.watcher.epochs_printed(j) >= 2]
+            self.rng.shuffle(ready)
+            for job in ready:
+                labels = {jobspec.LABEL_JOB: job}
+                if role == jobspec.ROLE_LEARNER:
+                    labels[jobspec.LABEL_LEARNER] = "0"
+                found = self.p.running(role, **labels)
+                if found:
+                    node, row = found[0]
+                    return job, node, row
+            time.sleep(0.5)
+        return None
+
+    def _kill_learner(self) -> None:
+        from dlaas import jobspec
+
+        found = self._job_with_progress(jobspec.ROLE_LEARNER)
+        if found is None:
+            return self._skip("learner", "no running job with a learner to kill for 120 s")
+        job, node, row = found
+        log(f"docker kill learner 0 of {self.tracker.ids[job].name} ({job}) on {node}")
+        t0 = time.time()
+        self.p.clients[node].api.kill(row["Id"], signal="SIGKILL")
+        progress = re.compile(f"{RESUME_RE.pattern}|{EPOCH_RE.pattern}")
+
+        def resumed() -> bool:
+            ts = self.watcher.first_line_after(job, 0, t0, progress)
+            if ts is not None:
+                resumed.at = ts
+                return True
+            return self.tracker.poll().get(job) in FINAL
+
+        resumed.at = None
+        took = _wait(resumed, every=0.1)
+        if took is not None and resumed.at is not None:
+            took = resumed.at - t0
+        self._done("learner", took, job=job)
+
+    def _kill_helper(self) -> None:
+        from dlaas import jobspec
+
+        found = self._job_with_progress(jobspec.ROLE_HELPER)
+        if found is None:
+            return self._skip("helper", "no running job with a helper to kill for 120 s")
+        job, node, row = found
+        log(f"docker kill helper of {self.tracker.ids[job].name} ({job}) on {node}")
+        t0 = time.time()
+        self.p.clients[node].api.kill(row["Id"], signal="SIGKILL")
+
+        def back() -> bool:
+            for n, r in self.p.running(jobspec.ROLE_HELPER, **{jobspec.LABEL_JOB: job}):
+                started = self.p.clients[n].api.inspect_container(r["Id"])["State"]["StartedAt"]
+                if _docker_ts(started) > t0:
+                    self.tracker.poll()
+                    return self.tracker.status.get(job) == "PROCESSING"
+            return False
+
+        self._done("helper", _wait(back, every=0.05), job=job)
+
+    def _kill_engine(self) -> None:
+        from dlaas import servers
+
+        extra = [n for n in self.p.engines if n != "local" and self.p.record(f"engine-{n}")]
+        if not extra:
+            return self._skip("engine", "the platform runs one node (no extra Docker engine)")
+        with self.watcher._lock:
+            busy = {n: len(self.watcher.learners_on.get(n, ())) for n in extra}
+        node = max(extra, key=lambda n: (busy[n], self.rng.random()))
+        jobs = set(self.watcher.learners_on.get(node, set()))
+        engine = servers.find_engine(node, self.p.home / "engines")
+        if engine is None:
+            return self._skip("engine", f"no engine record for {node}")
+        procs = engine.processes()
+        victims = procs + _descendants(procs)
+        log(f"kill -9 Docker engine {node}: {len(victims)} processes, jobs there: {sorted(jobs)}")
+        t0 = time.time()
+        for pid in victims:
+            _sigkill(pid)
+        host = self.p.engines[node]
+
+        times: dict[str, float] = {}
+
+        def both() -> bool:
+            if "engine" not in times and servers.docker_answers(host, timeout=1):
+                times["engine"] = time.time() - t0
+            if "jobs" not in times:
+                self.tracker.poll()
+                status = self.tracker.status
+                if all(
+                    status.get(j) in FINAL
+                    or (
+                        status.get(j) == "PROCESSING"
+                        and self.watcher.first_line_after(j, 0, t0, EPOCH_RE) is not None
+                    )
+                    for j in jobs
+                ):
+                    times["jobs"] = time.time() - t0
+            return len(times) == 2
+
+        _wait(both, timeout=180, every=0.2)
+        # The client's connections went with the old engine: a fresh one.
+        self.p.clients[node] = self.p.client(host)
+        self._done("engine", times.get("engine"), node=node, jobs=len(jobs))
+        self.recovery["engine_jobs"] = times.get("jobs")
+        log(f"  engine_jobs: its {len(jobs)} job(s) progressing again after {times.get('jobs')} s")
+
+
+def _descendants(roots: Sequence[int]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def upload_digits(home: Path) -> None:
+    from dlaas import platform
+
+    spec = importlib.util.spec_from_file_location("prepare", REPO / "examples/digits/prepare.py")
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    s3 = platform.platform_s3(home)
+    with contextlib.suppress(Exception):
+        s3.create_bucket(Bucket="digits-data")
+    s3.put_object(Bucket="digits-data", Key="digits.npz", Body=prepare.digits_npz())
+
+
+def start_supervisor(home: Path) -> subprocess.Popen | None:
+    """Our own supervisor, unless `up` runs one (pid record "supervisor")."""
+    from dlaas import servers
+
+    rec = (
+        json.loads((home / "pids" / "supervisor.json").read_text())
+        if (home / "pids" / "supervisor.json").exists()
+        else {}
+    )
+    if rec and servers.pid_matches(int(rec.get("pid") or 0), rec.get("match", "")):
+        log(f"supervisor: started by up (pid {rec['pid']})")
+        return None
+    out = open(home / "logs" / "supervisor-chaos.log", "ab")  # noqa: SIM115 - the child owns it
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlaas.supervisor", str(home)],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        start_new_session=True,
+    )
+    log(f"supervisor: started (pid {proc.pid}), log {home / 'logs' / 'supervisor-chaos.log'}")
+    return proc
+
+
+@dataclass
+class Options:
+    jobs: int = 20
+    kills: Sequence[str] = ALL_KILLS
+    seed: int = 1
+    nodes: int = 3
+    timeout: float = 1200.0
+    home: Path | None = None
+    first_gap: tuple[float, float] = (2.0, 6.0)  # seconds before each kill, at random
+    plans: Sequence[JobPlan] | None = None  # instead of job_mix(jobs)
+
+
+def run(opts: Options) -> dict:
+    """The whole suite; returns the summary dict (plus jobs, skipped, details)."""
+    from dlaas import platform
+
+    rng = random.Random(opts.seed)
+    own_home = opts.home is None
+    home = Path(tempfile.mkdtemp(prefix="dlaas-chaos-")) if own_home else Path(opts.home)
+    started_at = time.time()
+    supervisor = None
+    watcher = None
+    try:
+        log(f"platform up in {home} with {opts.nodes} node(s)")
+        kwargs = {"nodes": opts.nodes} if opts.nodes else {}
+        platform.up(home, progress=lambda line: None, **kwargs)
+        supervisor = start_supervisor(home)
+        upload_digits(home)
+        p = Platform(home)
+        watcher = Watcher(p)
+        watcher.start()
+        plans = list(opts.plans) if opts.plans is not None else job_mix(opts.jobs, rng)
+        ids: dict[str, JobPlan] = {}
+        for plan in plans:
+            ids[p.submit(plan)] = plan
+        log(f"submitted {len(ids)} jobs: " + ", ".join(pl.name for pl in ids.values()))
+        tracker = Tracker(p, ids)
+        chaos = Chaos(p, watcher, tracker, rng)
+        deadline = started_at + opts.timeout
+
+        order = list(opts.kills)
+        rng.shuffle(order)
+        # Containers are killed while they have work left: learner, helper and engine first.
+        order.sort(key=lambda k: k not in ("learner", "helper", "engine"))
+        _wait_until(
+            lambda: tracker.poll() is not None and len(tracker.processing()) >= min(2, len(ids)),
+            180,
+        )
+        for what in order:
+            if time.time() > deadline:
+                chaos._skip(what, "the run's time limit was reached")
+                continue
+            time.sleep(rng.uniform(*opts.first_gap))
+            chaos.kill(what)
+
+        log("kills done; waiting for every job to end")
+        while time.time() < deadline:
+            tracker.poll()
+            if not tracker.active():
+                break
+            time.sleep(1)
+        watcher.stop()
+        return _report(p, ids, tracker, watcher, chaos, started_at)
+    finally:
+        if watcher is not None:
+            watcher.stop()
+        if supervisor is not None:
+            supervisor.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                supervisor.wait(10)
+            if supervisor.poll() is None:
+                supervisor.kill()
+        if own_home:
+            platform.down(home, progress=lambda line: None)
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _wait_until(check: Callable[[], bool], timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and not check():
+        time.sleep(0.5)
+
+
+def _report(p, ids, tracker, watcher, chaos, started_at) -> dict:
+    jobs, checks, work, details = {}, {}, {}, {}
+    for job_id, plan in ids.items():
+        job = p.get(f"/v1/jobs/{job_id}").json()
+        jobs[job_id] = job
+        done = job.get("status") == "COMPLETED"
+        checks[job_id] = {}
+        for learner in plan.checked_learners:
+            text = p.get(f"/v1/jobs/{job_id}/logs", learner=learner, offset=0).text
+            checks[job_id][learner] = check_log(text.splitlines(), plan.epochs, done)
+        with watcher._lock:
+            runs = sorted(watcher.timelines.get((job_id, 0), []), key=lambda r: r.start)
+        work[job_id] = lost_work(runs)
+        restarts = [h for h in job.get("history", []) if h["status"] == "QUEUED"][1:]
+        details[job_id] = {
+            "name": plan.name,
+            "status": job.get("status"),
+            "reason": job.get("reason", ""),
+            "requeues": len(restarts),
+            "requeue_reasons": [h.get("reason", "") for h in restarts],
+            "lost_work_s": [round(w, 2) for w in work[job_id]],
+            "log_problems": [pr for c in checks[job_id].values() for pr in c.problems],
+        }
+    out = summary(jobs, checks, watcher.dups, work, chaos.recovery)
+    out["jobs"] = len(ids)
+    out["skipped"] = chaos.skipped
+    out["duration_s"] = round(time.time() - started_at, 1)
+    out["details"] = details
+    return out
+
+
+def print_table(out: dict) -> None:
+    print()
+    print(f"{'job':<22} {'status':<10} {'requeues':>8} {'lost work s':>14}  log problems")
+    for d in out["details"].values():
+        work = ",".join(f"{w:.1f}" for w in d["lost_work_s"]) or "-"
+        problems = "; ".join(d["log_problems"]) or "-"
+        print(f"{d['name']:<22} {d['status']:<10} {d['requeues']:>8} {work:>14}  {problems}")
+        if d["status"] != "COMPLETED":
+            print(f"{'':<22} reason: {d['reason']}")
+    print()
+    print(f"{'component':<14} {'recovery s':>10} {'target s':>9}")
+    for what, secs in out["recovery_s"].items():
+        shown = f"{secs:.2f}" if secs is not None else "none"
+        target = TARGETS.get(what)
+        mark = "" if target is None or secs is None or secs <= target else "  MISSED"
+        print(f"{what:<14} {shown:>10} {target if target else '-':>9}{mark}")
+    for what, why in out["skipped"].items():
+        print(f"{what:<14} skipped: {why}")
+    print()
+    jobs = out["jobs"]
+    print(
+        f"completed {out['completed']}/{jobs}, lost {out['lost']}, duplicate learners "
+        f"{out['duplicate_learners']}, lost log lines {out['lost_log_lines']}, max lost work "
+        f"{out['max_lost_work_s']} s (checkpoint interval {CHECKPOINT_INTERVAL_S} s), "
+        f"in {out['duration_s']} s"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument(
+        "--kills", default=",".join(ALL_KILLS), help=f"comma-separated, of: {','.join(ALL_KILLS)}"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--nodes", type=int, default=3, help="Docker engines (1 = the machine's)")
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds for the whole run")
+    parser.add_argument("--json", action="store_true", help="a JSON summary as the last line")
+    parser.add_argument("--home", type=Path, help="state dir of a platform to use (kept up)")
+    args = parser.parse_args(argv)
+    kills = [k.strip() for k in args.kills.split(",") if k.strip()]
+    unknown = sorted(set(kills) - set(ALL_KILLS))
+    if unknown:
+        parser.error(f"--kills: unknown {', '.join(unknown)}; use {', '.join(ALL_KILLS)}")
+    out = run(
+        Options(
+            jobs=args.jobs,
+            kills=kills,
+            seed=args.seed,
+            nodes=args.nodes,
+            timeout=args.timeout,
+            home=args.home,
+        )
+    )
+    print_table(out)
+    if args.json:
+        print(json.dumps({k: v for k, v in out.items() if k != "details"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
