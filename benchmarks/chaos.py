@@ -563,8 +563,16 @@ def _new_pid_alive(p: Platform, name: str, old: int) -> bool:
 class Chaos:
     """Performs one kill and measures the recovery; results in `recovery` and `events`."""
 
-    def __init__(self, p: Platform, watcher: Watcher, tracker: Tracker, rng: random.Random):
+    def __init__(
+        self,
+        p: Platform,
+        watcher: Watcher,
+        tracker: Tracker,
+        rng: random.Random,
+        wait_s: float = RECOVERY_WAIT_S,
+    ):
         self.p, self.watcher, self.tracker, self.rng = p, watcher, tracker, rng
+        self.wait_s = wait_s
         self.recovery: dict[str, float | None] = {}
         self.skipped: dict[str, str] = {}
         self.events: list[dict] = []
@@ -577,7 +585,7 @@ class Chaos:
 
     def _done(self, what: str, seconds: float | None, **detail) -> None:
         self.recovery[what] = seconds
-        shown = f"{seconds:.2f} s" if seconds is not None else f"NOT within {RECOVERY_WAIT_S:.0f} s"
+        shown = f"{seconds:.2f} s" if seconds is not None else f"NOT within {self.wait_s:.0f} s"
         extra = "".join(f", {k}={v}" for k, v in detail.items())
         log(f"  {what}: recovered in {shown}{extra}")
         self.events.append({"kill": what, "recovery_s": seconds, **detail})
@@ -594,7 +602,9 @@ class Chaos:
             return self._skip(what, f"no {name} pid record")
         log(f"kill -9 {name} (pid {old})")
         _sigkill(old)
-        took = _wait(lambda: _new_pid_alive(self.p, name, old) and answers(self.p.record(name)))
+        took = _wait(
+            lambda: _new_pid_alive(self.p, name, old) and answers(self.p.record(name)), self.wait_s
+        )
         self._done(what, took, pid=old)
 
     def _kill_api(self) -> None:
@@ -627,7 +637,7 @@ class Chaos:
         pid = int(m.group(1))
         log(f"kill -9 {mine[pid]} (pid {pid}), the LCM leader")
         _sigkill(pid)
-        took = _wait(lambda: (now := self.p.leader()) != "" and now != leader)
+        took = _wait(lambda: (now := self.p.leader()) != "" and now != leader, self.wait_s)
         self._done("lcm-leader", took, pid=pid, new_leader=self.p.leader())
 
     def _kill_etcd(self) -> None:
@@ -678,7 +688,7 @@ class Chaos:
             return self.tracker.poll().get(job) in FINAL
 
         resumed.at = None
-        took = _wait(resumed, every=0.1)
+        took = _wait(resumed, self.wait_s, every=0.1)
         if took is not None and resumed.at is not None:
             took = resumed.at - t0
         self._done("learner", took, job=job)
@@ -702,7 +712,7 @@ class Chaos:
                     return self.tracker.status.get(job) == "PROCESSING"
             return False
 
-        self._done("helper", _wait(back, every=0.05), job=job)
+        self._done("helper", _wait(back, self.wait_s, every=0.05), job=job)
 
     def _kill_engine(self) -> None:
         from dlaas import servers
@@ -744,7 +754,7 @@ class Chaos:
                     times["jobs"] = time.time() - t0
             return len(times) == 2
 
-        _wait(both, timeout=180, every=0.2)
+        _wait(both, 2 * self.wait_s, every=0.2)
         # The client's connections went with the old engine: a fresh one.
         self.p.clients[node] = self.p.client(host)
         self._done("engine", times.get("engine"), node=node, jobs=len(jobs))
@@ -816,6 +826,7 @@ class Options:
     home: Path | None = None
     first_gap: tuple[float, float] = (2.0, 6.0)  # seconds before each kill, at random
     plans: Sequence[JobPlan] | None = None  # instead of job_mix(jobs)
+    recovery_wait_s: float = RECOVERY_WAIT_S  # per kill; then it counts as not recovered
 
 
 def run(opts: Options) -> dict:
@@ -843,7 +854,7 @@ def run(opts: Options) -> dict:
             ids[p.submit(plan)] = plan
         log(f"submitted {len(ids)} jobs: " + ", ".join(pl.name for pl in ids.values()))
         tracker = Tracker(p, ids)
-        chaos = Chaos(p, watcher, tracker, rng)
+        chaos = Chaos(p, watcher, tracker, rng, opts.recovery_wait_s)
         deadline = started_at + opts.timeout
 
         order = list(opts.kills)
