@@ -143,12 +143,12 @@ def job_mix(n: int, rng: random.Random) -> list[JobPlan]:
         priority = rng.choice(["low", "normal", "high"])
         name = f"chaos-{i:02d}-{kind}"
         if kind == "digits":
-            epochs, sleep = rng.randint(15, 30), rng.choice([1.0, 1.5, 2.0])
+            epochs, sleep = rng.randint(20, 30), rng.choice([1.0, 1.5, 2.0])
             command = f"python3 train.py --epochs {epochs} --epoch-sleep {sleep}"
             text = _manifest(name, "learners: 1\n", 1, priority, command, "digits-results")
             code = REPO / "examples/digits"
         else:
-            epochs = rng.randint(15, 25)
+            epochs = rng.randint(20, 40)
             learners = (
                 "learners: 2\n"
                 if kind == "ddp"
@@ -573,15 +573,38 @@ class Chaos:
     ):
         self.p, self.watcher, self.tracker, self.rng = p, watcher, tracker, rng
         self.wait_s = wait_s
+        self._threads: list[threading.Thread] = []
         self.recovery: dict[str, float | None] = {}
         self.skipped: dict[str, str] = {}
         self.events: list[dict] = []
 
-    def kill(self, what: str) -> None:
+    def kill(self, what: str, pace_s: float | None = None) -> None:
+        """Kill `what` and measure its recovery; return after it recovered or `pace_s`.
+
+        A recovery slower than `pace_s` goes on being measured in the background (up to
+        the wait) while the next kill happens: one slow recovery must not push the
+        remaining kills past the end of the jobs.
+        """
         fn = getattr(self, "_kill_" + what.replace("-", "_"), None)
         if fn is None:
             raise SystemExit(f"--kills: unknown component {what!r}; use {', '.join(ALL_KILLS)}")
-        fn()
+        thread = threading.Thread(target=self._guarded, args=(what, fn), name=f"kill-{what}")
+        thread.start()
+        self._threads.append(thread)
+        thread.join(pace_s)
+        if thread.is_alive():
+            log(f"  {what}: not recovered after {pace_s:.0f} s; measuring on, next kill")
+
+    def _guarded(self, what: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - one failed kill must not end the suite
+            self._skip(what, f"the kill failed: {exc!r}")
+
+    def finish(self) -> None:
+        """Wait for the recoveries still being measured (each is bounded by its wait)."""
+        for thread in self._threads:
+            thread.join()
 
     def _done(self, what: str, seconds: float | None, **detail) -> None:
         self.recovery[what] = seconds
@@ -827,6 +850,7 @@ class Options:
     first_gap: tuple[float, float] = (2.0, 6.0)  # seconds before each kill, at random
     plans: Sequence[JobPlan] | None = None  # instead of job_mix(jobs)
     recovery_wait_s: float = RECOVERY_WAIT_S  # per kill; then it counts as not recovered
+    pace_s: float = 20.0  # the next kill comes after a recovery, or after this long
 
 
 def run(opts: Options) -> dict:
@@ -870,7 +894,7 @@ def run(opts: Options) -> dict:
                 chaos._skip(what, "the run's time limit was reached")
                 continue
             time.sleep(rng.uniform(*opts.first_gap))
-            chaos.kill(what)
+            chaos.kill(what, opts.pace_s)
 
         log("kills done; waiting for every job to end")
         while time.time() < deadline:
@@ -878,6 +902,7 @@ def run(opts: Options) -> dict:
             if not tracker.active():
                 break
             time.sleep(1)
+        chaos.finish()
         watcher.stop()
         return _report(p, ids, tracker, watcher, chaos, started_at)
     finally:
@@ -959,6 +984,10 @@ def print_table(out: dict) -> None:
     )
 
 
+def _exit_on_signal(signum, _frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20)
@@ -971,6 +1000,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="a JSON summary as the last line")
     parser.add_argument("--home", type=Path, help="state dir of a platform to use (kept up)")
     args = parser.parse_args(argv)
+    # Stopped from outside (or Ctrl-C in a background job, where SIGINT is ignored): still
+    # take the platform down and stop the supervisor, in `run`'s finally.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGINT, _exit_on_signal)
     kills = [k.strip() for k in args.kills.split(",") if k.strip()]
     unknown = sorted(set(kills) - set(ALL_KILLS))
     if unknown:
