@@ -209,7 +209,7 @@ def status(state_dir: Path | None = None) -> list[ComponentStatus]:
         [ENGINE_PREFIX + node for node in state.engine_records()] if state.pids.exists() else []
     )
     members = [m for m in EXTRA_ETCD if state.read_pid(m)] if state.pids.exists() else []
-    for name in ("dockerd", *engines, *SERVERS, *members, *SERVICES):
+    for name in ("dockerd", *engines, *SERVERS, *members, *SERVICES, "supervisor"):
         record = state.read_pid(name)
         if not record:
             if name == "dockerd":
@@ -565,6 +565,25 @@ class _Up:
         self.progress(f"{name}: started{_where(address)} (pid {mp.pid})")
         return mp.pid
 
+    def supervisor(self) -> None:
+        """The process that restarts any component that dies (`python -m dlaas.supervisor`)."""
+        record = self.state.read_pid("supervisor")
+        if _record_alive(record):
+            self.progress(f"supervisor: running (pid {record['pid']})")
+            return
+        self._stop_stale("supervisor", record)
+        mp = servers.spawn(
+            "supervisor",
+            [sys.executable, "-m", "dlaas.supervisor", str(self.state.root)],
+            self.state.logs / "supervisor.log",
+            env=dict(os.environ),
+            cwd=self.state.root,
+        )
+        self.state.write_pid(
+            "supervisor", {"pid": mp.pid, "match": "dlaas.supervisor", "address": ""}
+        )
+        self.progress(f"supervisor: started (pid {mp.pid})")
+
     def _answers(self, name: str, address: str, pid: int, settle: bool = False) -> bool:
         if _kind(name) in ("lcm", "scheduler"):
             return _grpc_serving(address)
@@ -676,6 +695,7 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
         _require_service_module(name)
         own = {"DLAAS_LCM_LISTEN": addresses[name]} if _kind(name) == "lcm" else {}
         run.service(name, {**env, **own}, addresses[name])
+    run.supervisor()
 
     client_config = state.root / "client.json"
     _write_private(
@@ -718,7 +738,8 @@ def down(state_dir: Path | None = None, progress: Progress = print) -> list[str]
         return []
     stopped = []
     with state.locked():
-        for name in reversed(SERVICES):
+        # The supervisor first, or it would restart what is being stopped.
+        for name in ("supervisor", *reversed(SERVICES)):
             if _stop_recorded(state, name, progress):
                 stopped.append(name)
         # The extra engines stop their jobs' containers; the machine's engine goes last.

@@ -795,6 +795,10 @@ def _start_engine(
     bridge, gateway = engine_bridge_name(pool), engine_gateway(pool)
     _create_bridge(bridge, f"{gateway}/24")
     data_root.mkdir(parents=True, exist_ok=True)
+    # An engine restarted on a kept data root replays its stored default-bridge network,
+    # and with it removes the machine engine's docker0 (seen: every container of the
+    # main engine loses its way to the host). Its network store is rebuilt at start.
+    (data_root / "network" / "files" / "local-kv.db").unlink(missing_ok=True)
     exec_root.mkdir(parents=True, exist_ok=True)
     socket_path = exec_root / "docker.sock"
     docker_host = f"unix://{socket_path}"

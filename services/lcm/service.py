@@ -228,8 +228,16 @@ class Lcm:
         try:
             self._teardown(job_id)
             self.scheduler.release(job_id)
-            self._due[job_id] = not_before
-            self._wake.set()
+            if self._leading.is_set():
+                self._due[job_id] = not_before
+                self._wake.set()
+                return
+            # A standby replica took the request: only the leader's loop reads `_due`, so
+            # this replica waits out the backoff and queues the job itself (idempotent).
+            self._stop.wait(max(0.0, not_before - self.clock()))
+            state = self.keeper.get(job_id)
+            if state is not None and state.status == Status.QUEUED:
+                self._enqueue(self.store.get(job_id))
         except Exception:
             log.exception("requeue of %s; the leader's reconcile finishes it", job_id)
 

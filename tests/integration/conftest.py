@@ -54,6 +54,7 @@ def lcm_factory(etcd_server, docker_client, job_store, learner_image, s3_server,
             SchedulerClient(f"127.0.0.1:{port}"),
             nodes,
         )
+        manager._leading.set()  # the tests drive the leader's loop steps by hand
         manager.created = []
         manager.image = learner_image
         made.append((manager, server))

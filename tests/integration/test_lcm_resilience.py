@@ -195,3 +195,18 @@ def test_a_lost_node_gets_its_jobs_requeued_and_no_new_gangs(
         assert b'"healthy": true' in health
     finally:
         proxy.stop()
+
+
+def test_a_restart_taken_by_a_standby_replica_is_queued_by_it(lcm, docker_client):
+    job = new_id()
+    submit(lcm, job, learners=1, extra="max_restarts: 1\n")
+    lcm.place_round()
+    lcm._leading.clear()  # this replica is a standby: its loop does not place
+    lcm.requeue(job, "learner 0 killed from outside", is_restart=True)
+    wait(lambda: any(j.job_id == job for j in lcm_queue(lcm)), what="the job queued again")
+    lcm._leading.set()
+    wait(placed_again(lcm, job), what="the restarted gang")
+
+
+def lcm_queue(lcm):
+    return lcm.scheduler.queue()

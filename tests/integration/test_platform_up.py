@@ -111,6 +111,9 @@ def test_second_up_finds_everything_running(up_state):
 def test_up_restarts_a_dead_service_and_detects_a_stale_pid(up_state):
     state_dir, info, _ = up_state
     before = _pids(state_dir)
+    # This test is about what `up` itself detects: the supervisor would repair it first.
+    servers.stop_pid(before["supervisor"])
+    (state_dir / "pids" / "supervisor.json").unlink()
     servers.stop_pid(before["jobmonitor"])
     # A pid file naming a live process that is not the service (the number was reused).
     record = json.loads((state_dir / "pids" / "lcm-1.json").read_text())
@@ -188,7 +191,7 @@ def test_down_stops_everything_and_is_idempotent(up_state):
     state_dir, _, _ = up_state
     pids = _pids(state_dir)
     stopped = platform.down(state_dir, progress=lambda _: None)
-    assert set(stopped) == {*platform.SERVERS, *platform.SERVICES}
+    assert set(stopped) == {*platform.SERVERS, *platform.SERVICES, "supervisor"}
     for name, pid in pids.items():
         assert not servers.pid_alive(pid), f"{name} (pid {pid}) still alive"
     assert not any(c.running for c in platform.status(state_dir) if c.name != "dockerd")
