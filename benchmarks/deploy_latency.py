@@ -154,7 +154,7 @@ def measure_overhead(client: docker.DockerClient, image: str, repeats: int, step
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument(
         "--steps", type=int, default=400, help="training steps of the overhead workload"
     )
