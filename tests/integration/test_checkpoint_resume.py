@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import io
 import os
 import signal
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 import uuid
@@ -34,6 +32,7 @@ import docker.errors
 import pytest
 
 from dlaas import jobspec
+from dlaas.client import pack_code
 from dlaas.learner.paths import RUN_START_META
 from dlaas.locations import S3Location
 from dlaas.logs import LogReader
@@ -50,12 +49,8 @@ def digits_npz() -> bytes:
 
 
 def tar_dir(path: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for f in sorted(path.iterdir()):
-            if f.is_file():
-                tar.add(f, arcname=f.name)
-    return buf.getvalue()
+    """The example's code archive, packed the way `dlaas submit --code` packs it."""
+    return pack_code(path)[0]
 
 
 def events(logs: str) -> list[dict]:

@@ -26,6 +26,7 @@ import docker.errors
 import pytest
 
 from dlaas import images, jobspec
+from dlaas.client import pack_code
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,12 +57,8 @@ def tar_gz(members: dict[str, bytes]) -> bytes:
 
 
 def tar_dir(path: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for f in sorted(path.iterdir()):
-            if f.is_file():
-                tar.add(f, arcname=f.name)
-    return buf.getvalue()
+    """The example's code archive, packed the way `dlaas submit --code` packs it."""
+    return pack_code(path)[0]
 
 
 def events(logs: str) -> list[dict]:
