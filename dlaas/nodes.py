@@ -217,3 +217,11 @@ def _integer(item: dict, key: str, where: str, required: bool) -> int:
     if value != int(value):
         raise NodesFileError(f"{where}.{key}: must be a whole number, got {value!r}")
     return int(value)
+
+
+def nodes_or_exit(settings: PlatformSettings, service: str) -> list[NodeSpec]:
+    """configured_nodes() for a service's main: a bad nodes file ends it with one line."""
+    try:
+        return configured_nodes(settings)
+    except NodesFileError as exc:
+        raise SystemExit(f"{service}: bad configuration: {exc}") from None

@@ -21,7 +21,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper, connect
 from dlaas.grpc_server import configure_logging
-from dlaas.nodes import NodesFileError, configured_nodes
+from dlaas.nodes import nodes_or_exit
 from dlaas.store import open_store
 from services.jobmonitor.decide import (
     DEFAULT_HELPER_TIMEOUT_S,
@@ -54,13 +54,6 @@ class MonitorSettings(BaseSettings):
     stop_grace_s: int = 10
 
 
-def _nodes(settings):
-    try:
-        return configured_nodes(settings)
-    except NodesFileError as exc:
-        sys.exit(f"jobmonitor: bad configuration: {exc}")
-
-
 def main() -> None:
     log = configure_logging("jobmonitor")
     try:
@@ -75,7 +68,9 @@ def main() -> None:
     # Imported here: the SDK pulls in gRPC, which the pure parts of this service never need.
     from dlaas.sdk import LcmClient, SchedulerClient
 
-    hosts = {n.name: n.docker_host or settings.docker_host for n in _nodes(settings)}
+    hosts = {
+        n.name: n.docker_host or settings.docker_host for n in nodes_or_exit(settings, "jobmonitor")
+    }
     try:
         engines = {name: _engine(host, ms.docker_timeout_s, log) for name, host in hosts.items()}
     except docker.errors.DockerException as exc:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 
 import docker
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -17,7 +16,7 @@ from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper, connect
 from dlaas.grpc_server import configure_logging, start_server, wait_for_termination
 from dlaas.leader import LeaderElection
-from dlaas.nodes import NodesFileError, configured_nodes
+from dlaas.nodes import nodes_or_exit
 from dlaas.sdk import SchedulerClient
 from dlaas.store import open_store
 from dlaas.v1 import lcm_pb2_grpc
@@ -42,13 +41,6 @@ def _engine(host: str) -> docker.DockerClient:
         return docker.DockerClient(base_url=host, version="1.41")
 
 
-def _nodes(settings):
-    try:
-        return configured_nodes(settings)
-    except NodesFileError as exc:
-        sys.exit(f"lcm: bad configuration: {exc}")
-
-
 def main() -> None:
     log = configure_logging("lcm")
     settings = PlatformSettings()
@@ -56,7 +48,7 @@ def main() -> None:
     store = open_store(settings.store_url)
     etcd = connect(settings.etcd_hostports())
     keeper = StatusKeeper(etcd, store, settings.etcd_prefix)
-    nodes = _nodes(settings)
+    nodes = nodes_or_exit(settings, "lcm")
     deployers = {n.name: Deployer(_engine(n.docker_host or settings.docker_host)) for n in nodes}
     lcm = Lcm(settings, keeper, store, deployers, SchedulerClient(settings.scheduler_addr), nodes)
     listen = lcm_settings.listen or settings.lcm_addr.split(",")[0]

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import connect
 from dlaas.grpc_server import configure_logging, start_server, wait_for_termination
-from dlaas.nodes import NodesFileError, configured_nodes
+from dlaas.nodes import nodes_or_exit
 from dlaas.v1 import scheduler_pb2_grpc
 from services.scheduler.service import SchedulerService, SchedulerState
 
@@ -23,20 +21,15 @@ class SchedulerSettings(BaseSettings):
     policy: str = "priority"
 
 
-def _nodes(settings):
-    try:
-        return configured_nodes(settings)
-    except NodesFileError as exc:
-        sys.exit(f"scheduler: bad configuration: {exc}")
-
-
 def main() -> None:
     log = configure_logging("scheduler")
     settings = PlatformSettings()
     sched = SchedulerSettings()
     etcd = connect(settings.etcd_hostports())
     service = SchedulerService(
-        SchedulerState(etcd, settings.etcd_prefix), _nodes(settings), sched.policy
+        SchedulerState(etcd, settings.etcd_prefix),
+        nodes_or_exit(settings, "scheduler"),
+        sched.policy,
     )
     host, _, port = settings.scheduler_addr.rpartition(":")
     server = start_server(
