@@ -220,26 +220,63 @@ class Lcm:
             )
         self.keeper.transition(job_id, Status.QUEUED, reason)
         threading.Thread(
-            target=self._requeue_finish, args=(job_id, not_before), daemon=True
+            target=self._requeue_finish, args=(job_id, not_before, is_restart), daemon=True
         ).start()
         return Status.QUEUED.value
 
-    def _requeue_finish(self, job_id: str, not_before: float) -> None:
+    def _requeue_finish(self, job_id: str, not_before: float, keep: bool) -> None:
+        """Tear the gang down; after `not_before` it restarts (see `_requeue_due`).
+
+        `keep`: a restart keeps the scheduler's allocation through its backoff, so the gang
+        comes back on its own GPUs at once instead of queueing behind jobs that took them.
+        """
         try:
             self._teardown(job_id)
-            self.scheduler.release(job_id)
+            if not keep:
+                self.scheduler.release(job_id)
             if self._leading.is_set():
                 self._due[job_id] = not_before
                 self._wake.set()
                 return
             # A standby replica took the request: only the leader's loop reads `_due`, so
-            # this replica waits out the backoff and queues the job itself (idempotent).
+            # this replica waits out the backoff and finishes the requeue itself (idempotent).
             self._stop.wait(max(0.0, not_before - self.clock()))
-            state = self.keeper.get(job_id)
-            if state is not None and state.status == Status.QUEUED:
-                self._enqueue(self.store.get(job_id))
+            self._requeue_due(job_id)
         except Exception:
             log.exception("requeue of %s; the leader's reconcile finishes it", job_id)
+
+    def _held_allocation(self, job_id: str) -> list[dict]:
+        """The allocation the scheduler still holds for the job (its running entry), or []."""
+        value, _ = self.keeper.etcd.get(f"{self.keeper.prefix}/sched/running/{job_id}")
+        if not value:
+            return []
+        return [
+            {"learner": a["learner"], "node": a["node"], "gpu_indices": list(a["gpu_indices"])}
+            for a in json.loads(value)["running"]["allocations"]
+        ]
+
+    def _unhealthy_nodes(self) -> set[str]:
+        """Nodes the leader marked lost, as recorded in etcd (any replica may ask)."""
+        prefix = self._node_key("")
+        return {
+            meta.key.decode()[len(prefix) :]
+            for value, meta in self.keeper.etcd.get_prefix(prefix)
+            if not json.loads(value).get("healthy", True)
+        }
+
+    def _requeue_due(self, job_id: str) -> None:
+        """A requeued job's backoff is over: restart it on the GPUs the scheduler still holds
+        for it (a restart on healthy nodes), or queue it for the scheduler to place."""
+        state = self.keeper.get(job_id)
+        if state is None or state.status != Status.QUEUED:
+            return
+        held = self._held_allocation(job_id)
+        if held and not {a["node"] for a in held} & self._unhealthy_nodes():
+            self._start_placed(job_id, "restarted on the GPUs it held", held)
+            return
+        if held:  # its node was lost meanwhile: give the GPUs back and queue it
+            self.scheduler.release(job_id)
+        self._enqueue(self.store.get(job_id))
 
     def scale(self, job_id: str, user: str, learners: int) -> str:
         """Change an elastic job's learner count (a running gang restarts from its checkpoint)."""
@@ -411,12 +448,9 @@ class Lcm:
     def _enqueue_due(self) -> None:
         now = self.clock()
         for job_id, not_before in list(self._due.items()):
-            if now < not_before:
-                continue
-            self._due.pop(job_id, None)
-            state = self.keeper.get(job_id)
-            if state is not None and state.status == Status.QUEUED:
-                self._enqueue(self.store.get(job_id))
+            if now >= not_before:
+                self._due.pop(job_id, None)
+                self._requeue_due(job_id)
 
     def place_round(self) -> None:
         for decision in self.scheduler.schedule():
@@ -453,6 +487,9 @@ class Lcm:
             {"learner": a.learner, "node": a.node, "gpu_indices": list(a.gpu_indices)}
             for a in allocations
         ]
+        self._start_placed(job_id, cause, placement)
+
+    def _start_placed(self, job_id: str, cause: str, placement: list[dict]) -> None:
         nodes = sorted({p["node"] for p in placement})
         self.keeper.etcd.put(self._placement_key(job_id), json.dumps(placement))
         if (
@@ -538,9 +575,9 @@ class Lcm:
     def reconcile(self) -> None:
         """Finish what a crashed leader left half done; every step is idempotent.
 
-        PENDING: redeploy. QUEUED: remove containers left from a requeue, then make sure the
-        scheduler queues it (release + enqueue keeps its original position; an allocation
-        granted just before a crash is given back).
+        PENDING: redeploy. QUEUED: remove containers left from a requeue; after its backoff
+        it restarts on the allocation the scheduler still holds for it (a restart, or a start
+        granted just before a crash), or is queued again (enqueue keeps its position).
         """
         for job_id, state in self.keeper.active_jobs().items():
             try:
@@ -552,7 +589,6 @@ class Lcm:
                 elif state.status == Status.QUEUED:
                     record = self.store.get(job_id)
                     self._teardown(job_id)
-                    self.scheduler.release(job_id)
                     self._due[job_id] = float(record.info.get("not_before", 0.0))
             except Exception:
                 log.exception("reconcile %s", job_id)

@@ -60,6 +60,22 @@ def test_restart_is_recorded_backed_off_and_redeployed(lcm, docker_client):
     assert history == [Status.QUEUED, Status.PENDING, Status.DOWNLOADING] * 2
 
 
+def test_a_restart_keeps_its_gpus_through_the_backoff(lcm, docker_client):
+    job, other = new_id(), new_id()
+    submit(lcm, job, learners=4, extra="max_restarts: 1\n")  # 4 x 0.5 cpus: the whole node
+    lcm.place_round()
+    before = lcm._placement(job)
+    submit(lcm, other, learners=4)
+    lcm.requeue(job, "learner 0 killed from outside", is_restart=True)
+    wait(lambda: job in lcm._due, what="the teardown")
+    lcm.place_round()  # the node looks idle during the backoff, yet it is still the job's
+    assert lcm.keeper.get(other).status == Status.QUEUED
+    wait(placed_again(lcm, job), what="the restart")
+    assert lcm._placement(job) == before
+    assert "restarted on the GPUs it held" in lcm.store.get(job).history[-2].reason
+    assert lcm.keeper.get(other).status == Status.QUEUED
+
+
 def test_no_restarts_left_fails_the_job_with_the_reason(lcm):
     job = new_id()
     submit(lcm, job, learners=1)  # max_restarts defaults to 0
@@ -197,16 +213,13 @@ def test_a_lost_node_gets_its_jobs_requeued_and_no_new_gangs(
         proxy.stop()
 
 
-def test_a_restart_taken_by_a_standby_replica_is_queued_by_it(lcm, docker_client):
+def test_a_restart_taken_by_a_standby_replica_is_finished_by_it(lcm, docker_client):
     job = new_id()
     submit(lcm, job, learners=1, extra="max_restarts: 1\n")
     lcm.place_round()
+    before = lcm._placement(job)
     lcm._leading.clear()  # this replica is a standby: its loop does not place
     lcm.requeue(job, "learner 0 killed from outside", is_restart=True)
-    wait(lambda: any(j.job_id == job for j in lcm_queue(lcm)), what="the job queued again")
-    lcm._leading.set()
-    wait(placed_again(lcm, job), what="the restarted gang")
-
-
-def lcm_queue(lcm):
-    return lcm.scheduler.queue()
+    wait(lambda: lcm.keeper.get(job).status == Status.DOWNLOADING, what="the restarted gang")
+    assert lcm._placement(job) == before
+    assert len(containers(docker_client, job)) == 2
