@@ -232,14 +232,15 @@ def simulate(
                 submitted.append(jid)
             elif jid == "tick":
                 tick_pending = False
-        # progress of running jobs so far (attained service is what LAS ranks by)
+        # progress of running jobs so far (attained service is what LAS ranks by, and what the
+        # ETA conditions a running job's remaining time on); kept on the state for the ETA below
         run_jobs = []
         for st in running.values():
             done = max(0.0, t - max(st.work_start, st.run_start))
             att = st.attained + done * st.job.gpus
             r = st.running
             if r.attained_service != att:
-                r = RunningJob(
+                st.running = r = RunningJob(
                     r.job_id,
                     r.user,
                     r.allocations,
