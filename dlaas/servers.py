@@ -695,11 +695,13 @@ def engine_pool(k: int) -> str:
     return f"10.{k}.0.0/16"
 
 
-def choose_engine_pool(taken: Sequence[str]) -> str:
-    """The first 10.<k>.0.0/16 (k in 200..254) that overlaps none of `taken` (CIDRs). Pure."""
+def choose_engine_pool(taken: Sequence[str], prefer: str | None = None) -> str:
+    """`prefer` if it overlaps none of `taken` (CIDRs), else the first 10.<k>.0.0/16
+    (k in 200..254) that overlaps none. Pure."""
     used = [ipaddress.ip_network(t, strict=False) for t in taken]
-    for k in range(ENGINE_POOL_FIRST, ENGINE_POOL_LAST + 1):
-        pool = ipaddress.ip_network(engine_pool(k))
+    candidates = [engine_pool(k) for k in range(ENGINE_POOL_FIRST, ENGINE_POOL_LAST + 1)]
+    for candidate in [prefer] * (prefer is not None) + candidates:
+        pool = ipaddress.ip_network(candidate)
         if not any(pool.overlaps(u) for u in used):
             return str(pool)
     raise ServerError(
@@ -760,9 +762,13 @@ def start_engine(
                     alive=found.alive, log=found.log,
                 )  # fmt: skip
                 return found
+            prefer = None
             if found is not None:
                 found.stop()  # a dead engine's leftovers: containerd, shims, bridge
-            return _start_engine(name, root, data_root, exec_root, pool_base, timeout)
+                # Back on its old pool: the nodes file and the running services know the
+                # node by its gateway (its containers' way to S3), which must not move.
+                prefer = found.pool
+            return _start_engine(name, root, data_root, exec_root, pool_base, timeout, prefer)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -774,6 +780,7 @@ def _start_engine(
     exec_root: Path,
     pool_base: str | None,
     timeout: float,
+    prefer: str | None = None,
 ) -> EngineServer:
     dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
     if not os.access(dockerd, os.X_OK):
@@ -782,7 +789,7 @@ def _start_engine(
         raise ServerError(f"starting Docker engine {name} needs root (dockerd does)")
     taken = _taken_networks()
     if pool_base is None:
-        pool = choose_engine_pool(taken)
+        pool = choose_engine_pool(taken, prefer)
     else:
         try:
             pool = str(ipaddress.ip_network(pool_base))

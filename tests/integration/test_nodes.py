@@ -138,6 +138,9 @@ def test_engine_pools_skip_what_is_taken():
     assert servers.choose_engine_pool(taken) == "10.202.0.0/16"
     with pytest.raises(servers.ServerError, match="no free address pool"):
         servers.choose_engine_pool(["10.0.0.0/8"])
+    # A restarted engine goes back to its own pool while that is free, else the first free.
+    assert servers.choose_engine_pool(taken, prefer="10.205.0.0/16") == "10.205.0.0/16"
+    assert servers.choose_engine_pool(taken, prefer="10.201.0.0/16") == "10.202.0.0/16"
     assert servers.engine_bridge_name("10.202.0.0/16") == "dlaas-br202"
     assert servers.engine_gateway("10.202.0.0/16") == "10.202.0.1"
 
