@@ -54,6 +54,10 @@ ERROR_TERMINATED = "terminated"  # SIGTERM from outside (exit 143, or a helper's
 # (and the init process) report 128 + the signal number.
 EXIT_SIGKILL = 137
 EXIT_SIGTERM = 143
+# What a restarted Docker engine records for a container whose process died with the old
+# engine (it cannot learn the real exit code).
+EXIT_ENGINE_LOST = 255
+ERROR_ENGINE_LOST = "engine_lost"
 
 # Helper failures that are the job's own fault (bad location, credentials, archive): a
 # restart would fail the same way. Everything else the helper reports as an error is
@@ -98,6 +102,8 @@ class JobView:
     now: float = 0.0
     # Expected number of learners when known (from the manifest); None: trust what exists.
     num_learners: int | None = None
+    # When the monitor last lost the Docker engine of one of the job's nodes (None: never).
+    engine_lost_at: float | None = None
     # When the helper was sent the finish signal (None: not yet).
     helper_signalled_at: float | None = None
     released: bool = False
@@ -381,6 +387,15 @@ def _first_failure(
         failed,
         key=lambda c: (c.finished_at or float("inf"), c.role == ROLE_HELPER, c.learner or 0),
     )
+    if (
+        first.exit_code == EXIT_ENGINE_LOST
+        and view.engine_lost_at is not None
+        and (first.finished_at is None or first.finished_at >= view.engine_lost_at)
+    ):
+        # It stopped while its engine was away: the node's trouble, not the job's.
+        who = "the helper" if first.role == ROLE_HELPER else f"learner {first.learner}"
+        reason = f"{who} died with the Docker engine of its node (exit code {EXIT_ENGINE_LOST})"
+        return Failure(reason, ERROR_ENGINE_LOST, EXIT_ENGINE_LOST, infrastructure=True)
     if first.role == ROLE_HELPER:
         return classify_helper(first, view.helper_events)
     return classify_learner(first, view.log_tails.get(first.learner or 0, ()))

@@ -146,6 +146,7 @@ class JobMonitor:
         self._dirty: set[str] = set()
         self._due: dict[str, float] = {}  # job -> when decide() wants another look
         self._down: set[str] = set()  # nodes whose engine does not answer
+        self._lost_at: dict[str, float] = {}  # node -> when its engine was last lost
         self._waiting: set[str] = set()  # jobs left alone while a node is down (logged once)
         # Helper container id -> events seen on its log stream / its follower thread.
         self._events: dict[str, list[dict]] = {}
@@ -254,6 +255,7 @@ class JobMonitor:
             log_tails=tails,
             now=self.clock(),
             num_learners=len(placement) if placement else self._num_learners(job_id, record),
+            engine_lost_at=self._engine_lost_at(placement),
             helper_signalled_at=mine.get(INFO_SIGNALLED_AT),
             released=bool(mine.get(INFO_RELEASED)),
             cleaned_up=bool(mine.get(INFO_CLEANED_UP)),
@@ -467,11 +469,18 @@ class JobMonitor:
             down = set(self._down)
         return [(n, e) for n, e in sorted(self.engines.items()) if n not in down]
 
+    def _engine_lost_at(self, placement: list[dict] | None) -> float | None:
+        """When the engine of one of the job's nodes (every node if unknown) was last lost."""
+        nodes = {p["node"] for p in placement} if placement else set(self.engines)
+        with self._lock:
+            return max((self._lost_at[n] for n in nodes if n in self._lost_at), default=None)
+
     def _mark_down(self, node: str) -> None:
         with self._lock:
             if node in self._down:
                 return
             self._down.add(node)
+            self._lost_at[node] = self.clock()
         log.warning("the Docker engine of node %s does not answer", node)
 
     def _mark_up(self, node: str) -> bool:
@@ -678,6 +687,8 @@ class JobMonitor:
                 if self._stop.is_set():
                     break
                 # The stream ended: the engine went away or restarted. Probe it next.
+                with self._lock:
+                    self._lost_at[node] = self.clock()
                 log.warning("Docker event stream of node %s ended; reconnecting", node)
             except _UNREACHABLE as exc:
                 if self._stop.is_set():

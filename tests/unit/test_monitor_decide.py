@@ -301,6 +301,20 @@ def test_a_learner_stopped_from_outside_asks_for_a_restart():
     ]
 
 
+def test_exit_255_after_the_engine_was_lost_asks_for_a_restart():
+    # A restarted engine records 255 for a container that died with the old engine.
+    died = [helper(), learner(0, "exited", 255, at=NOW - 2)]
+    dec = decide(view(Status.PROCESSING, died, engine_lost_at=NOW - 4))
+    assert dec.actions == [
+        Requeue("learner 0 died with the Docker engine of its node (exit code 255)", "engine_lost")
+    ]
+    # The same exit before the engine went away (or with no engine trouble) is the job's own.
+    for lost_at in (NOW - 1, None):
+        dec = decide(view(Status.PROCESSING, died, engine_lost_at=lost_at))
+        t = transition(dec)
+        assert (t.target, t.error_code, t.exit_code) == (Status.FAILED, d.ERROR_EXIT_CODE, 255)
+
+
 def test_infrastructure_failure_while_downloading_also_restarts():
     dec = decide(view(Status.DOWNLOADING, [helper(), learner(0, "exited", 137)]))
     assert kinds(dec) == [Requeue]
