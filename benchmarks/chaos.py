@@ -345,7 +345,7 @@ class Platform:
         return [self.record(n).get("address", "") for n in self.etcd_members()]
 
     def api_url(self) -> str:
-        return self.record("api").get("address") or str(self.http.base_url)
+        return self.record("api-0").get("address") or str(self.http.base_url)
 
     def get(self, path: str, **params):
         """GET over REST, retried while the API is down (it is one of the things killed)."""
@@ -631,7 +631,19 @@ class Chaos:
         self._done(what, took, pid=old)
 
     def _kill_api(self) -> None:
-        self._service("api", "api", lambda rec: _http_ok(f"{rec['address']}/health"))
+        # Two replicas share the port: the API answers again as soon as a live one takes
+        # the next connection. The killed one must come back too (the supervisor).
+        name = self.rng.choice(sorted(n for n in self.p.records() if n.startswith("api-")))
+        rec = self.p.record(name)
+        old, health = int(rec.get("pid") or 0), f"{rec.get('address')}/health"
+        if not old:
+            return self._skip("api", f"no {name} pid record")
+        log(f"kill -9 {name} (pid {old}), one of the API replicas")
+        _sigkill(old)
+        took = _wait(lambda: _http_ok(health), self.wait_s)
+        back = _wait(lambda: _new_pid_alive(self.p, name, old) and _http_ok(health), self.wait_s)
+        replica_s = round(took + back, 2) if took is not None and back is not None else None
+        self._done("api", took, pid=old, replica=name, replica_restarted_s=replica_s)
 
     def _kill_scheduler(self) -> None:
         self._service("scheduler", "scheduler", lambda rec: _grpc_ok(rec["address"]))
@@ -872,7 +884,9 @@ def run(opts: Options) -> dict:
     watcher = None
     try:
         log(f"platform up in {home} with {opts.nodes} node(s)")
-        kwargs = {"nodes": opts.nodes} if opts.nodes else {}
+        kwargs: dict = {"nodes": opts.nodes} if opts.nodes else {}
+        if "etcd" in opts.kills:  # a member can die only where etcd runs as a cluster
+            kwargs["etcd_members"] = 3
         platform.up(home, progress=lambda line: None, **kwargs)
         supervisor = start_supervisor(home)
         upload_digits(home)

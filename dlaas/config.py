@@ -62,3 +62,6 @@ class ApiSettings(BaseSettings):
     tokens: SecretStr = SecretStr("")
     admin_token: SecretStr
     max_code_archive_mb: int = 64
+    # This process's name among the API replicas that share the port ("api-1"), shown by
+    # /health so that a starting replica can be told from its peers; "" when it runs alone.
+    replica: str = ""

@@ -57,7 +57,12 @@ Progress = Callable[[str], None]
 # where the kind is the name up to a dash: the LCM runs as three replicas (one leads).
 LCM_REPLICAS = 3
 LCM_NAMES = tuple(f"lcm-{i}" for i in range(LCM_REPLICAS))
-SERVICES = ("scheduler", *LCM_NAMES, "jobmonitor", "api")
+# The API runs as two replicas sharing one port (SO_REUSEPORT): one dying takes nothing
+# down while the supervisor restarts it.
+API_REPLICAS = 2
+API_NAMES = tuple(f"api-{i}" for i in range(API_REPLICAS))
+API_PROBES = 24  # a live replica is missed by all of them with odds (1/2) ** 24
+SERVICES = ("scheduler", *LCM_NAMES, "jobmonitor", *API_NAMES)
 SERVERS = ("etcd", "s3")
 # With `--etcd-members 3` etcd runs as a real three-member cluster: "etcd" plus these.
 EXTRA_ETCD = ("etcd-1", "etcd-2")
@@ -251,6 +256,16 @@ def _http_ok(url: str) -> bool:
             return r.status == 200
     except (urllib.error.URLError, OSError):
         return False
+
+
+def _http_json(url: str) -> dict:
+    """The JSON object `url` answers with (a fresh connection each time); {} if none."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            body = json.loads(r.read()) if r.status == 200 else {}
+    except (urllib.error.URLError, OSError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _etcd_ok(endpoint: str) -> bool:
@@ -516,10 +531,12 @@ class _Up:
             client.close()
 
     # -- services
-    def service_port(self, name: str) -> int:
-        """The port service `name` had last time if it still holds it or it is free, else new."""
+    def service_port(self, name: str, holders: tuple[str, ...] = ()) -> int:
+        """The port service `name` had last time if it still holds it or it is free, else new.
+
+        `holders`: the processes that share the port (default: the one named `name`)."""
         previous = self.config.get(f"{name}_port")
-        if previous and _record_alive(self.state.read_pid(name)):
+        if previous and any(_record_alive(self.state.read_pid(h)) for h in holders or (name,)):
             return previous
         return _keep_or_new_port(previous)
 
@@ -587,8 +604,11 @@ class _Up:
     def _answers(self, name: str, address: str, pid: int, settle: bool = False) -> bool:
         if _kind(name) in ("lcm", "scheduler"):
             return _grpc_serving(address)
-        if name == "api":
-            return _http_ok(f"{address}/health")
+        if _kind(name) == "api":
+            # Its peers answer on the same port: only this replica's own answer counts. The
+            # kernel spreads fresh connections over the replicas at random: a few tries.
+            health = f"{address}/health"
+            return any(_http_json(health).get("replica") == name for _ in range(API_PROBES))
         # The job monitor serves nothing: alive a moment after start means it got past
         # its configuration and connections.
         if settle:
@@ -653,7 +673,7 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
 
     lcm_ports = {name: run.service_port(name) for name in LCM_NAMES}
     scheduler_port = run.service_port("scheduler")
-    api_port = run.service_port("api")
+    api_port = run.service_port("api", API_NAMES)
     # One id per platform instance labels its containers (a shared engine stays untangled).
     platform_id = run.config.get("platform_id") or f"dlaas-{secrets.token_hex(4)}"
     run.config.update(
@@ -689,11 +709,15 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
         "scheduler": env["DLAAS_SCHEDULER_ADDR"],
         **{name: f"127.0.0.1:{port}" for name, port in lcm_ports.items()},
         "jobmonitor": "",
-        "api": api_url,
+        **{name: api_url for name in API_NAMES},
     }
+    # A platform from before the API was replicated ran one "api" on the port, alone.
+    run._stop_stale("api", run.state.read_pid("api"))
     for name in SERVICES:
         _require_service_module(name)
         own = {"DLAAS_LCM_LISTEN": addresses[name]} if _kind(name) == "lcm" else {}
+        if _kind(name) == "api":
+            own = {"DLAAS_API_REPLICA": name}
         run.service(name, {**env, **own}, addresses[name])
     run.supervisor()
 

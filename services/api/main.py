@@ -7,6 +7,7 @@ adapters through `create_app` and serves with uvicorn.
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 
 import uvicorn
@@ -27,8 +28,24 @@ def main() -> int:
         print(f"dlaas-api: configuration incomplete or invalid: {missing}", file=sys.stderr)
         return 2
     app = create_app(settings, api_settings)
-    uvicorn.run(app, host=api_settings.host, port=api_settings.port, log_level="info")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
+    server.run(sockets=[listen(api_settings.host, api_settings.port)])
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, shared with the other API replicas on the same port.
+
+    SO_REUSEPORT lets every replica bind it; the kernel spreads new connections over the
+    live ones, so a replica that dies takes nothing down while it is restarted.
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 if __name__ == "__main__":

@@ -472,7 +472,8 @@ def health(deps: DepsDep) -> dict[str, str]:
     except Exception:
         log.warning("health: job store not answering", exc_info=True)
         raise TemporaryError("the job store is not answering") from None
-    return {"status": "ok"}
+    replica = deps.api.replica
+    return {"status": "ok", "replica": replica} if replica else {"status": "ok"}
 
 
 @system_router.get("/metrics", response_class=Response)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import time
 
@@ -118,10 +119,27 @@ def test_up_restarts_a_dead_service_and_detects_a_stale_pid(up_state):
     assert after["jobmonitor"] != before["jobmonitor"]
     assert after["lcm-1"] not in (before["lcm-1"], os.getpid())
     # Same ports, same configuration: nothing else was touched.
-    for name in ("etcd", "s3", "scheduler", "lcm-0", "lcm-2", "api"):
+    for name in ("etcd", "s3", "scheduler", "lcm-0", "lcm-2", "api-0", "api-1"):
         assert after[name] == before[name], name
     assert any(line.startswith("lcm-1: stale pid file") for line in lines), lines
     assert httpx.get(f"{info.api_url}/health", timeout=5).status_code == 200
+
+
+def test_the_api_answers_while_one_replica_is_dead(up_state):
+    state_dir, info, _ = up_state
+    servers.stop_pid(_pids(state_dir)["supervisor"])  # `up` below is the repair under test
+    (state_dir / "pids" / "supervisor.json").unlink()
+    before = _pids(state_dir)
+    os.kill(before["api-1"], signal.SIGKILL)
+    servers.wait_until(lambda: not servers.pid_alive(before["api-1"]), 5, "api-1 to die")
+    # Every fresh connection is taken by the live replica on the same port.
+    answers = [httpx.get(f"{info.api_url}/health", timeout=5).json() for _ in range(10)]
+    assert answers == [{"status": "ok", "replica": "api-0"}] * 10
+    platform.up(state_dir, progress=lambda line: None, build_images=False)
+    after = _pids(state_dir)
+    assert after["api-0"] == before["api-0"] and after["api-1"] != before["api-1"]
+    replicas = {httpx.get(f"{info.api_url}/health", timeout=5).json()["replica"] for _ in range(40)}
+    assert replicas == {"api-0", "api-1"}  # both serve the one port again
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="extra Docker engines need root")
