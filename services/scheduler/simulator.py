@@ -15,7 +15,9 @@ Modelling choices (all stated, none hidden):
 - a preemption costs the victim a checkpoint save (`--checkpoint-save-s`, the preemptor starts
   that much later on the freed GPUs) and a restore on its next start (`--restore-s`); the victim
   loses no other work (cooperative checkpoint-on-preempt);
-- the policy never sees durations; the ETA model learns run times only from jobs that finished.
+- the policy never sees durations; the ETA, predicted once at submission, learns run times only
+  from the jobs that finished before then (the last `DURATION_WINDOW` of them) and conditions each
+  running job's remaining time on how long it has run so far, as the live service would.
 """
 
 from __future__ import annotations
@@ -307,17 +309,18 @@ def simulate(
     done = [s for s in states.values() if s.end is not None]
     jct = [s.end - s.job.submit for s in done]
     qd = [s.first_start - s.job.submit for s in done]
-    in_range, errors, waited_in = 0, [], 0
-    waited = 0
+    in_range, errors, widths, waited_in, waited_widths = 0, [], [], 0, []
     for s in done:
         lo, hi = s.eta or (s.job.submit, s.job.submit)
         ok = lo - 1e-6 <= s.first_start <= hi + 1e-6
         in_range += ok
         mid = (lo + hi) / 2 if hi != float("inf") else lo
         errors.append(abs(s.first_start - mid))
+        widths.append(hi - lo)  # a range can be right by being wide: report how wide
         if s.first_start > s.job.submit:
-            waited += 1
             waited_in += ok
+            waited_widths.append(hi - lo)
+    waited = len(waited_widths)
     span = max(last_end - first_t, 1e-9)
     out = {
         "jobs": len(done),
@@ -332,8 +335,10 @@ def simulate(
         "preemptions": preemptions,
         "eta_in_range": in_range / len(done) if done else 1.0,
         "eta_median_abs_error": statistics.median(errors) if errors else 0.0,
+        "eta_median_width": statistics.median(widths) if widths else 0.0,
         "_waited": waited,
         "_eta_in_range_waited": waited_in / waited if waited else 1.0,
+        "_eta_median_width_waited": statistics.median(waited_widths) if waited else 0.0,
     }
     if per_job:  # for analysis: (submit, duration, gpus, first start, end, preemptions, eta)
         out["_per_job"] = [
@@ -356,6 +361,7 @@ KEYS = (
     "preemptions",
     "eta_in_range",
     "eta_median_abs_error",
+    "eta_median_width",
 )
 
 
@@ -405,6 +411,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{m['eta_in_range']:.1%} / {m['_eta_in_range_waited']:.1%} of {m['_waited']:,}",
         ),
         ("ETA median abs error", f"{m['eta_median_abs_error']:,.0f} s"),
+        (
+            "ETA median width (all / jobs that waited)",
+            f"{m['eta_median_width']:,.0f} / {m['_eta_median_width_waited']:,.0f} s",
+        ),
     ]
     for k, v in rows:
         print(f"  {k:<40} {v}")

@@ -37,6 +37,17 @@ def test_preemption_costs_save_and_restore():
     assert m["avg_jct"] == pytest.approx((120 + 10_000 + 20 + 100 + 30) / 2)
 
 
+def test_eta_at_submit_contains_the_start_and_sees_running_progress():
+    # 1 GPU, fifo, every job runs 1,000 s. Six jobs queue at t=0 and run back to back; "w"
+    # arrives at 5,500 s while the sixth has run 500 s: with five 1,000-s runs in the history
+    # its range is exactly [6,000, 6,000] (seeing the sixth as just started would say 6,500).
+    jobs = [TraceJob(f"a{i}", 0, 1_000, 1) for i in range(6)] + [TraceJob("w", 5_500, 1_000, 1)]
+    m = simulate(jobs, 1, 1, "fifo", per_job=True)
+    (w,) = [r for r in m["_per_job"] if r[0] == 5_500]
+    first_start, eta = w[3], w[6]
+    assert first_start == 6_000 and eta == (6_000, 6_000)
+
+
 @pytest.mark.skipif(not os.path.exists(TRACE), reason="trace not present")
 def test_cli_on_a_slice_of_the_trace(capsys):
     rc = main(
@@ -64,6 +75,7 @@ def test_cli_on_a_slice_of_the_trace(capsys):
     assert tuple(m) == KEYS
     assert m["jobs"] > 100 and m["refused"] == 0
     assert 0 < m["utilization"] <= 1 and 0 <= m["eta_in_range"] <= 1
+    assert 0 <= m["eta_median_width"] < float("inf")
     assert m["p50_jct"] <= m["p95_jct"] <= m["p99_jct"]
 
 
