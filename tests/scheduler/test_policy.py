@@ -313,3 +313,33 @@ def test_preemption_storm_guard_caps_victims_per_round():
     assert len(by_action(ds, "preempt")) == 5 and len(by_action(ds, "start")) == 5
     ds = schedule(Snapshot(many, busy, queue), 100_000, "default")
     assert len(by_action(ds, "preempt")) == 30
+
+
+def test_default_moves_small_jobs_to_start_a_gang_on_scattered_free_gpus():
+    # 6 GPUs free, but 3 + 3: a whole-node gang fits only if one 1-GPU job moves over.
+    busy = [
+        running("a", [("n0", (0,))], start=0, attained=10),
+        running("b", [("n1", (0,))], start=0, attained=10),
+    ]
+    snap = Snapshot(nodes(2), busy, [q("gang", gpus=4, t=5)])
+    ds = schedule(snap, 10_000, "default")
+    (pre,) = by_action(ds, "preempt")
+    starts = {d.job_id: d for d in by_action(ds, "start")}
+    assert set(starts) == {"gang", pre.job_id}  # the moved job restarts in the same round
+    assert ds.index(pre) < ds.index(starts["gang"]) < ds.index(starts[pre.job_id])
+    gang_node = starts["gang"].allocations[0].node
+    assert pre.allocations[0].node == gang_node
+    assert starts[pre.job_id].allocations[0].node != gang_node
+    # fifo does not move; nor does default when fewer GPUs are free than the gang needs
+    assert by_action(schedule(snap, 10_000, "fifo"), "preempt") == []
+    short = Snapshot(nodes(2), [*busy, running("c", [("n1", (1, 2, 3))])], snap.queue)
+    assert by_action(schedule(short, 10_000, "default"), "preempt") == []
+
+
+def test_moves_respect_the_thrash_guard_and_the_cap():
+    busy = [running("a", [("n0", (0,))], start=9_900), running("b", [("n1", (0,))], start=9_900)]
+    snap = Snapshot(nodes(2), busy, [q("gang", gpus=4, t=5)])
+    assert by_action(schedule(snap, 10_000, "default"), "preempt") == []  # both just started
+    old = [running("a", [("n0", (0,))]), running("b", [("n1", (0,))])]
+    snap = Snapshot(nodes(2), old, snap.queue)
+    assert by_action(schedule(snap, 10_000, "default", PolicyConfig(max_moves=0)), "start") == []

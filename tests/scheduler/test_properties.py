@@ -93,6 +93,12 @@ def test_no_decision_over_allocates(snap, policy, now):
             assert sorted(d.allocations, key=lambda a: a.learner) == sorted(
                 held.pop(d.job_id), key=lambda a: a.learner
             )  # whole job, never half
+            # back in the queue: a job moved to make room restarts later in the same round
+            r = next(r for r in snap.running if r.job_id == d.job_id)
+            g, c, m = r.per_learner()
+            queued[d.job_id] = QueuedJob(
+                r.job_id, r.user, r.learners, g, c, m, min_learners=min(r.min_gang, r.learners)
+            )
         elif d.action == "shrink":
             job = next(r for r in snap.running if r.job_id == d.job_id)
             rest = [a for a in held[d.job_id] if a not in d.allocations]

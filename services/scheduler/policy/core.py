@@ -91,6 +91,11 @@ class PolicyConfig:
     fifo_blocking: str = "count"
     # Let elastic jobs grow into idle GPUs.
     grow: bool = True
+    # Moves (defragmentation): a gang that does not fit although enough GPUs are free in total
+    # may move up to this many single-node jobs of no higher priority off the nodes it needs;
+    # each moved job is preempted and restarted elsewhere in the same round.
+    max_moves: int = 4
+    move_policies: tuple[str, ...] = ("default",)
 
 
 DEFAULT_CONFIG = PolicyConfig()
@@ -261,6 +266,7 @@ class _Round:
     _elastic: list = field(default_factory=list)
     _ranked_start: int = 0
     _compacted_at: int = 0
+    _movable: dict[str, list[RunningJob]] | None = None
 
     def __post_init__(self) -> None:
         self.idx = FreeIndex(
@@ -471,6 +477,120 @@ class _Round:
                 )
             )
         self.start(j, allocs, f"started by preempting {', '.join(r.job_id for r in chosen)}")
+        return True
+
+    # -- moves (defragmentation) -----------------------------------------------------------
+    def _movable_by_node(self) -> dict[str, list[RunningJob]]:
+        """Running single-node GPU jobs past the thrash guard, by node; computed once a round."""
+        if self._movable is None:
+            self._movable = {}
+            for r in self.snapshot.running:
+                if not r.allocations or r.gpus == 0:
+                    continue
+                node = r.allocations[0].node
+                if any(a.node != node for a in r.allocations):
+                    continue
+                since = max(r.start_time, r.last_resize_time or r.start_time)
+                if self.now - since < self.cfg.min_run_s:
+                    continue
+                self._movable.setdefault(node, []).append(r)
+        return self._movable
+
+    def try_move(self, j: QueuedJob) -> bool:
+        """Start a gang that enough free GPUs could hold, were they not scattered over nodes,
+        by moving a few small jobs off the nodes it needs (each restarts elsewhere at once)."""
+        g, need = j.gpus_per_learner, j.min_gang
+        if g == 0 or self.idx.total_free_gpus(j.gpu_type) < need * g:
+            return False
+        movable = self._movable_by_node()
+        options = []  # (moves per learner slot, moves, slots, node name, jobs to move)
+        for nf in self.idx.nodes.values():
+            n = nf.node
+            if nf.reserved_for not in (None, j.job_id) or n.gpus < g:
+                continue
+            if j.gpu_type and n.gpu_type != j.gpu_type:
+                continue
+            free = len(nf.free)
+            movers = sorted(
+                (
+                    r
+                    for r in movable.get(n.name, ())
+                    if r.job_id not in self.touched and r.priority <= j.priority
+                ),
+                key=lambda r: (-r.gpus, r.job_id),
+            )
+            slots = min((free + sum(r.gpus for r in movers)) // g, need)
+            if slots == 0:
+                continue
+            chosen = []
+            while free < slots * g:
+                r = movers[len(chosen)]
+                chosen.append(r)
+                free += r.gpus
+            # fewest moves per learner slot first (nodes that need none lead)
+            options.append((len(chosen) / slots, len(chosen), -slots, n.name, chosen))
+        options.sort(key=lambda o: o[:4])
+        movers, slots = [], 0
+        for *_, neg_slots, _, chosen in options:
+            if slots >= need:
+                break
+            movers += chosen
+            slots -= neg_slots
+        if slots < need or not movers or len(movers) > self.cfg.max_moves:
+            return False
+        for r in movers:
+            self.idx.give(r.allocations)
+        allocs = self._place(j, need)
+        if allocs is None:
+            for r in movers:
+                self.idx.take(r.allocations)
+            return False
+        self.idx.take(allocs)
+        used = {(a.node, i) for a in allocs for i in a.gpu_indices}
+        moved = [
+            r
+            for r in movers
+            if any((a.node, i) in used for a in r.allocations for i in a.gpu_indices)
+        ]
+        for r in movers:
+            if r not in moved:
+                self.idx.take(r.allocations)  # not in the gang's way after all: it stays
+        placed: list[list[Allocation]] = []
+        for r in moved:
+            pg, pc, pm = r.per_learner()
+            gtype = r.gpu_type or self.idx.nodes[r.allocations[0].node].node.gpu_type
+            new = self.idx.place(r.job_id, r.learners, pg, pc, pm, gtype, r.placement)
+            if new is None:  # nowhere to go: undo the whole move
+                for x in placed:
+                    self.idx.give(x)
+                self.idx.give(allocs)
+                for x in moved:
+                    self.idx.take(x.allocations)
+                return False
+            self.idx.take(new)
+            placed.append(new)
+        for r in moved:
+            self.touched.add(r.job_id)
+            self.decisions.append(
+                Decision(
+                    r.job_id,
+                    "preempt",
+                    f"moved to make room for {j.job_id} ({_shape(j)}); restarts elsewhere now",
+                    list(r.allocations),
+                )
+            )
+        self.idx.give(allocs)  # start() takes them again and drops the gang's reservation
+        cause = f"fits now ({_shape(j)}, {len(allocs)} learner(s))"
+        if moved:
+            cause = (
+                f"started after moving {', '.join(r.job_id for r in moved)} ({_shape(j)}; "
+                "enough GPUs were free, but scattered over nodes)"
+            )
+        self.start(j, allocs, cause)
+        for r, new in zip(moved, placed, strict=True):
+            self.decisions.append(
+                Decision(r.job_id, "start", f"restarted after a move for {j.job_id}", new)
+            )
         return True
 
     # -- reservation ----------------------------------------------------------------------
@@ -709,6 +829,9 @@ class _Round:
                 preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
                 if preempted >= self.cfg.max_preemptions_per_round:
                     can_preempt = False  # storm guard: the rest waits for the next round
+                continue
+            if self.policy in self.cfg.move_policies and self.try_move(j):
+                preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
                 continue
             why = self.why_not(j) if self.include_waits else ""
             if self.reserved_for is None:
