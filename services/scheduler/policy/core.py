@@ -26,8 +26,10 @@ Policies (all duration-blind; the policy never sees how long a job will run):
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from .model import Allocation, Decision, Node, QueuedJob, RunningJob, Snapshot
 from .placement import FreeIndex
@@ -159,7 +161,9 @@ def queued_class(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> tu
 
 def running_class(r: RunningJob, policy: str, cfg: PolicyConfig) -> tuple:
     if policy in ("las", "default"):
-        service = _service(r.attained_service, r.gpus, policy, cfg)
+        service = r.attained_service
+        if policy == "default" and cfg.level_gpu_exponent != 1.0:
+            service = _service(service, r.gpus, policy, cfg)
         return (-r.priority, las_level(service, _thresholds(policy, cfg)))
     if policy == "priority":
         return (-r.priority,)
@@ -306,29 +310,32 @@ class _Round:
     def _ranked(self) -> list[tuple[tuple, RunningJob]]:
         """Running jobs, least important first, then least work lost; computed once a round."""
         if self._ranked_cache is None:
-
-            def lost(r: RunningJob) -> float:
-                ck = r.last_checkpoint_time if r.last_checkpoint_time is not None else r.start_time
-                return self.now - max(ck, r.start_time)
-
+            now, min_run = self.now, self.cfg.min_run_s
+            leveled = self.policy in ("las", "default")
+            th = _thresholds(self.policy, self.cfg) if leveled else ()
+            by_service = self.policy == "default" and self.cfg.level_gpu_exponent != 1.0
             rows = []
             for r in self.snapshot.running:
-                since = max(r.start_time, r.last_resize_time or r.start_time)
-                if self.now - since < self.cfg.min_run_s:
+                start = r.start_time
+                if now - max(start, r.last_resize_time or start) < min_run:
                     continue  # thrash guard: never a victim
-                cls = running_class(r, self.policy, self.cfg)
-                rows.append(
-                    (
-                        tuple(-x for x in cls),
-                        lost(r) * max(r.gpus, 1),
-                        -r.start_time,
-                        r.job_id,
-                        cls,
-                        r,
-                    )
-                )
-            rows.sort(key=lambda x: x[:4])
-            self._ranked_cache = [(x[4], x[5]) for x in rows]
+                allocs = r.allocations
+                gpus = len(allocs[0].gpu_indices) if len(allocs) == 1 else r.gpus
+                ck = r.last_checkpoint_time
+                lost = now - (start if ck is None or ck < start else ck)  # since the last save
+                if leveled:
+                    service = r.attained_service
+                    if by_service:
+                        service = _service(service, gpus, self.policy, self.cfg)
+                    lvl = bisect_right(th, service)  # = las_level (thresholds ascend)
+                    cls: tuple = (-r.priority, lvl)
+                    key = (r.priority, -lvl, lost * max(gpus, 1), -start, r.job_id)
+                else:
+                    cls = running_class(r, self.policy, self.cfg)
+                    key = (*(-x for x in cls), lost * max(gpus, 1), -start, r.job_id)
+                rows.append((key, cls, r))
+            rows.sort(key=itemgetter(0))
+            self._ranked_cache = [(cls, r) for _, cls, r in rows]
             self._elastic = [x for x in self._ranked_cache if x[1].learners > x[1].min_gang]
         return self._ranked_cache
 
@@ -651,11 +658,15 @@ class _Round:
     def why_not(self, j: QueuedJob) -> str:
         free = self.idx.total_free_gpus(j.gpu_type)
         if j.gpus_per_learner:
-            return (
+            why = (
                 f"needs {_shape(j)}s at once; {free} free outside reservations, largest free "
                 f"block {self.idx.largest_free_block(j.gpu_type)}"
             )
-        return f"needs {_shape(j)} with {j.memory_mb_per_learner} MiB each; not enough free"
+        else:
+            why = f"needs {_shape(j)} with {j.memory_mb_per_learner} MiB each; not enough free"
+        if self.reserved_for is not None and self.reserved_for != j.job_id:
+            why += f"; behind {self.reserved_for}, which holds a reservation"
+        return why
 
     # -- grow -----------------------------------------------------------------------------
     def grow(self) -> None:
@@ -705,29 +716,23 @@ class _Round:
 
     # -- main loop ------------------------------------------------------------------------
     def ordered(self):
-        """(class, job) in policy order; the class is computed once per job per round."""
+        """(sort key, job) in policy order; `class_of` turns a pair into the preemption class,
+        only for the jobs a round really looks at (a long queue behind a full cluster is not)."""
         queue = self.snapshot.queue
         if self.policy == "fair":
             for j in self._drf_order(queue):
                 yield (), j
             return
-        if self.policy in ("las", "default"):
-            now, cfg, pol = self.now, self.cfg, self.policy
-            key = order_key(pol, now, cfg)
-            rows = [(key(j), j) for j in queue]
-            rows.sort(key=lambda r: r[0])
-            for k, j in rows:
-                if pol == "default":
-                    cls = (k[0], k[-1])
-                    if k[1] < k[-1]:
-                        self.promoted.add(j.job_id)
-                else:
-                    cls = queued_class(j, now, pol, cfg)
-                yield cls, j
-            return
         key = order_key(self.policy, self.now, self.cfg)
-        for j in sorted(queue, key=key):
-            yield (queued_class(j, self.now, self.policy, self.cfg), j)
+        yield from sorted(zip(map(key, queue), queue), key=itemgetter(0))
+
+    def class_of(self, k: tuple, j: QueuedJob) -> tuple:
+        if self.policy == "default":
+            # the key carries the real level last; a smaller sort level means it was promoted
+            if k[1] < k[-1]:
+                self.promoted.add(j.job_id)
+            return (k[0], k[-1])
+        return queued_class(j, self.now, self.policy, self.cfg)
 
     def _drf_order(self, queue):
         """DRF: repeatedly serve the user with the smallest dominant share (updated on starts)."""
@@ -777,13 +782,14 @@ class _Round:
         gpu_less = any(j.gpus_per_learner == 0 for j in self.snapshot.queue)
         rest = None
         preempted = 0
-        for cls, j in self.ordered():
+        for k, j in self.ordered():
             if rest is not None:
                 self.wait(j, "")
                 continue
+            cls = self.class_of(k, j)
+            # (nodes held by a reservation do not count as free: the job holding it came earlier)
             if (
                 not gpu_less
-                and self.reserved_for is None
                 and self.idx.total_free_gpus() == 0
                 and not self._may_preempt(cls, can_preempt)
             ):
@@ -838,8 +844,6 @@ class _Round:
                 self.try_reserve(j)
                 if self.reserved_for == j.job_id:
                     why += "; nodes reserved for it so smaller jobs cannot starve it"
-            elif self.reserved_for != j.job_id:
-                why += f"; behind {self.reserved_for}, which holds a reservation"
             failed[shape] = (self.idx.version, j.min_gang)
             self.wait(j, why)
             if self.policy == "fifo" and self._fifo_blocks(j):

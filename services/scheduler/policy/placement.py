@@ -68,6 +68,7 @@ class FreeIndex:
         self.version = 0
         self.reserved: dict[str, list[str]] = {}  # job_id -> node names held for it
         self._cap_cache: dict[tuple[int, str], tuple[int, int]] = {}
+        self._all_types: tuple[str, ...] = ()
         for nf in self.nodes.values():
             self._bucket_add(nf)
 
@@ -81,6 +82,7 @@ class FreeIndex:
         if b is None:
             b = self.buckets[t] = [{} for _ in range(self.max_gpus + 1)]
             self.free_gpus[t] = 0
+            self._all_types = tuple(self.buckets)
         b[len(nf.free)][nf.node.name] = None
         self.free_gpus[t] += len(nf.free)
 
@@ -92,8 +94,19 @@ class FreeIndex:
         del self.buckets[t][len(nf.free)][nf.node.name]
         self.free_gpus[t] -= len(nf.free)
 
-    def _types(self, gpu_type: str) -> list[str]:
-        return [gpu_type] if gpu_type else list(self.buckets)
+    def _rebucket(self, nf: NodeFree, before: int) -> None:
+        """A node's free GPU count went from `before` to what it is now."""
+        self.version += 1
+        if nf.reserved_for is not None:
+            return
+        after = len(nf.free)
+        b = self.buckets[nf.node.gpu_type]
+        del b[before][nf.node.name]
+        b[after][nf.node.name] = None  # to the end of its bucket, even when the count is the same
+        self.free_gpus[nf.node.gpu_type] += after - before
+
+    def _types(self, gpu_type: str) -> tuple[str, ...]:
+        return (gpu_type,) if gpu_type else self._all_types
 
     # -- mutation ----------------------------------------------------------------------
     def take(self, allocs: Iterable[Allocation]) -> None:
@@ -101,22 +114,22 @@ class FreeIndex:
             nf = self.nodes.get(a.node)
             if nf is None:
                 continue
-            self._bucket_remove(nf)
+            before = len(nf.free)
             nf.free.difference_update(a.gpu_indices)
             nf.cpus -= a.cpus
             nf.mem -= a.memory_mb
-            self._bucket_add(nf)
+            self._rebucket(nf, before)
 
     def give(self, allocs: Iterable[Allocation]) -> None:
         for a in allocs:
             nf = self.nodes.get(a.node)
             if nf is None:
                 continue
-            self._bucket_remove(nf)
+            before = len(nf.free)
             nf.free.update(a.gpu_indices)
             nf.cpus += a.cpus
             nf.mem += a.memory_mb
-            self._bucket_add(nf)
+            self._rebucket(nf, before)
 
     def reserve(self, names: Iterable[str], job_id: str) -> None:
         """Hide nodes from everyone but `job_id` for the rest of the round (backfill guard)."""
@@ -137,7 +150,9 @@ class FreeIndex:
 
     # -- queries -----------------------------------------------------------------------
     def total_free_gpus(self, gpu_type: str = "") -> int:
-        return sum(self.free_gpus.get(t, 0) for t in self._types(gpu_type))
+        if gpu_type:
+            return self.free_gpus.get(gpu_type, 0)
+        return sum(self.free_gpus.values())
 
     def upper_capacity(self, g: int, gpu_type: str) -> int:
         """Upper bound on learners of g GPUs placeable now (GPUs only; CPUs/memory not checked)."""
@@ -227,6 +242,10 @@ class FreeIndex:
         plan = self._plan(job_id, learners, g, c, m, gpu_type, mode)
         if plan is None:
             return None
+        if len(plan) == 1 and learners == 1:  # the common case, kept cheap
+            nf = plan[0][0]
+            ix = tuple(sorted(nf.free)[:g]) if g else ()
+            return [Allocation(first_learner, nf.node.name, ix, c, m)]
         allocs: list[Allocation] = []
         i = first_learner
         for nf, count in plan:
@@ -236,32 +255,35 @@ class FreeIndex:
                 i += 1
         return allocs
 
+    def _best_fit(self, buckets, lo: int, hi: int, g: int, c: float, m: int, learners: int):
+        """The first node in buckets lo..hi-1 (fewest free GPUs first) that holds the gang."""
+        nodes = self.nodes
+        for k in range(lo, hi):
+            for name in buckets[k]:
+                nf = nodes[name]
+                if nf.fit(g, c, m, learners) >= learners:
+                    return nf
+        return None
+
     def _plan(self, job_id, learners, g, c, m, gpu_type, mode):
         # Fast path: one node takes the whole gang (PACK/topology), best fit = fewest spare GPUs.
         if mode != "spread" or learners == 1:
             if g > 0:
-                own = [
-                    nf
-                    for nf in (self.nodes[x] for x in self.reserved.get(job_id, ()))
-                    if nf.fit(g, c, m, learners) >= learners
-                ]
-                if own:
-                    return [(min(own, key=lambda nf: len(nf.free)), learners)]
+                held = self.reserved.get(job_id)
+                if held:
+                    own = [
+                        nf
+                        for nf in map(self.nodes.__getitem__, held)
+                        if nf.fit(g, c, m, learners) >= learners
+                    ]
+                    if own:
+                        return [(min(own, key=lambda nf: len(nf.free)), learners)]
                 best = None
                 for t in self._types(gpu_type):
                     b = self.buckets.get(t)
-                    if b is None:
-                        continue
-                    top = len(b) if best is None else min(len(b), len(best.free))
-                    found = False
-                    for k in range(learners * g, top):
-                        for name in b[k]:
-                            nf = self.nodes[name]
-                            if nf.fit(g, c, m, learners) >= learners:
-                                best, found = nf, True
-                                break
-                        if found:
-                            break
+                    if b is not None:
+                        top = len(b) if best is None else min(len(b), len(best.free))
+                        best = self._best_fit(b, learners * g, top, g, c, m, learners) or best
                 if best is not None:
                     return [(best, learners)]
             else:
