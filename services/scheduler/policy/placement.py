@@ -69,6 +69,7 @@ class FreeIndex:
         self.reserved: dict[str, list[str]] = {}  # job_id -> node names held for it
         self._cap_cache: dict[tuple[int, str], tuple[int, int]] = {}
         self._all_types: tuple[str, ...] = ()
+        self._holes: dict[str, list[int]] = {}  # per bucket, see _unlink
         for nf in self.nodes.values():
             self._bucket_add(nf)
 
@@ -81,6 +82,7 @@ class FreeIndex:
         b = self.buckets.get(t)
         if b is None:
             b = self.buckets[t] = [{} for _ in range(self.max_gpus + 1)]
+            self._holes[t] = [0] * (self.max_gpus + 1)
             self.free_gpus[t] = 0
             self._all_types = tuple(self.buckets)
         b[len(nf.free)][nf.node.name] = None
@@ -91,8 +93,22 @@ class FreeIndex:
         if nf.reserved_for is not None:
             return
         t = nf.node.gpu_type
-        del self.buckets[t][len(nf.free)][nf.node.name]
+        self._unlink(t, len(nf.free), nf.node.name)
         self.free_gpus[t] -= len(nf.free)
+
+    def _unlink(self, t: str, k: int, name: str) -> None:
+        """Remove a node from bucket k of type t. A dict keeps a hole per deleted key until it
+        grows, and iteration walks the holes: a bucket emptied from the front again and again
+        (best fit takes its first node) would make "first node in the bucket" O(deletions).
+        Copying the dict once its holes outnumber its keys keeps that O(1) amortized, and
+        keeps the order."""
+        bucket = self.buckets[t][k]
+        del bucket[name]
+        holes = self._holes[t]
+        holes[k] += 1
+        if holes[k] > 32 and holes[k] > len(bucket):
+            self.buckets[t][k] = dict(bucket)
+            holes[k] = 0
 
     def _rebucket(self, nf: NodeFree, before: int) -> None:
         """A node's free GPU count went from `before` to what it is now."""
@@ -100,10 +116,11 @@ class FreeIndex:
         if nf.reserved_for is not None:
             return
         after = len(nf.free)
-        b = self.buckets[nf.node.gpu_type]
-        del b[before][nf.node.name]
-        b[after][nf.node.name] = None  # to the end of its bucket, even when the count is the same
-        self.free_gpus[nf.node.gpu_type] += after - before
+        t = nf.node.gpu_type
+        self._unlink(t, before, nf.node.name)
+        # to the end of its bucket, even when the count stayed the same
+        self.buckets[t][after][nf.node.name] = None
+        self.free_gpus[t] += after - before
 
     def _types(self, gpu_type: str) -> tuple[str, ...]:
         return (gpu_type,) if gpu_type else self._all_types
