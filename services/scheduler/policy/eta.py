@@ -76,8 +76,9 @@ def forward_starts(
     """Predicted start of queued jobs, one per quantile in `qs`, replaying the queue in order.
 
     GPU-count model (placement is not replayed). Stops early once every job in `want` has a
-    start. Jobs needing more GPUs than the cluster has get `inf`. Runs of identical fresh jobs
-    (the common case in a long queue) are started in bulk, so a long queue stays cheap.
+    start. Jobs needing more GPUs than the cluster has get `inf`. Each quantile is replayed on
+    its own with every job's time at that quantile: run times come in batches of similar jobs
+    that run long or short together, rather than averaging out.
     """
     cfg = config or DEFAULT_CONFIG
     total = sum(n.gpus for n in snapshot.nodes if n.healthy)
