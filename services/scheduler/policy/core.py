@@ -18,9 +18,10 @@ Policies (all duration-blind; the policy never sees how long a job will run):
   las      - Tiresias discretized 2D-LAS: class = (priority, queue level of attained GPU-seconds);
              FIFO inside a level; preempts worse levels; starving jobs promoted to level 0.
   fair     - DRF across users: the user with the smallest dominant share goes next.
-  default  - priority classes over 2D-LAS with three levels (1e3/1e4/1e5 GPU-s), starvation
-             promotion, reservation + backfill for a blocked gang, a thrash guard and a cap on
-             victims per preemption. See PolicyConfig.
+  default  - priority classes over 2D-LAS with few, high levels (2e4/2e5 GPU-s), small gangs
+             first at equal level, starvation promotion, reservation + backfill for a blocked
+             gang, MOVES of a few small jobs when a gang's free GPUs are scattered over nodes,
+             a thrash guard and caps on victims per preemption and per round. See PolicyConfig.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ class PolicyConfig:
     # level 0 and run in arrival order; only the long tail is demoted behind them. Measured on
     # both Philly windows (see simulator.py): low first thresholds (Tiresias' 1e3) preempt
     # medium jobs over and over where durations are not heavy-tailed (window B: +30 % avg JCT).
+    # With moves on, (5e3, 5e4, 5e5) gains 260 s on A (12,413) but costs B 7,000 s (30,836);
+    # scaling the thresholds up with the queue's depth, or preempting only while the queue
+    # holds fewer than 2x the cluster's GPUs, still costs B 700-1,200 s and p99 > 127k s.
+    # Thresholds must ascend (the level is a bisection).
     default_thresholds: tuple[float, ...] = (20_000.0, 200_000.0)
     # default: the level is computed from attained GPU-seconds / gpus ** (1 - exponent): 1 is
     # Tiresias' GPU-time (a big gang drops levels as many times faster), 0 is wall time.
@@ -59,7 +64,10 @@ class PolicyConfig:
     small_first: bool = True
     # default: inside a demoted level, the least attained service goes first (true LAS: the
     # least-served demoted job is the likeliest to finish soon) instead of arrival order.
-    level_order_by_attained: bool = True
+    # Measured with moves on: arrival order is better on window A (avg JCT 12,675 -> 12,494 s,
+    # p99 153,925 -> 133,715 s: the demoted job that waited longest gets back first) and the
+    # same on B (23,640 s), so it is off.
+    level_order_by_attained: bool = False
     # default: a demoted job that waited `starve_after_s` (or, if the factor is > 0, this many
     # times its executed time, whichever is first) moves back to the front of the order. It
     # does NOT preempt anyone on the strength of that promotion: promoted-then-preempting-the-
@@ -78,12 +86,18 @@ class PolicyConfig:
     # goes on). It also bounds a round's cost on a huge queue behind a full cluster.
     max_preemptions_per_round: int = 64
     # Reserve nodes for the first blocked gang once it waited this long, under these policies.
+    # On window A with moves on they neither cost nor save (avg JCT 12,497 s without, 12,494
+    # with); they stay because they are what keeps a big gang from starving behind a stream
+    # of small jobs under fifo/priority/las/fair.
     reserve_after_s: float = 0.0
     reserve_policies: tuple[str, ...] = ("priority", "las", "fair", "default")
     # Only gangs at least this many GPUs get reservations (small ones will find a gap anyway).
     reserve_min_gpus: int = 2
     # A preemption that needs more victims than this is not worth its disruption: the gang
-    # waits (and gets a reservation) instead. Also bounds the cost of one attempt.
+    # waits (and gets a reservation) instead. Also bounds the cost of one attempt. (1 or 4
+    # measure within 100 s of 16 on A.) Never preempting a gang for a job that needs under
+    # half its GPUs was measured too: A's avg JCT rose to 17,500 s (short jobs queue behind
+    # the long gangs), so gangs stay victims and moves bring them back.
     max_victims: int = 16
     # fifo: when the first job that does not fit blocks the ones behind it.
     #   "count" - while fewer GPUs (of its type) are free than it needs in total; when enough
@@ -96,7 +110,13 @@ class PolicyConfig:
     grow: bool = True
     # Moves (defragmentation): a gang that does not fit although enough GPUs are free in total
     # may move up to this many single-node jobs of no higher priority off the nodes it needs;
-    # each moved job is preempted and restarted elsewhere in the same round.
+    # each moved job is preempted and restarted elsewhere in the same round (it pays a
+    # checkpoint and a restore, ~50 s in the simulator, and nothing else). Why: on window A a
+    # demoted 2x4-GPU gang preempted for one 1-GPU job waited ~1 day for two WHOLE nodes while
+    # 7 of its 8 GPUs sat free or went to other small jobs; 14 such gangs waited 240k-725k s
+    # each. Moves cut window A's avg JCT 13,305 -> 12,681 s (B unchanged, 23,640 s); 2 moves
+    # measured 12,756, 8 the same as 4. One attempt per round (its cost is O(nodes)), and moves
+    # count toward `max_preemptions_per_round`. Only under `default`: fifo stays calibrated.
     max_moves: int = 4
     move_policies: tuple[str, ...] = ("default",)
 
