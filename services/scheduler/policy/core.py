@@ -283,7 +283,6 @@ class _Round:
     idx: FreeIndex = field(init=False)
     decisions: list[Decision] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)  # running jobs already acted on
-    shrunk_to: dict[str, list[Allocation]] = field(default_factory=dict)
     reserved_for: str | None = None
     promoted: set[str] = field(default_factory=set)  # sorted ahead of their preemption class
     waiting: list[QueuedJob] = field(default_factory=list)
