@@ -19,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import requests
+
 from dlaas import errors, jobspec
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper
@@ -44,6 +46,10 @@ HELPER_FINISH_TIMEOUT_S = 30.0
 # Node health: an engine is probed this often; this many failed probes in a row mark it lost.
 NODE_PROBE_S = 0.5
 NODE_LOST_AFTER = 2
+# A job PENDING this long had its deploy cut short (a crash, an engine or etcd error after
+# PENDING was written): the leader deploys it again (idempotent). Checked this often.
+PENDING_STALE_S = 20.0
+PENDING_CHECK_S = 5.0
 
 
 def backoff_s(restart: int) -> float:
@@ -80,6 +86,7 @@ class Lcm:
         self._probe_failures: dict[str, int] = {}
         self._unhealthy: set[str] = set()
         self._last_probe = 0.0
+        self._last_pending_check = 0.0
         self._lock = threading.Lock()
 
     @property
@@ -391,6 +398,7 @@ class Lcm:
                     self.reconcile()
                     reconciled = True
                 self._enqueue_due()
+                self.redeploy_stale()
                 self.place_round()
             except errors.TemporaryError as exc:
                 log.warning("placement round: %s", exc.message)
@@ -548,6 +556,11 @@ class Lcm:
         except errors.TemporaryError as exc:
             log.warning("deploy %s: %s; will retry", job_id, exc.message)
             return
+        except requests.exceptions.RequestException as exc:
+            # The engine stopped answering mid-deploy: an infrastructure failure, not the
+            # job's. The job stays PENDING: deployed again, or requeued if the node is lost.
+            log.warning("deploy %s: engine %s not answering (%s); will retry", job_id, node, exc)
+            return
         except Exception as exc:
             log.exception("deploy %s failed", job_id)
             self._fail(job_id, f"deployment failed: {type(exc).__name__}", "deploy_failed")
@@ -582,16 +595,31 @@ class Lcm:
         for job_id, state in self.keeper.active_jobs().items():
             try:
                 if state.status == Status.PENDING:
-                    placement = self._placement(job_id)
-                    if placement:
-                        log.info("resuming deployment of %s", job_id)
-                        self.deploy(job_id, placement)
+                    self._redeploy(job_id, "resuming deployment of %s")
                 elif state.status == Status.QUEUED:
                     record = self.store.get(job_id)
                     self._teardown(job_id)
                     self._due[job_id] = float(record.info.get("not_before", 0.0))
             except Exception:
                 log.exception("reconcile %s", job_id)
+
+
+    def redeploy_stale(self) -> None:
+        """Deploy again every job PENDING for longer than PENDING_STALE_S (leader only)."""
+        now = self.clock()
+        if now - self._last_pending_check < PENDING_CHECK_S:
+            return
+        self._last_pending_check = now
+        for job_id, state in self.keeper.active_jobs().items():
+            if state.status == Status.PENDING and now - state.at >= PENDING_STALE_S:
+                self._redeploy(job_id, "deploying %s again: it stayed PENDING")
+
+    def _redeploy(self, job_id: str, message: str) -> None:
+        placement = self._placement(job_id)
+        # A job on a lost node is requeued by `_node_lost`, not deployed there again.
+        if placement and not {p["node"] for p in placement} & self._unhealthy:
+            log.info(message, job_id)
+            self.deploy(job_id, placement)
 
 
 class LcmServicer(lcm_pb2_grpc.LifecycleManagerServicer):

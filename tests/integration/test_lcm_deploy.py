@@ -15,6 +15,7 @@ from lcm_support import containers, submit
 
 from dlaas import errors, jobspec
 from dlaas.status import Status
+from services.lcm.service import PENDING_CHECK_S, PENDING_STALE_S
 
 pytestmark = pytest.mark.docker
 
@@ -55,6 +56,23 @@ def test_pending_job_is_redeployed_by_reconcile_after_a_crash(lcm, docker_client
     del lcm.deploy
     assert lcm.keeper.get(job).status == Status.PENDING and not containers(docker_client, job)
     lcm.reconcile()
+    assert lcm.keeper.get(job).status == Status.DOWNLOADING
+    assert len(containers(docker_client, job)) == 2
+
+
+def test_a_deploy_cut_short_is_done_again_once_the_job_stays_pending(lcm, docker_client):
+    job = f"job-{time.monotonic_ns():x}"
+    submit(lcm, job, learners=1)
+    # The leader placed it, wrote PENDING, and its deploy stopped there (an etcd or engine
+    # error, no crash: no new leader comes to reconcile).
+    lcm.deploy = lambda *a: None
+    lcm.place_round()
+    del lcm.deploy
+    lcm.redeploy_stale()  # just placed: a deploy may still be under way; left alone
+    assert lcm.keeper.get(job).status == Status.PENDING and not containers(docker_client, job)
+    real = lcm.clock
+    lcm.clock = lambda: real() + PENDING_STALE_S + PENDING_CHECK_S
+    lcm.redeploy_stale()
     assert lcm.keeper.get(job).status == Status.DOWNLOADING
     assert len(containers(docker_client, job)) == 2
 
