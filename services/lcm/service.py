@@ -603,7 +603,6 @@ class Lcm:
             except Exception:
                 log.exception("reconcile %s", job_id)
 
-
     def redeploy_stale(self) -> None:
         """Deploy again every job PENDING for longer than PENDING_STALE_S (leader only)."""
         now = self.clock()
