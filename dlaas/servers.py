@@ -687,6 +687,10 @@ class EngineServer:
         # exec root, their root filesystems (overlay) under the data root.
         _unmount_under(self.exec_root, self.data_root)
         _delete_bridge(self.bridge)
+        # ... and the bridges of its user networks (its network store is rebuilt at start):
+        # left behind they hold routes inside its pool, so a restart could not get it back.
+        for name in _bridges_in(self.pool):
+            _delete_bridge(name)
         (self.exec_root / ENGINE_RECORD).unlink(missing_ok=True)
         shutil.rmtree(self.exec_root, ignore_errors=True)
 
@@ -1012,6 +1016,20 @@ def _create_bridge(name: str, address: str) -> None:
             _delete_bridge(name)
             raise ServerError(f"cannot create bridge {name}: ip {' '.join(args)}: "
                               f"{result.stderr.strip()}")  # fmt: skip
+
+
+def _bridges_in(pool: str) -> list[str]:
+    """Bridge interfaces with an IPv4 address inside `pool`."""
+    net = ipaddress.ip_network(pool)
+    result = _ip("-j", "-4", "addr", "show", "type", "bridge")
+    if result.returncode != 0:
+        return []
+    return [
+        link["ifname"]
+        for link in json.loads(result.stdout or "[]")
+        if "ifname" in link  # `ip -j` lists bridges without an IPv4 address as {}
+        and any(ipaddress.ip_address(a["local"]) in net for a in link.get("addr_info", []))
+    ]
 
 
 def _delete_bridge(name: str) -> None:

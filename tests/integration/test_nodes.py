@@ -171,10 +171,13 @@ def test_container_reaches_a_host_service_through_its_gateway(
 def test_stop_after_the_engine_was_killed_leaves_no_process(
     engine, engine_client, learner_image, copied
 ):
-    """A node's dockerd SIGKILLed with a container running: stop() cleans up all of it."""
+    """A node's dockerd SIGKILLed with a container running: stop() cleans up all of it, and
+    the engine starts again on its own pool."""
+    network = engine_client.networks.create("dlaas-t-net", driver="bridge", labels=LABELS)
     container = engine_client.containers.run(
-        learner_image, ["sleep", "300"], detach=True, init=True, labels=LABELS
+        learner_image, ["sleep", "300"], detach=True, init=True, labels=LABELS, network=network.name
     )
+    assert servers._bridges_in(engine.pool), "a user network has a bridge in the pool"
     container.reload()
     container_pid = container.attrs["State"]["Pid"]
     assert servers.pid_alive(container_pid)
@@ -189,12 +192,18 @@ def test_stop_after_the_engine_was_killed_leaves_no_process(
     assert engine.processes() == []
     assert not servers.pid_alive(container_pid)
     assert not os.path.exists("/sys/class/net/" + engine.bridge)
+    assert servers._bridges_in(engine.pool) == []
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split()[4] for line in f]
     roots = (str(engine.exec_root), str(engine.data_root))
     assert not [m for m in mounts if m.startswith(roots)], "mounts left behind"
     assert not engine.exec_root.exists()
     assert servers.find_engine("node-t", engine.data_root.parent.parent) is None
+    again = servers.start_engine("node-t", engine.data_root.parent.parent)
+    try:
+        assert again.pool == engine.pool
+    finally:
+        again.stop()
 
 
 # --------------------------------------------------------------------------- nodes files
