@@ -160,8 +160,9 @@ class SchedulerClient(_Client):
     def schedule(self) -> list[scheduler_pb2.Decision]:
         return list(self._call(self._stub.Schedule, scheduler_pb2.SchedEmpty()).decisions)
 
-    def release(self, job_id: str) -> None:
-        self._call(self._stub.Release, scheduler_pb2.JobId(job_id=job_id))
+    def release(self, job_id: str, ended: bool = False) -> None:
+        """Free the job's allocation; `ended`: it ran to its end (its run time is learned)."""
+        self._call(self._stub.Release, scheduler_pb2.JobId(job_id=job_id, ended=ended))
 
     def queue(self) -> list[QueueEntry]:
         reply = self._call(self._stub.Queue, scheduler_pb2.SchedEmpty())

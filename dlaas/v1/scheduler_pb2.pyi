@@ -69,10 +69,12 @@ class ScheduleReply(_message.Message):
     def __init__(self, decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ...) -> None: ...
 
 class JobId(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "ended")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    ended: bool
+    def __init__(self, job_id: _Optional[str] = ..., ended: _Optional[bool] = ...) -> None: ...
 
 class SchedEmpty(_message.Message):
     __slots__ = ()

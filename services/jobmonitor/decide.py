@@ -165,6 +165,7 @@ class Cleanup:
 @dataclass(frozen=True)
 class ReleaseAllocation:
     reason: str
+    ended: bool = False  # COMPLETED or FAILED: the scheduler learns the job's run time
 
 
 @dataclass(frozen=True)
@@ -464,7 +465,8 @@ def _final(
 ) -> Decision:
     """A final job: release its allocation, let the helper store the logs, then clean up."""
     if not view.released:
-        actions.append(ReleaseAllocation(f"job is {status}"))
+        ended = status in (Status.COMPLETED, Status.FAILED)
+        actions.append(ReleaseAllocation(f"job is {status}", ended))
     if any(c.running for c in learners):
         actions.append(StopLearners(f"job is {status}"))
 

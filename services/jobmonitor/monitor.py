@@ -105,7 +105,7 @@ class JobMonitor:
         engines: docker.DockerClient | Mapping[str, docker.DockerClient],
         keeper: StatusKeeper,
         store: JobStore,
-        release: Callable[[str], None],
+        release: Callable[[str, bool], None],
         clock: Callable[[], float] = time.time,
         *,
         requeue: Requeue | None = None,
@@ -370,7 +370,7 @@ class JobMonitor:
             elif isinstance(action, d.StopLearners):
                 self._stop_learners(containers)
             elif isinstance(action, d.ReleaseAllocation):
-                self._release(job_id, info)
+                self._release(job_id, info, action.ended)
             elif isinstance(action, d.Cleanup):
                 self._remove_resources(job_id, containers)
                 facts: dict[str, Any] = {INFO_CLEANED_UP: True}
@@ -412,9 +412,9 @@ class JobMonitor:
             log.info("job %s: restart requested (%s); the LCM answered %s", job_id, action, status)
         info.update({INFO_REQUEUE: {"at": self.clock(), "reason": action.reason}})
 
-    def _release(self, job_id: str, info: _RunInfo) -> None:
+    def _release(self, job_id: str, info: _RunInfo, ended: bool) -> None:
         try:
-            self.release(job_id)
+            self.release(job_id, ended)
         except PermanentError as exc:
             # The scheduler holds nothing for this job (never placed, or released already).
             log.info("release of job %s: %s", job_id, exc)

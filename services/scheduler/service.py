@@ -23,6 +23,7 @@ from dlaas.nodes import NodeSpec
 from dlaas.v1 import scheduler_pb2, scheduler_pb2_grpc
 from services.scheduler.policy import (
     Allocation,
+    DurationModel,
     Node,
     QueuedJob,
     RunningJob,
@@ -45,6 +46,16 @@ def _running_from(data: dict) -> RunningJob:
         Allocation(**{**a, "gpu_indices": tuple(a["gpu_indices"])}) for a in data["allocations"]
     )
     return RunningJob(**data)
+
+
+def _ran(r: RunningJob, now: float) -> float:
+    """Seconds the job has run since it (re)started."""
+    return max(0.0, now - r.start_time)
+
+
+def _served(r: RunningJob, now: float) -> float:
+    """GPU-seconds the job has attained since it (re)started."""
+    return _ran(r, now) * max(1, r.gpus)
 
 
 def _renumbered(allocations: list[Allocation]) -> tuple[Allocation, ...]:
@@ -126,13 +137,14 @@ class SchedulerState:
         )
         return ok
 
-    def preempt(self, job_id: str, now: float) -> bool:
-        """Running -> queued again, at its original position, with its history."""
+    def preempt(self, job_id: str, now: float) -> QueuedJob | None:
+        """Running -> queued again, at its original position, with its history; the queued
+        entry, or None if the job was not running."""
         entry = self.running_entries().get(job_id)
         if entry is None:
-            return False
+            return None
         running, request = entry
-        served = running.attained_service + (now - running.start_time) * max(1, running.gpus)
+        served = running.attained_service + _served(running, now)
         queued = replace(
             request,
             attained_service=served,
@@ -146,7 +158,7 @@ class SchedulerState:
             success=[tx.delete(rk), tx.put(qk, json.dumps(asdict(queued)))],
             failure=[],
         )
-        return ok
+        return queued if ok else None
 
     def resize(self, job_id: str, allocations: tuple[Allocation, ...], now: float) -> bool:
         """Give a running job a new allocation (shrink or grow); it restarts with it."""
@@ -161,9 +173,16 @@ class SchedulerState:
         )
         return True
 
-    def release(self, job_id: str) -> None:
+    def release(self, job_id: str) -> RunningJob | None:
+        """Forget the job; the running entry it had, if any (its run time feeds the ETAs)."""
+        entry = self.running_job(job_id)
         self.etcd.delete(self.queue_prefix + job_id)
         self.etcd.delete(self.running_prefix + job_id)
+        return entry
+
+    def running_job(self, job_id: str) -> RunningJob | None:
+        value, _ = self.etcd.get(self.running_prefix + job_id)
+        return _running_from(json.loads(value)["running"]) if value else None
 
 
 def _alloc_pb(a: Allocation) -> scheduler_pb2.LearnerAllocation:
@@ -186,6 +205,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         ]
         self.policy = policy
         self.clock = clock
+        # Run times of the jobs that ended here, for the queue's ETAs (empty after a restart:
+        # the model's prior stands in until jobs end again).
+        self.durations = DurationModel()
         # One round at a time: rounds read, decide and write; etcd guards against other writers.
         self._lock = threading.Lock()
 
@@ -210,10 +232,15 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.state.enqueue(job)
         return scheduler_pb2.EnqueueReply(accepted=True)
 
-    def _snapshot(self) -> Snapshot:
+    def _snapshot(self, now: float) -> Snapshot:
+        """The cluster as etcd has it; running jobs' attained service counts up to `now`."""
         unhealthy = self.state.unhealthy_nodes()
         nodes = [replace(n, healthy=n.name not in unhealthy) for n in self.nodes]
-        return Snapshot(nodes=nodes, running=self.state.running(), queue=self.state.queue())
+        running = [
+            replace(r, attained_service=r.attained_service + _served(r, now))
+            for r in self.state.running()
+        ]
+        return Snapshot(nodes=nodes, running=running, queue=self.state.queue())
 
     def _apply(self, d, queue: dict[str, QueuedJob], now: float) -> list[Allocation] | None:
         """Record one decision in etcd; the allocations to report, or None if it lost a race."""
@@ -221,7 +248,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             ok = self.state.start(queue[d.job_id], d.allocations, now)
             return list(_renumbered(d.allocations)) if ok else None
         if d.action == "preempt":
-            return list(d.allocations) if self.state.preempt(d.job_id, now) else None
+            queued = self.state.preempt(d.job_id, now)
+            if queued is None:
+                return None
+            queue[d.job_id] = queued  # a move preempts and starts the job in one round
+            return list(d.allocations)
         if d.action in ("shrink", "grow"):
             current = self.state.running_entries().get(d.job_id)
             if current is None:
@@ -243,7 +274,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     def Schedule(self, request, context):
         with self._lock:
             now = self.clock()
-            snapshot = self._snapshot()
+            snapshot = self._snapshot(now)
             queue = {j.job_id: j for j in snapshot.queue}
             out = []
             for d in schedule(snapshot, now, policy=self.policy):
@@ -265,17 +296,20 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     @translate_errors
     def Release(self, request, context):
-        self.state.release(request.job_id)
+        held = self.state.release(request.job_id)
+        if held is not None and request.ended:
+            self.durations.add(held.attained_service / max(1, held.gpus) + _ran(held, self.clock()))
         return scheduler_pb2.SchedEmpty()
 
     @translate_errors
     def Queue(self, request, context):
+        now = self.clock()
         entries = [
             scheduler_pb2.QueueEntry(
                 job_id=job_id, position=pos, reason=reason, eta_low_s=lo, eta_high_s=hi
             )
             for job_id, pos, reason, lo, hi in queue_report(
-                self._snapshot(), self.clock(), self.policy
+                self._snapshot(now), now, self.policy, model=self.durations
             )
         ]
         return scheduler_pb2.QueueReply(entries=entries)

@@ -5,6 +5,7 @@ import pytest
 
 from dlaas.nodes import NodeSpec
 from dlaas.v1 import scheduler_pb2
+from services.scheduler.policy import Allocation, QueuedJob
 from services.scheduler.service import SchedulerService, SchedulerState
 
 NODE = NodeSpec(name="local", cpus=2, memory_mb=4096)
@@ -129,3 +130,71 @@ def test_an_unhealthy_node_gets_no_new_gang(etcd):
     assert started(svc) == {}
     etcd.put("/t-sched/nodes/local", '{"healthy": true}')
     assert set(started(svc)) == {"a"}
+
+
+def test_las_counts_the_service_a_running_job_attained_since_it_started(etcd):
+    clock = Clock()
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "las", clock)
+    svc.Enqueue(prio_gang("old", 0), Ctx())
+    assert set(started(svc)) == {"old"}
+    clock.now += 3600  # 3,600 GPU-seconds (one per CPU-only learner): past las's level 0
+    svc.Enqueue(prio_gang("new", 0, learners=1, submit_time=2.0), Ctx())
+    decisions = started(svc)
+    assert decisions["old"].action == "preempt" and decisions["new"].action == "start"
+    requeued = {j.job_id: j for j in svc.state.queue()}["old"]
+    assert requeued.attained_service == 3600.0  # counted once, not twice
+
+
+def test_queue_etas_learn_the_run_times_of_jobs_that_ended(etcd):
+    clock = Clock()
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "fifo", clock)
+
+    def eta_of_b():
+        (entry,) = [e for e in svc.Queue(scheduler_pb2.SchedEmpty(), Ctx()).entries]
+        return entry.eta_low_s, entry.eta_high_s
+
+    svc.Enqueue(gang("a", cpus=2), Ctx())
+    started(svc)
+    clock.now += 10
+    svc.Enqueue(gang("b", cpus=2), Ctx())
+    _, prior_high = eta_of_b()
+    svc.Release(scheduler_pb2.JobId(job_id="a"), Ctx())  # halted, requeued...: not learned
+    started(svc)
+    assert len(svc.durations) == 0
+    for k in range(5):  # five jobs that each ran 100 s to their end
+        clock.now += 100
+        svc.Release(scheduler_pb2.JobId(job_id="b" if k == 0 else f"r{k}", ended=True), Ctx())
+        svc.Enqueue(gang(f"r{k + 1}", cpus=2), Ctx())
+        started(svc)
+    assert len(svc.durations) == 5
+    svc.Enqueue(gang("b", cpus=2), Ctx())
+    clock.now += 10  # r5 has run 10 s of the 100 s such jobs take
+    low, high = eta_of_b()
+    assert low == pytest.approx(90) and high == pytest.approx(90)
+    assert prior_high > 90
+
+
+def test_a_job_moved_to_make_room_for_a_gang_restarts_in_the_same_round(etcd):
+    nodes = [NodeSpec(name=f"n{i}", cpus=8, memory_mb=16_000, gpus=4) for i in range(2)]
+    clock = Clock()
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), nodes, "default", clock)
+    # One 1-GPU job on each node: 6 GPUs free, but 3 + 3, and the gang needs one whole node.
+    for i in range(2):
+        job = QueuedJob(f"small{i}", "u", 1, 1, 1.0, 512, submit_time=1.0)
+        svc.state.enqueue(job)
+        assert svc.state.start(job, [Allocation(0, f"n{i}", (0,), 1.0, 512)], clock.now)
+    clock.now += 3600
+    svc.Enqueue(
+        scheduler_pb2.GangRequest(
+            job_id="gang", user="u", learners=1, cpus=1, memory_mb=512, gpus=4, submit_time=2.0
+        ),
+        Ctx(),
+    )
+    decisions = svc.Schedule(scheduler_pb2.SchedEmpty(), Ctx()).decisions
+    actions = [(d.job_id, d.action) for d in decisions]
+    (moved,) = [job for job, action in actions if action == "preempt"]
+    assert actions == [(moved, "preempt"), ("gang", "start"), (moved, "start")]
+    running = {r.job_id: r for r in svc.state.running()}
+    assert set(running) == {"small0", "small1", "gang"} and svc.state.queue() == []
+    gang_node = running["gang"].allocations[0].node
+    assert running[moved].allocations[0].node != gang_node

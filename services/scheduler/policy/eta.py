@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 from .core import DEFAULT_CONFIG, PolicyConfig, _Round, _shape, order_key
-from .model import QueuedJob, QueueEntry, Snapshot
+from .model import QueuedJob, QueueEntry, RunningJob, Snapshot
 
 # Without history: a job is assumed to run between 10 minutes and 4 hours.
 _PRIOR = (600.0, 3_600.0, 14_400.0)
@@ -81,12 +81,20 @@ def forward_starts(
     that run long or short together, rather than averaging out.
     """
     cfg = config or DEFAULT_CONFIG
-    total = sum(n.gpus for n in snapshot.nodes if n.healthy)
-    used = sum(r.gpus for r in snapshot.running)
+    total: float = sum(n.gpus for n in snapshot.nodes if n.healthy)
+    # A CPU-only cluster: jobs wait for CPUs instead (GPU jobs in a GPU cluster wait for GPUs).
+    by_cpu = total == 0
+    if by_cpu:
+        total = sum(n.cpus for n in snapshot.nodes if n.healthy)
+
+    def size(r: RunningJob) -> float:
+        return r.learners * r.cpus_per_learner if by_cpu else r.gpus
+
+    used = sum(size(r) for r in snapshot.running)
     states = []
     for q in qs:
         ends = [
-            (now + model.remaining(r.attained_service / (r.gpus or 1), q), r.gpus)
+            (now + model.remaining(r.attained_service / (r.gpus or 1), q), size(r))
             for r in snapshot.running
         ]
         heapq.heapify(ends)
@@ -95,7 +103,7 @@ def forward_starts(
     left = len(want) if want is not None else -1
     inf = float("inf")
     for j in sorted(snapshot.queue, key=order_key(policy, now, cfg)):
-        need = j.min_gang * j.gpus_per_learner
+        need = j.min_gang * (j.cpus_per_learner if by_cpu else j.gpus_per_learner)
         if need > total:
             res = [inf] * len(qs)
         else:
@@ -110,7 +118,7 @@ def forward_starts(
                 rem = (
                     fresh
                     if j.attained_service == 0
-                    else model.remaining(j.attained_service / max(need, 1), qs[k])
+                    else model.remaining(j.attained_service / max(j.gpus, 1), qs[k])
                 )
                 heapq.heappush(ends, (t + rem, need))
                 st[0], st[1] = free - need, t
