@@ -225,6 +225,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             gpu_type=request.gpu_type,
             min_learners=request.min_learners or None,
             max_learners=request.max_learners or None,
+            # The LCM deploys a gang on one Docker engine (one job network, one job volume).
+            placement="node",
         )
         fits, reason = can_ever_fit(job, self.nodes)
         if not fits:

@@ -61,6 +61,26 @@ def test_pack_uses_fewest_nodes_and_spread_uses_many():
     assert len({a.node for a in start.allocations}) == 4
 
 
+def test_node_placement_keeps_a_gang_on_one_node_even_to_grow():
+    # 2 + 2 GPUs free on two nodes: pack splits the 2 x 2 gang, node mode waits for one node.
+    busy = [running("b0", [("n0", (0, 1))]), running("b1", [("n1", (0, 1))])]
+    gang = q("g", learners=2, gpus=2, placement="node")
+    assert by_action(schedule(Snapshot(nodes(2), busy, [gang]), 0, "fifo"), "start") == []
+    (start,) = schedule(Snapshot(nodes(2), busy[:1], [gang]), 0, "fifo")
+    assert {a.node for a in start.allocations} == {"n1"}
+    fits, reason = can_ever_fit(q("big", learners=2, gpus=4, placement="node"), nodes(2))
+    assert (
+        not fits and "must share one node" in reason and can_ever_fit(q("big", 2, 4), nodes(2))[0]
+    )
+    # an elastic gang on n0 grows only where it runs, never onto the idle n1
+    el = running(
+        "el", [("n0", (0,))], min_learners=1, max_learners=4, placement="node", gpus_per_learner=1
+    )
+    full = running("f", [("n0", (1, 2))])
+    (grow,) = by_action(schedule(Snapshot(nodes(2), [el, full], []), 10_000, "default"), "grow")
+    assert [(a.node, a.gpu_indices) for a in grow.allocations] == [("n0", (3,))]
+
+
 def test_topology_prefers_one_rack():
     # n0 (rack r0) and n2 (rack r1) have 2 free GPUs; n3 (rack r1) has 2 free too.
     busy = [

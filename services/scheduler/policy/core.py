@@ -243,7 +243,7 @@ def can_ever_fit(job: QueuedJob, nodes: Sequence[Node]) -> tuple[bool, str]:
         job.cpus_per_learner,
         job.memory_mb_per_learner,
         job.gpu_type,
-        "pack",
+        "node" if job.placement == "node" else "pack",
     )
     if plan is not None:
         return True, ""
@@ -257,8 +257,9 @@ def can_ever_fit(job: QueuedJob, nodes: Sequence[Node]) -> tuple[bool, str]:
         if not job.gpu_type or nf.node.gpu_type == job.gpu_type
     )
     biggest = max((nf.node for nf in idx.nodes.values()), key=lambda x: x.gpus, default=None)
+    one = "; its learners must share one node" if job.placement == "node" else ""
     return False, (
-        f"gang of {what} can never fit this cluster ({len(idx.nodes)} healthy nodes, {gpus} "
+        f"gang of {what} can never fit this cluster{one} ({len(idx.nodes)} healthy nodes, {gpus} "
         f"matching GPUs, largest node {biggest.gpus if biggest else 0} GPU / "
         f"{biggest.cpus if biggest else 0:g} CPU / {biggest.memory_mb if biggest else 0} MiB)"
     )
@@ -716,7 +717,11 @@ class _Round:
             first = max(a.learner for a in r.allocations) + 1
             allocs = None
             while add > 0:
-                allocs = self.idx.place(r.job_id, add, g, c, m, gtype, r.placement, first)
+                if r.placement == "node":
+                    node = r.allocations[0].node
+                    allocs = self.idx.place_on(node, r.job_id, add, g, c, m, first)
+                else:
+                    allocs = self.idx.place(r.job_id, add, g, c, m, gtype, r.placement, first)
                 if allocs is not None:
                     break
                 add -= 1

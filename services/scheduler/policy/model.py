@@ -15,10 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Placement = Literal["pack", "spread", "topology"]
+# pack: fewest nodes; spread: as many nodes as it can; topology: the smallest rack, then area,
+# that holds the gang; node: one node only (the live platform runs a gang on one Docker engine).
+Placement = Literal["pack", "spread", "topology", "node"]
 Action = Literal["start", "preempt", "shrink", "grow", "wait"]
 
-PLACEMENTS: tuple[str, ...] = ("pack", "spread", "topology")
+PLACEMENTS: tuple[str, ...] = ("pack", "spread", "topology", "node")
 ACTIONS: tuple[str, ...] = ("start", "preempt", "shrink", "grow", "wait")
 
 

@@ -272,6 +272,23 @@ class FreeIndex:
                 i += 1
         return allocs
 
+    def place_on(
+        self, node: str, job_id: str, learners: int, g: int, c: float, m: int, first_learner: int
+    ) -> list[Allocation] | None:
+        """`learners` more learners on `node` alone (a gang kept on one node grows there)."""
+        nf = self.nodes.get(node)
+        if (
+            nf is None
+            or nf.reserved_for not in (None, job_id)
+            or nf.fit(g, c, m, learners) < learners
+        ):
+            return None
+        free = sorted(nf.free)
+        return [
+            Allocation(first_learner + k, node, tuple(free[k * g : (k + 1) * g]), c, m)
+            for k in range(learners)
+        ]
+
     def _best_fit(self, buckets, lo: int, hi: int, g: int, c: float, m: int, learners: int):
         """The first node in buckets lo..hi-1 (fewest free GPUs first) that holds the gang."""
         nodes = self.nodes
@@ -312,7 +329,7 @@ class FreeIndex:
                 if cands:  # best fit by CPUs left over
                     nf = min(cands, key=lambda x: (x[0].cpus - learners * c, x[0].node.name))[0]
                     return [(nf, learners)]
-            if learners == 1:
+            if learners == 1 or mode == "node":
                 return None
         cands = self._candidates(g, c, m, gpu_type, job_id, learners)
         if sum(f for _, f in cands) < learners:
