@@ -235,13 +235,16 @@ def sync_checkpoints(cfg: HelperConfig, ckpt: CheckpointSync) -> None:
         )
 
 
-def tick(cfg: HelperConfig, ckpt: CheckpointSync, logs: LearnerLogs) -> None:
-    """The periodic sync: a store hiccup is reported and tried again at the next tick."""
+def tick(cfg: HelperConfig, ckpt: CheckpointSync, logs: LearnerLogs, with_logs: bool) -> bool:
+    """One sync while the learners train; False after a store hiccup (reported)."""
     try:
         sync_checkpoints(cfg, ckpt)
-        logs.upload_changed()
+        if with_logs:
+            logs.upload_changed()
+        return True
     except store.StoreError as exc:
         say(f"periodic sync failed, trying again in {cfg.checkpoint_interval_s:g} s: {exc.message}")
+        return False
 
 
 def finish(
@@ -325,11 +328,19 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
     paths.ready_mark.touch()
     emit(EVENT_DATA_READY)
     interval = cfg.checkpoint_interval_s
-    next_sync = time.monotonic() + interval
-    while not stop.wait(min(0.5, interval) if interval else 0.5):
-        if interval and time.monotonic() >= next_sync:
-            tick(cfg, ckpt, logs)
-            next_sync = time.monotonic() + interval
+    # A checkpoint goes to S3 as soon as the learner has written it (a local scan every
+    # 0.5 s finds it; an unchanged directory costs no S3 call), so a node that dies takes
+    # only the work done since the learner's last checkpoint. Logs go every interval_s.
+    next_logs, next_try = time.monotonic() + interval, 0.0
+    while not stop.wait(0.5):
+        now = time.monotonic()
+        if not interval or now < next_try:
+            continue
+        logs_due = now >= next_logs
+        ok = tick(cfg, ckpt, logs, with_logs=logs_due)
+        next_try = 0.0 if ok else now + interval  # S3 down: no retry storm
+        if logs_due:
+            next_logs = now + interval
     say("finish signal received: storing checkpoints, results and logs")
     return finish(cfg, client, paths, ckpt, logs)
 

@@ -281,3 +281,35 @@ def test_a_finish_signal_mid_restore_keeps_the_checkpoints_not_fetched(
     fetched = list(ckpt_dir.glob("ckpt-*"))
     assert 3 <= len(fetched) < len(names)  # it really stopped early
     assert ckpt_keys(s3_client, s3_bucket, job_id) == names  # and deleted nothing
+
+
+def test_a_new_checkpoint_is_uploaded_at_once_not_an_interval_later(
+    tmp_path, s3_server, s3_client, s3_bucket
+):
+    job_id = "n" + uuid.uuid4().hex[:8]
+    proc = _helper_process(
+        tmp_path,
+        s3_server,
+        JOB_ID=job_id,
+        DLAAS_RESULTS_BUCKET=s3_bucket,
+        **{jobspec.ENV_CHECKPOINT_INTERVAL: "60"},
+    )
+    ready = tmp_path / "job" / "checkpoints"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not ready.is_dir():
+            time.sleep(0.05)
+        (ready / "ckpt-000000000001.pkl").write_bytes(b"weights")
+        written = time.monotonic()
+        while time.monotonic() < written + 20 and not ckpt_keys(s3_client, s3_bucket, job_id):
+            time.sleep(0.1)
+        uploaded_after = time.monotonic() - written
+        proc.send_signal(signal.SIGUSR1)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert ckpt_keys(s3_client, s3_bucket, job_id) == ["ckpt-000000000001.pkl"]
+    assert uploaded_after < 20, "not uploaded until the 60 s interval"
+    synced = [e for e in events(out) if e["event"] == jobspec.EVENT_CHECKPOINT_SYNCED]
+    assert synced and synced[0]["uploaded"] == 1  # by the running helper, before the finish
