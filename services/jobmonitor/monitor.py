@@ -218,6 +218,11 @@ class JobMonitor:
         self._waiting.discard(job_id)
 
         record = self._record(job_id)
+        if record is not None and record.last_seq > state.seq:
+            # The job moved on while its containers were gathered (a requeue and a new run,
+            # say): these views may be the old run's, judged as the new one's. The status
+            # change's own watch event brings the job back.
+            return None
         info = dict(record.info) if record is not None else {}
         run = _run_of(record)
         mine = info if info.get(INFO_RUN, 0) == run else {}  # this run's bookkeeping only
