@@ -201,6 +201,11 @@ class LogReader:
         """The stream of `lines` once the job's results location is known."""
         cursor = LineCursor(offset)
         current: tuple[str, int] | None = None  # (container id, its first line's index)
+
+        def whole_object() -> Iterator[str]:
+            log = self._s3_log(results, job_id, learner)
+            return cursor.take(log.lines) if log is not None else iter(())
+
         while True:
             # Status first: if the job was already final before we read a source, that
             # source holds every line there will ever be.
@@ -208,9 +213,7 @@ class LogReader:
             container = self._container(job_id, learner)
             if container is None:
                 current = None
-                log = self._s3_log(results, job_id, learner)
-                if log is not None:
-                    yield from cursor.take(log.lines)
+                yield from whole_object()
                 # Containers gone and the job final: the monitor removes containers only
                 # after the logs are in S3, so there is nothing more to wait for.
                 done = True
@@ -220,9 +223,7 @@ class LogReader:
                     current = None  # a new run (restart) under the same name
                 if current is None and not self._has_output(container):
                     # Nothing printed yet: every line of the object precedes this run's.
-                    log = self._s3_log(results, job_id, learner)
-                    if log is not None:
-                        yield from cursor.take(log.lines)
+                    yield from whole_object()
                 lines = self._container_lines(container, follow and running)
                 if current is None:
                     first = next(lines, None)
@@ -238,6 +239,10 @@ class LogReader:
                         lines = chain([first], lines)
                 if current is not None:
                     yield from cursor.take(lines, current[1])
+                elif self._container(job_id, learner) is None:
+                    # Removed while we read it (the monitor cleans up after the helper
+                    # stored the log): its lines are all in the object now.
+                    yield from whole_object()
                 done = not running
             if not follow or (final and done):
                 return

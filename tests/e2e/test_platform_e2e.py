@@ -131,7 +131,7 @@ def test_two_learners_exchange_gradients_and_agree(live):
     for learner in (0, 1):
         text = "\n".join(logs(http, job_id, learner))
         rounds = [int(x) for x in re.findall(r"allreduce_rounds=(\d+)", text)]
-        assert rounds and rounds[-1] > 100
+        assert rounds and rounds[-1] > 100, f"learner {learner}'s log:\n{text[-3000:]}"
         sums.update(re.findall(r"weights_sha256=([0-9a-f]{64})", text))
     assert len(sums) == 1  # both learners ended with the same weights
     wait_cleaned(docker_client, job_id)

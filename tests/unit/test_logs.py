@@ -135,6 +135,21 @@ def test_before_the_new_container_prints_every_s3_line_is_earlier():
     assert ScriptedReader([world]).read() == RUN1
 
 
+def test_a_container_removed_while_it_is_read_gives_way_to_the_stored_log():
+    # The job is final; the monitor removes the learner between our lookup and our read.
+    reader = ScriptedReader(
+        [World(("a", False, RUN1), (0, RUN1), final=True), World(None, (0, RUN1), final=True)]
+    )
+
+    def removed_meanwhile(container, follow):
+        reader.step = 1
+        return iter(())
+
+    reader._container_lines = removed_meanwhile
+    reader._has_output = lambda container: True  # what a vanished container answers
+    assert reader.read() == RUN1
+
+
 def test_following_across_a_restart_gives_every_line_once():
     worlds = [
         World(("a", True, RUN1[:3])),  # run 1 prints
