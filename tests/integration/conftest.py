@@ -23,16 +23,16 @@ from services.scheduler.service import SchedulerService, SchedulerState
 @pytest.fixture
 def lcm_factory(etcd_server, docker_client, job_store, learner_image, s3_server, docker_gateway):
     """Build an Lcm over the given nodes (name -> docker client, 2 cpus each) with its own
-    scheduler service; everything it made is removed afterwards."""
+    scheduler service (`policy`, on `clock`); everything it made is removed afterwards."""
     prefix = f"/t-lcm-{time.monotonic_ns()}"
     etcd = pyetcd.client(host=etcd_server.host, port=etcd_server.port)
     made: list[tuple[Lcm, object]] = []
 
-    def make(engines=None) -> Lcm:
+    def make(engines=None, policy="fifo", clock=time.time) -> Lcm:
         engines = engines or {"local": docker_client}
         nodes = [NodeSpec(name=name, cpus=2, memory_mb=2048) for name in engines]
         port = free_port()
-        sched = SchedulerService(SchedulerState(etcd, prefix), nodes, "fifo")
+        sched = SchedulerService(SchedulerState(etcd, prefix), nodes, policy, clock)
         server = start_server(
             f"127.0.0.1:{port}",
             lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(sched, s),

@@ -1,7 +1,9 @@
 """The LCM's resilience use cases against real etcd, Docker and a real scheduler service.
 
 Restarts count against max_restarts with backoff and are recorded in the history; resume
-continues a HALTED job; scale restarts an elastic gang with its new size; a crash in the
+continues a HALTED job; scale restarts an elastic gang with its new size; the scheduler's
+preempt, shrink and grow decisions are carried out (stop, requeue, restart with the new
+learner count); a crash in the
 middle of a requeue is finished by the next leader's reconcile; and of two replicas
 only the lease holder places jobs, the other taking over when the leader dies.
 """
@@ -114,6 +116,69 @@ def test_scale_restarts_an_elastic_gang_with_its_new_size(lcm, docker_client):
     assert len(learners) == 3
     env = dict(e.split("=", 1) for e in learners[0].attrs["Config"]["Env"])
     assert env["NUM_LEARNERS"] == "3"
+
+
+def learner_env(docker_client, job):
+    learners = [
+        c for c in containers(docker_client, job) if c.labels[jobspec.LABEL_ROLE] == "learner"
+    ]
+    return [dict(e.split("=", 1) for e in c.attrs["Config"]["Env"]) for c in learners]
+
+
+class LaterClock:
+    """The scheduler's clock, moved on by hand past its thrash guard."""
+
+    def __init__(self):
+        self.ahead = 0.0
+
+    def __call__(self):
+        return time.time() + self.ahead
+
+
+def test_a_preempted_job_is_stopped_requeued_and_restarted_once_room_frees(
+    lcm_factory, docker_client
+):
+    clock = LaterClock()
+    lcm = lcm_factory(policy="priority", clock=clock)
+    low, high = new_id(), new_id()
+    submit(lcm, low, learners=2, extra="priority: low\n")  # 1 of the node's 2 CPUs
+    lcm.place_round()
+    clock.ahead = 3600.0  # it ran an hour: past the thrash guard
+    submit(lcm, high, learners=4, extra="priority: high\n")  # needs the whole node
+    lcm.place_round()
+    state = lcm.keeper.get(low)
+    assert state.status == Status.QUEUED and state.reason.startswith("preempted: ")
+    assert lcm.keeper.get(high).status == Status.DOWNLOADING
+    wait(lambda: not containers(docker_client, low), 40, "the preempted gang to be removed")
+    lcm.place_round()
+    assert lcm.keeper.get(low).status == Status.QUEUED  # no room while the high job runs
+    lcm.scheduler.release(high)  # it ended
+    wait(placed_again(lcm, low), what="the preempted job's restart")
+    history = [t.status for t in lcm.store.get(low).history]
+    assert history == [Status.QUEUED, Status.PENDING, Status.DOWNLOADING] * 2
+    assert "restarts" not in lcm.store.get(low).info  # a preemption is not a failure
+
+
+def test_an_elastic_job_is_shrunk_for_a_higher_priority_and_grown_back(lcm_factory, docker_client):
+    clock = LaterClock()
+    lcm = lcm_factory(policy="priority", clock=clock)
+    elastic, high = new_id(), new_id()
+    submit(lcm, elastic, learners=4, extra="priority: low\nmin_learners: 2\nmax_learners: 4\n")
+    lcm.place_round()
+    assert [env["NUM_LEARNERS"] for env in learner_env(docker_client, elastic)] == ["4"] * 4
+    clock.ahead = 3600.0
+    submit(lcm, high, learners=2, extra="priority: high\n")  # needs 1 CPU: 2 learners must go
+    lcm.place_round()
+    assert lcm.keeper.get(high).status == Status.DOWNLOADING
+    assert lcm.keeper.get(elastic).status == Status.DOWNLOADING
+    assert [env["NUM_LEARNERS"] for env in learner_env(docker_client, elastic)] == ["2"] * 2
+    reasons = [t.reason for t in lcm.store.get(elastic).history]
+    assert any(r.startswith("shrink: ") for r in reasons)
+    lcm.scheduler.release(high)  # it ended: the idle CPU goes back to the elastic job
+    clock.ahead = 7200.0
+    lcm.place_round()
+    assert [env["NUM_LEARNERS"] for env in learner_env(docker_client, elastic)] == ["4"] * 4
+    assert any(t.reason.startswith("grow: ") for t in lcm.store.get(elastic).history)
 
 
 def test_scaling_a_fixed_size_job_is_refused_naming_the_field(lcm):
