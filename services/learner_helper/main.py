@@ -236,11 +236,16 @@ def sync_checkpoints(cfg: HelperConfig, ckpt: CheckpointSync) -> None:
 
 
 def tick(cfg: HelperConfig, ckpt: CheckpointSync, logs: LearnerLogs, with_logs: bool) -> bool:
-    """One sync while the learners train; False after a store hiccup (reported)."""
+    """One sync while the learners train; False after a store hiccup (reported).
+
+    A new checkpoint takes the logs along, uploaded first: a gang restarted from a
+    checkpoint must find every line the learners printed before it, or its log stream
+    would have a hole.
+    """
     try:
-        sync_checkpoints(cfg, ckpt)
-        if with_logs:
+        if with_logs or ckpt.pending():
             logs.upload_changed()
+        sync_checkpoints(cfg, ckpt)
         return True
     except store.StoreError as exc:
         say(f"periodic sync failed, trying again in {cfg.checkpoint_interval_s:g} s: {exc.message}")

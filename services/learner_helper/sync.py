@@ -156,6 +156,11 @@ class CheckpointSync:
         self.owned = set(remote)
         self.synced = {n: s for n, s in local.items() if remote.get(n) == s[0]}
 
+    def pending(self) -> bool:
+        """Whether the directory changed since it was last mirrored (a local scan only)."""
+        plan = plan_sync(scan(self.directory), self.synced, self.owned)
+        return bool(plan.uploads or plan.deletes)
+
     def sync(self) -> SyncResult:
         """Upload new/changed files, delete ours that are gone locally. Raise store.StoreError."""
         plan = plan_sync(scan(self.directory), self.synced, self.owned)

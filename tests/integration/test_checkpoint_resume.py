@@ -283,7 +283,7 @@ def test_a_finish_signal_mid_restore_keeps_the_checkpoints_not_fetched(
     assert ckpt_keys(s3_client, s3_bucket, job_id) == names  # and deleted nothing
 
 
-def test_a_new_checkpoint_is_uploaded_at_once_not_an_interval_later(
+def test_a_new_checkpoint_is_uploaded_at_once_and_its_log_lines_first(
     tmp_path, s3_server, s3_client, s3_bucket
 ):
     job_id = "n" + uuid.uuid4().hex[:8]
@@ -295,15 +295,21 @@ def test_a_new_checkpoint_is_uploaded_at_once_not_an_interval_later(
         **{jobspec.ENV_CHECKPOINT_INTERVAL: "60"},
     )
     ready = tmp_path / "job" / "checkpoints"
+    log_key = jobspec.log_object_key(job_id, 0)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not ready.is_dir():
             time.sleep(0.05)
+        # The learner prints its epoch line, then saves that epoch's checkpoint.
+        with open(tmp_path / "job" / "logs" / "learner-0.log", "a") as log:
+            log.write("epoch 1/5 loss=0.5\n")
         (ready / "ckpt-000000000001.pkl").write_bytes(b"weights")
         written = time.monotonic()
         while time.monotonic() < written + 20 and not ckpt_keys(s3_client, s3_bucket, job_id):
-            time.sleep(0.1)
+            time.sleep(0.05)
         uploaded_after = time.monotonic() - written
+        # Seen in S3 with the checkpoint, not an interval later: a restart from it has the line.
+        line = s3_client.get_object(Bucket=s3_bucket, Key=log_key)["Body"].read().decode()
         proc.send_signal(signal.SIGUSR1)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -311,5 +317,6 @@ def test_a_new_checkpoint_is_uploaded_at_once_not_an_interval_later(
     assert proc.returncode == 0, out
     assert ckpt_keys(s3_client, s3_bucket, job_id) == ["ckpt-000000000001.pkl"]
     assert uploaded_after < 20, "not uploaded until the 60 s interval"
+    assert line == "epoch 1/5 loss=0.5\n"
     synced = [e for e in events(out) if e["event"] == jobspec.EVENT_CHECKPOINT_SYNCED]
     assert synced and synced[0]["uploaded"] == 1  # by the running helper, before the finish
