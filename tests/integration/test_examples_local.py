@@ -85,7 +85,8 @@ def test_digits_without_data_says_so(tmp_path):
     assert "no digits.npz in DATA_DIR" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_ddp_learners_exchange_gradients_and_agree(tmp_path, data_dir):
+def run_ddp_gang(tmp_path: Path, data_dir: Path, epochs: int) -> tuple[list[int], list[str]]:
+    """Two ddp learners as host processes; (exit codes, outputs) of (worker, master)."""
     port = str(free_port())
     procs = []
     try:
@@ -100,7 +101,7 @@ def test_ddp_learners_exchange_gradients_and_agree(tmp_path, data_dir):
             )
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "train.py", "--epochs", "10"],
+                    [sys.executable, "train.py", "--epochs", str(epochs)],
                     cwd=DDP,
                     env=env,
                     stdout=subprocess.PIPE,
@@ -112,7 +113,12 @@ def test_ddp_learners_exchange_gradients_and_agree(tmp_path, data_dir):
     finally:
         for p in procs:
             p.kill()
-    assert [p.returncode for p in procs] == [0, 0], outs
+    return [p.returncode for p in procs], outs
+
+
+def test_ddp_learners_exchange_gradients_and_agree(tmp_path, data_dir):
+    codes, outs = run_ddp_gang(tmp_path, data_dir, 10)
+    assert codes == [0, 0], outs
     done = [re.search(r"done: accuracy=([\d.]+) rounds=(\d+) bytes_sent=(\d+) "
                       r"bytes_received=(\d+) weights_sha256=(\w+)", o) for o in outs]  # fmt: skip
     assert all(done), outs
@@ -125,6 +131,14 @@ def test_ddp_learners_exchange_gradients_and_agree(tmp_path, data_dir):
     metrics = json.loads((tmp_path / "results" / "metrics.json").read_text())
     assert metrics["learners"] == 2 and metrics["weights_sha256"] == master[4]
     assert "connected to 127.0.0.1" in outs[0]
+
+    # A gang restarted after its last epoch's checkpoint (its node died before it could
+    # exit) trains nothing more and ends the same way, on both learners.
+    codes, again = run_ddp_gang(tmp_path, data_dir, 10)
+    assert codes == [0, 0], again
+    assert "learner 0: resuming from the checkpoint of epoch 10" in again[1]
+    assert not EPOCH_RE.search(again[1])
+    assert all(f"weights_sha256={master[4]}" in o for o in again), again
 
 
 def test_ddp_worker_gives_up_clearly_without_a_master(tmp_path, data_dir):
