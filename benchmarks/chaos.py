@@ -21,7 +21,9 @@ Kills (`--kills`, in a seeded random order, SIGKILL always):
   learner      learner 0 of a running job (`docker kill`)    -> its job's new run prints
                its first "resuming from ..." / "epoch" line
   helper       the helper of a running job (`docker kill`)   -> a helper of the job runs
-               again (started after the kill) and the job is PROCESSING
+               again (started after the kill) and the job is PROCESSING, or the job
+               is COMPLETED (its learners finished meanwhile: only a new helper can
+               have stored the results)
   engine       a whole extra Docker engine: dockerd, its containerd, shims and the
                containers' processes (a node dying; only with >1 node, never the
                machine's engine)                             -> "engine": it answers again;
@@ -745,7 +747,9 @@ class Chaos:
                 if _docker_ts(started) > t0:
                     self.tracker.poll()
                     return self.tracker.status.get(job) == "PROCESSING"
-            return False
+            # A job that ended in the meantime counts once COMPLETED: only a helper started
+            # after the kill can have stored its results (the killed one never came back).
+            return self.tracker.poll().get(job) == "COMPLETED"
 
         self._done("helper", _wait(back, self.wait_s, every=0.05), job=job)
 
@@ -882,6 +886,7 @@ def run(opts: Options) -> dict:
     started_at = time.time()
     supervisor = None
     watcher = None
+    result: dict | None = None
     try:
         log(f"platform up in {home} with {opts.nodes} node(s)")
         kwargs: dict = {"nodes": opts.nodes} if opts.nodes else {}
@@ -925,7 +930,8 @@ def run(opts: Options) -> dict:
             time.sleep(1)
         chaos.finish()
         watcher.stop()
-        return _report(p, ids, tracker, watcher, chaos, started_at)
+        result = _report(p, ids, tracker, watcher, chaos, started_at)
+        return result
     finally:
         if watcher is not None:
             watcher.stop()
@@ -937,7 +943,20 @@ def run(opts: Options) -> dict:
                 supervisor.kill()
         if own_home:
             platform.down(home, progress=lambda line: None)
-            shutil.rmtree(home, ignore_errors=True)
+            if result is not None and not _troubled(result):
+                shutil.rmtree(home, ignore_errors=True)
+            else:  # the services' logs are what tells why
+                log(f"kept {home} for inspection: the services' logs are in {home}/logs")
+
+
+def _troubled(result: dict) -> bool:
+    """Whether a run missed anything worth reading the platform's logs for."""
+    return bool(
+        result["lost"]
+        or result["duplicate_learners"]
+        or result["lost_log_lines"]
+        or any(v is None for v in result["recovery_s"].values())
+    )
 
 
 def _wait_until(check: Callable[[], bool], timeout: float) -> None:
