@@ -12,14 +12,22 @@ import io
 import json
 import os
 import tarfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 # What `submit --code DIR` leaves out of the archive it packs.
+T = TypeVar("T")
+
+# How long a followed log stream waits for the API to answer again after its connection broke
+# (an API process restarted by the supervisor answers within about a second).
+FOLLOW_RECONNECT_S = 30.0
+# A stream that breaks this many times in a row without a new line is given up.
+FOLLOW_MAX_BARREN_BREAKS = 5
 _SKIP_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", ".venv", ".mypy_cache"})
 
 
@@ -148,13 +156,17 @@ class DlaasClient:
         self._raise_for(r)
         return r
 
-    def _stream(self, path: str, params: dict[str, Any]):
+    def _stream(
+        self, path: str, params: dict[str, Any], read: Callable[[httpx.Response], Iterator[T]]
+    ) -> Iterator[T]:
+        """`read(response)`'s items; a connection lost at any point, even mid-body, is
+        `Unreachable` (the reading happens inside, so no raw transport error escapes)."""
         try:
             with self._http.stream("GET", path, params=params) as r:
                 if not r.is_success:
                     r.read()
                     self._raise_for(r)
-                yield r
+                yield from read(r)
         except httpx.TransportError as exc:
             raise Unreachable(
                 f"lost the connection to {self.url} ({exc.__class__.__name__})"
@@ -201,22 +213,37 @@ class DlaasClient:
         self, job_id: str, learner: int = 0, offset: int = 0, follow: bool = False
     ) -> Iterator[str]:
         """Log lines; with `follow`, resumes after a dropped connection at the line reached."""
-        seen, retries = offset, 0
+        seen, barren = offset, 0
         while True:
             params = {"learner": learner, "offset": seen, "follow": str(follow).lower()}
+            reached = seen
             try:
-                for r in self._stream(f"/v1/jobs/{job_id}/logs", params):
-                    for line in r.iter_lines():
-                        seen += 1
-                        yield line
+                for line in self._stream(
+                    f"/v1/jobs/{job_id}/logs", params, httpx.Response.iter_lines
+                ):
+                    seen += 1
+                    yield line
                 return
             except Unreachable:
-                retries += 1
-                if not follow or retries > 5:
+                barren = 0 if seen > reached else barren + 1
+                if not follow or barren >= FOLLOW_MAX_BARREN_BREAKS:
                     raise
-                # A follow stream that broke: check the server is back, then resume.
+                # The API process serving the stream died (or restarts): once an API answers
+                # again, resume at the line reached, so nothing is missed or shown twice.
+                self._wait_answering(FOLLOW_RECONNECT_S)
+
+    def _wait_answering(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pause = 0.05
+        while True:
+            try:
                 self.health()
+                return
+            except Unreachable:
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     def download(self, job_id: str) -> Iterator[bytes]:
-        for r in self._stream(f"/v1/jobs/{job_id}/results", {}):
-            yield from r.iter_bytes()
+        yield from self._stream(f"/v1/jobs/{job_id}/results", {}, httpx.Response.iter_bytes)

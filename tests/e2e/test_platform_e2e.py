@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import signal
 import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +21,7 @@ import httpx
 import pytest
 
 from dlaas import jobspec, platform
-from dlaas.client import pack_code
+from dlaas.client import DlaasClient, pack_code
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -27,20 +30,26 @@ FINAL = {"COMPLETED", "FAILED", "HALTED"}
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory, docker_client):
+def home(tmp_path_factory, docker_client):
+    """The platform's state dir: up for the whole module, down afterwards."""
     home = tmp_path_factory.mktemp("platform")
     platform.up(home, progress=lambda line: None)
     try:
-        cfg = json.loads((home / "client.json").read_text())
-        http = httpx.Client(
-            base_url=cfg["url"], headers={"Authorization": f"Bearer {cfg['token']}"}, timeout=30
-        )
-        s3 = platform.platform_s3(home)
-        _upload_digits(s3)
-        yield http, s3, docker_client
-        http.close()
+        yield home
     finally:
         platform.down(home, progress=lambda line: None)
+
+
+@pytest.fixture(scope="module")
+def live(home, docker_client):
+    cfg = json.loads((home / "client.json").read_text())
+    http = httpx.Client(
+        base_url=cfg["url"], headers={"Authorization": f"Bearer {cfg['token']}"}, timeout=30
+    )
+    s3 = platform.platform_s3(home)
+    _upload_digits(s3)
+    yield http, s3, docker_client
+    http.close()
 
 
 def _upload_digits(s3) -> None:
@@ -225,3 +234,44 @@ def test_halt_checkpoints_and_resume_continues_from_the_checkpoint(live):
     assert first_epoch < lines.index(resumed[0])
     statuses = [h["status"] for h in job["history"]]
     assert statuses.count("HALTED") == 1 and statuses[-1] == "COMPLETED"
+
+
+def test_a_followed_log_stream_resumes_without_gaps_after_every_api_process_is_killed(live, home):
+    http, _, _ = live
+    manifest = (
+        (REPO / "examples/digits/manifest.yaml")
+        .read_text()
+        .replace("python3 train.py --epochs 20", "python3 train.py --epochs 12 --epoch-sleep 0.4")
+    )
+    job_id = submit(http, manifest, REPO / "examples/digits")
+    cfg = json.loads((home / "client.json").read_text())
+    client = DlaasClient(cfg["url"], cfg["token"])
+    followed: list[str] = []
+    failure: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            followed.extend(client.logs(job_id, follow=True))
+        except Exception as exc:  # noqa: BLE001 - the assertion below shows it
+            failure.append(exc)
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    deadline = time.time() + 60
+    while not any(line.startswith("epoch 2/") for line in followed):
+        assert time.time() < deadline and not failure, (followed, failure)
+        time.sleep(0.05)
+    # Both API replicas die at once: the stream's connection breaks and nothing answers
+    # until `up` (what the supervisor runs) starts them again.
+    state = platform.StateDir(home)
+    for name in platform.API_NAMES:
+        os.kill(state.read_pid(name)["pid"], signal.SIGKILL)
+    platform.up(home, progress=lambda line: None)
+    follower.join(timeout=90)
+    assert not follower.is_alive() and not failure, failure
+    assert wait_final(http, job_id)["status"] == "COMPLETED"
+    assert followed == logs(http, job_id)  # every line once, in order
+    assert [int(m.group(1)) for line in followed if (m := re.match(r"epoch (\d+)/", line))] == list(
+        range(1, 13)
+    )
+    client.close()
