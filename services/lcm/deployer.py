@@ -39,7 +39,9 @@ class Deployer:
     def managed_jobs(self, platform_id: str) -> set[str]:
         """Ids of the jobs that have containers of this platform on this engine."""
         found = self.client.containers.list(
-            all=True, filters={"label": f"{jobspec.LABEL_MANAGED}={platform_id}"}
+            all=True,
+            filters={"label": f"{jobspec.LABEL_MANAGED}={platform_id}"},
+            ignore_removed=True,
         )
         return {c.labels.get(jobspec.LABEL_JOB, "") for c in found} - {""}
 
@@ -67,7 +69,9 @@ class Deployer:
 
     def _existing(self, plan: DeploymentPlan) -> dict[str, object]:
         found = self.client.containers.list(
-            all=True, filters={"label": f"{jobspec.LABEL_JOB}={plan.job_id}"}
+            all=True,
+            filters={"label": f"{jobspec.LABEL_JOB}={plan.job_id}"},
+            ignore_removed=True,
         )
         return {c.name: c for c in found}
 
@@ -140,7 +144,7 @@ class Deployer:
         label = [f"{jobspec.LABEL_JOB}={job_id}"]
         if role:
             label.append(f"{jobspec.LABEL_ROLE}={role}")
-        return self.client.containers.list(all=True, filters={"label": label})
+        return self.client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
 
     def stop_learners(self, job_id: str, timeout: int = 10) -> None:
         running = [

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from dlaas import servers
 from dlaas import supervisor as sv
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,6 +143,10 @@ def test_supervisor_restarts_a_dead_process_through_up_and_leaves_stopped_ones_a
     (tmp_path / "pids").mkdir()
     proc = subprocess.Popen(["sleep", "60"])
     try:
+        # Between fork and the end of exec the child's command line reads empty.
+        deadline = time.monotonic() + 5
+        while "sleep" not in servers.pid_cmdline(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
         _record(tmp_path, "scheduler", proc.pid, "sleep")
         calls = []
         sup = sv.Supervisor(tmp_path, up=lambda: calls.append(time.monotonic()))

@@ -24,5 +24,5 @@ def submit(lcm, job_id, learners=2, image=None, extra=""):
 
 def containers(docker_client, job_id):
     return docker_client.containers.list(
-        all=True, filters={"label": f"{jobspec.LABEL_JOB}={job_id}"}
+        all=True, filters={"label": f"{jobspec.LABEL_JOB}={job_id}"}, ignore_removed=True
     )

@@ -274,14 +274,17 @@ class Harness:
     def leftovers(self, job_id: str) -> list[str]:
         label = {"label": f"{jobspec.LABEL_JOB}={job_id}"}
         return (
-            [c.name for c in self.docker.containers.list(all=True, filters=label)]
+            [
+                c.name
+                for c in self.docker.containers.list(all=True, filters=label, ignore_removed=True)
+            ]
             + [n.name for n in self.docker.networks.list(filters=label)]
             + [v.name for v in self.docker.volumes.list(filters=label)]
         )
 
     def teardown(self, job_id: str) -> None:
         label = {"label": f"{jobspec.LABEL_JOB}={job_id}"}
-        for c in self.docker.containers.list(all=True, filters=label):
+        for c in self.docker.containers.list(all=True, filters=label, ignore_removed=True):
             c.remove(force=True)
         for n in self.docker.networks.list(filters=label):
             n.remove()
