@@ -275,3 +275,58 @@ def test_a_followed_log_stream_resumes_without_gaps_after_every_api_process_is_k
         range(1, 13)
     )
     client.close()
+
+
+def _lcm_leader_pid(home: Path) -> int:
+    """The pid of the LCM replica holding the leadership key."""
+    from dlaas.etcd_status import connect
+
+    state = platform.StateDir(home)
+    host, port = state.read_pid("etcd")["address"].rsplit(":", 1)
+    etcd = connect([(host, int(port))])
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            value, _ = etcd.get("/dlaas/lcm/leader")
+            holder = value.decode() if value else ""
+            for name in platform.LCM_NAMES:
+                pid = state.read_pid(name).get("pid")
+                if pid and f":{pid}@" in holder:
+                    return pid
+            time.sleep(0.1)
+    finally:
+        etcd.close()
+    raise AssertionError("no LCM replica holds the leadership")
+
+
+def test_lcm_leader_killed_at_successive_moments_of_a_deployment_leaves_one_gang(live, home):
+    """SIGKILL of the leader from the submit on through the deploy (PENDING, network, helper,
+    learners): another replica adopts each job, which runs once, to the end."""
+    http, _, docker_client = live
+    manifest = (
+        (REPO / "examples/ddp/manifest.yaml")
+        .read_text()
+        .replace("python3 train.py --epochs 20", "python3 train.py --epochs 3")
+    )
+    killed_in: list[str] = []
+    for delay in (0.0, 0.15, 0.3, 0.6, 1.0):
+        pid = _lcm_leader_pid(home)
+        job_id = submit(http, manifest, REPO / "examples/ddp")
+        time.sleep(delay)
+        os.kill(pid, signal.SIGKILL)
+        killed_in.append(http.get(f"/v1/jobs/{job_id}").json()["status"])
+        platform.up(home, progress=lambda line: None)  # what the supervisor runs
+        job = wait_final(http, job_id, timeout=120)
+        assert job["status"] == "COMPLETED", (delay, killed_in, job["history"])
+        statuses = [h["status"] for h in job["history"]]
+        # Adopted, not restarted: one run, each status once.
+        assert len(statuses) == len(set(statuses)), (delay, statuses)
+        for learner in (0, 1):
+            epochs = [
+                int(m.group(1))
+                for line in logs(http, job_id, learner)
+                if (m := re.match(r"epoch (\d+)/", line))
+            ]
+            assert epochs == [1, 2, 3], (delay, learner, epochs)
+        wait_cleaned(docker_client, job_id)
+    print("status when the leader died:", killed_in)
