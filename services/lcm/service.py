@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 
 ADMIN = "admin"
 RUNNING = (Status.PENDING, Status.DOWNLOADING, Status.PROCESSING)
-# Restart backoff: 1 s, 2 s, 4 s ... capped.
+# Restart backoff: the first restart at once (a one-off infrastructure failure costs no
+# waiting), then 1 s, 2 s, 4 s ... capped.
 MAX_BACKOFF_S = 60.0
 # How long a requeue waits for the helper to store checkpoints and logs before removing it.
 HELPER_FINISH_TIMEOUT_S = 30.0
@@ -53,7 +54,8 @@ PENDING_CHECK_S = 5.0
 
 
 def backoff_s(restart: int) -> float:
-    return min(MAX_BACKOFF_S, 2.0 ** max(0, restart - 1))
+    """Seconds before restart number `restart` (1, 2, ...)."""
+    return 0.0 if restart <= 1 else min(MAX_BACKOFF_S, 2.0 ** (restart - 2))
 
 
 class Lcm:
@@ -221,9 +223,10 @@ class Lcm:
             delay = backoff_s(done + 1)
             not_before = self.clock() + delay
             self.store.update_info(job_id, {"restarts": done + 1, "not_before": not_before})
+            when = f"in {delay:.0f} s" if delay else "at once"
             reason = (
-                f"restart {done + 1}/{manifest.max_restarts} from the last checkpoint in "
-                f"{delay:.0f} s: {reason}"
+                f"restart {done + 1}/{manifest.max_restarts} from the last checkpoint {when}: "
+                f"{reason}"
             )
         self.keeper.transition(job_id, Status.QUEUED, reason)
         threading.Thread(

@@ -47,25 +47,37 @@ def placed_again(lcm, job):
 
 
 def test_restart_is_recorded_backed_off_and_redeployed(lcm, docker_client):
+    now = [time.time()]
+    lcm.clock = lambda: now[0]
     job = new_id()
     submit(lcm, job, learners=1, extra="max_restarts: 2\n")
     lcm.place_round()
     first = {c.id for c in containers(docker_client, job)}
     assert lcm.requeue(job, "learner 0 killed from outside", is_restart=True) == "QUEUED"
     reason = lcm.keeper.get(job).reason
-    assert reason.startswith("restart 1/2") and "killed from outside" in reason
-    wait(placed_again(lcm, job), what="the restarted gang")
+    assert reason.startswith("restart 1/2 from the last checkpoint at once")
+    assert "killed from outside" in reason
+    wait(placed_again(lcm, job), what="the restarted gang")  # the clock stands still
     second = {c.id for c in containers(docker_client, job)}
     assert len(second) == 2 and not first & second  # fresh containers, exactly one set
     assert lcm.store.get(job).info["restarts"] == 1
+    # The second restart waits 1 s of the LCM's clock.
+    lcm.requeue(job, "learner 0 killed from outside", is_restart=True)
+    assert lcm.keeper.get(job).reason.startswith("restart 2/2 from the last checkpoint in 1 s")
+    wait(lambda: job in lcm._due, what="the teardown")
+    assert not placed_again(lcm, job)()
+    now[0] += 1.0
+    wait(placed_again(lcm, job), what="the restart after its backoff")
+    assert lcm.store.get(job).info["restarts"] == 2
     history = [t.status for t in lcm.store.get(job).history]
-    assert history == [Status.QUEUED, Status.PENDING, Status.DOWNLOADING] * 2
+    assert history == [Status.QUEUED, Status.PENDING, Status.DOWNLOADING] * 3
 
 
 def test_a_restart_keeps_its_gpus_through_the_backoff(lcm, docker_client):
     job, other = new_id(), new_id()
-    submit(lcm, job, learners=4, extra="max_restarts: 1\n")  # 4 x 0.5 cpus: the whole node
+    submit(lcm, job, learners=4, extra="max_restarts: 2\n")  # 4 x 0.5 cpus: the whole node
     lcm.place_round()
+    lcm.store.update_info(job, {"restarts": 1})  # the second restart backs off 1 s
     before = lcm._placement(job)
     submit(lcm, other, learners=4)
     lcm.requeue(job, "learner 0 killed from outside", is_restart=True)
