@@ -221,7 +221,8 @@ class LogReader:
                 running = container.status in ("running", "restarting")
                 if current is not None and current[0] != container.id:
                     current = None  # a new run (restart) under the same name
-                if current is None and not self._has_output(container):
+                object_read = current is None and not self._has_output(container)
+                if object_read:
                     # Nothing printed yet: every line of the object precedes this run's.
                     yield from whole_object()
                 lines = self._container_lines(container, follow and running)
@@ -239,9 +240,10 @@ class LogReader:
                         lines = chain([first], lines)
                 if current is not None:
                     yield from cursor.take(lines, current[1])
-                elif self._container(job_id, learner) is None:
-                    # Removed while we read it (the monitor cleans up after the helper
-                    # stored the log): its lines are all in the object now.
+                elif not object_read:
+                    # It had output, yet none could be read: it is being removed (the
+                    # monitor cleans up after the helper stored the log; Docker may still
+                    # list it with its log file gone). The object holds its lines.
                     yield from whole_object()
                 done = not running
             if not follow or (final and done):

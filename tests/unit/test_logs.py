@@ -150,6 +150,14 @@ def test_a_container_removed_while_it_is_read_gives_way_to_the_stored_log():
     assert reader.read() == RUN1
 
 
+def test_a_container_still_listed_while_docker_removes_it_gives_way_to_the_stored_log():
+    # Docker still finds the learner (status "removing") but its log file is gone already.
+    reader = ScriptedReader([World(("a", False, RUN1), (0, RUN1), final=True)])
+    reader._container_lines = lambda container, follow: iter(())
+    reader._has_output = lambda container: True  # read a moment before
+    assert reader.read() == RUN1
+
+
 def test_following_across_a_restart_gives_every_line_once():
     worlds = [
         World(("a", True, RUN1[:3])),  # run 1 prints
