@@ -728,7 +728,12 @@ class Chaos:
         took = _wait(resumed, self.wait_s, every=0.1)
         if took is not None and resumed.at is not None:
             took = resumed.at - t0
-        self._done("learner", took, job=job)
+        self._done("learner", took, job=job, steps=self._steps_since(job, t0))
+
+    def _steps_since(self, job: str, t0: float) -> str:
+        """The job's status changes after `t0`, as seconds after it (where recovery went)."""
+        history = self.p.get(f"/v1/jobs/{job}").json().get("history", [])
+        return " ".join(f"{h['status']}+{h['at'] - t0:.2f}" for h in history if h["at"] > t0)
 
     def _kill_helper(self) -> None:
         from dlaas import jobspec

@@ -68,12 +68,7 @@ class Deployer:
             self.client.volumes.create(plan.volume, labels=plan.labels)
 
     def _existing(self, plan: DeploymentPlan) -> dict[str, object]:
-        found = self.client.containers.list(
-            all=True,
-            filters={"label": f"{jobspec.LABEL_JOB}={plan.job_id}"},
-            ignore_removed=True,
-        )
-        return {c.name: c for c in found}
+        return {c.attrs["Names"][0].lstrip("/"): c for c in self.containers(plan.job_id)}
 
     def _create(self, spec: ContainerSpec, plan: DeploymentPlan):
         api = self.client.api
@@ -99,6 +94,13 @@ class Deployer:
             hostname=spec.aliases[0] if spec.aliases else None,
         )["Id"]
 
+    def _try_create(self, spec: ContainerSpec, plan: DeploymentPlan) -> str | Exception:
+        """The new container's id, or what stopped its creation."""
+        try:
+            return self._create(spec, plan)
+        except Exception as exc:  # noqa: BLE001 - deploy() sorts the failures out
+            return exc
+
     @staticmethod
     def _gpus(spec: ContainerSpec) -> list[DeviceRequest] | None:
         if not spec.gpus:
@@ -114,19 +116,19 @@ class Deployer:
         self._network(plan)
         self._volume(plan)
         existing = self._existing(plan)
-        created: list[str] = []
-        try:
-            for spec in plan.containers:
-                if spec.name not in existing:
-                    created.append(self._create(spec, plan))
-        except docker.errors.ImageNotFound as exc:
-            self._remove_ids(created)
-            raise ImageUnavailable(f"image not found on the node: {exc.explanation}") from None
-        except docker.errors.APIError as exc:
-            self._remove_ids(created)
-            if exc.status_code == 409:  # a concurrent deploy created it first: converge next time
+        missing = [spec for spec in plan.containers if spec.name not in existing]
+        # The gang's containers are created together; on any failure none of them stays.
+        outcomes = list(self._pool.map(lambda spec: self._try_create(spec, plan), missing))
+        failures = [out for out in outcomes if isinstance(out, Exception)]
+        if failures:
+            self._remove_ids([out for out in outcomes if isinstance(out, str)])
+            exc = failures[0]
+            if isinstance(exc, docker.errors.ImageNotFound):
+                raise ImageUnavailable(f"image not found on the node: {exc.explanation}") from None
+            if isinstance(exc, docker.errors.APIError) and exc.status_code == 409:
+                # A concurrent deploy created it first: converge next time.
                 raise TemporaryError(f"container name conflict: {exc.explanation}") from None
-            raise
+            raise exc
         existing = self._existing(plan)
         to_start = [c for c in existing.values() if c.status == "created"]
         # Start the gang together; one slow start must not hold the others back.
@@ -144,7 +146,9 @@ class Deployer:
         label = [f"{jobspec.LABEL_JOB}={job_id}"]
         if role:
             label.append(f"{jobspec.LABEL_ROLE}={role}")
-        return self.client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+        # Sparse: one call, no inspect per container; what callers use (status, the
+        # container's id for stop/kill/wait/remove/start, its name in "Names") is in it.
+        return self.client.containers.list(all=True, filters={"label": label}, sparse=True)
 
     def stop_learners(self, job_id: str, timeout: int = 10) -> None:
         running = [
@@ -171,8 +175,7 @@ class Deployer:
 
     def remove_job(self, job_id: str) -> None:
         """Remove every container, the network and the volume of a job (missing ones are fine)."""
-        for c in self.containers(job_id):
-            quiet(c.remove, force=True)
+        list(self._pool.map(lambda c: quiet(c.remove, force=True), self.containers(job_id)))
         for n in self.client.networks.list(names=[jobspec.network_name(job_id)]):
             quiet(n.remove)
         try:
