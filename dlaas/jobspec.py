@@ -56,6 +56,11 @@ HELPER_EXIT_REASONS = {
 
 # The helper finishes (stores results and logs, exits) on this signal.
 HELPER_FINISH_SIGNAL = "SIGUSR1"
+# CPU weight of a learner container (Docker's default, which the helper keeps, is 1024).
+# On a node whose CPUs the learners saturate, a helper (data staging, checkpoint upload,
+# log shipping: small, and on every job's critical path) still runs at once: a restarted
+# gang's helper staged its data in 2.6 s instead of 0.3 s under 20 busy jobs.
+LEARNER_CPU_SHARES = 256
 
 
 def network_name(job_id: str) -> str:

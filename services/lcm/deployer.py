@@ -77,6 +77,7 @@ class Deployer:
             network_mode=plan.network,
             init=True,
             nano_cpus=spec.nano_cpus or None,
+            cpu_shares=spec.cpu_shares or None,
             mem_limit=f"{spec.mem_limit_mb}m" if spec.mem_limit_mb else None,
             device_requests=self._gpus(spec),
         )

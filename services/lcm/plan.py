@@ -22,6 +22,7 @@ class ContainerSpec:
     env: dict[str, str]
     labels: dict[str, str]
     nano_cpus: int = 0
+    cpu_shares: int = 0  # 0: Docker's default weight
     mem_limit_mb: int = 0
     gpu_indices: tuple[int, ...] = ()
     gpus: int = 0
@@ -109,6 +110,7 @@ def deployment_plan(
                     jobspec.LABEL_LEARNER: str(i),
                 },
                 nano_cpus=int(manifest.cpus * 1e9),
+                cpu_shares=jobspec.LEARNER_CPU_SHARES,
                 mem_limit_mb=manifest.memory_mb,
                 gpus=manifest.gpus,
                 gpu_indices=gpu_indices[i] if i < len(gpu_indices) else (),

@@ -35,6 +35,10 @@ def test_submit_place_deploy_and_redeploy_leave_exactly_one_set(lcm, docker_clie
         and env["MASTER_ADDR"] == "learner-0"
     )
     assert learner.attrs["HostConfig"]["NanoCpus"] == 500_000_000
+    # Learners weigh less than the helper: a saturated node still runs the helper at once.
+    assert learner.attrs["HostConfig"]["CpuShares"] == jobspec.LEARNER_CPU_SHARES
+    helper = docker_client.containers.get(jobspec.helper_name(job))
+    assert helper.attrs["HostConfig"]["CpuShares"] in (0, 1024)
     assert learner.attrs["HostConfig"]["Memory"] == 256 * 1024 * 1024
     assert learner.labels[jobspec.LABEL_ROLE] == "learner"
     # Deploy again, and again after "a crash" removed one learner: still exactly one set.
