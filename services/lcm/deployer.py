@@ -39,11 +39,9 @@ class Deployer:
     def managed_jobs(self, platform_id: str) -> set[str]:
         """Ids of the jobs that have containers of this platform on this engine."""
         found = self.client.containers.list(
-            all=True,
-            filters={"label": f"{jobspec.LABEL_MANAGED}={platform_id}"},
-            ignore_removed=True,
+            all=True, filters={"label": f"{jobspec.LABEL_MANAGED}={platform_id}"}, sparse=True
         )
-        return {c.labels.get(jobspec.LABEL_JOB, "") for c in found} - {""}
+        return {(c.attrs.get("Labels") or {}).get(jobspec.LABEL_JOB, "") for c in found} - {""}
 
     def image_present(self, image: str) -> bool:
         try:
