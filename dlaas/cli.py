@@ -49,8 +49,6 @@ app = typer.Typer(
 )
 images_app = typer.Typer(help="Job container images (built locally, no registry needed).")
 app.add_typer(images_app, name="images")
-data_app = typer.Typer(help="Training data in the platform's own S3 (local platform only).")
-app.add_typer(data_app, name="data")
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -72,7 +70,7 @@ def main(
     ] = None,
     url: Annotated[str | None, typer.Option(help="API address, e.g. http://127.0.0.1:8080")] = None,
     token: Annotated[str | None, typer.Option(help="API token (default from client.json)")] = None,
-    admin: Annotated[bool, typer.Option(help="use the admin token from client.json")] = False,
+    admin: Annotated[bool, typer.Option(help="use the admin token from admin.json")] = False,
 ) -> None:
     home = home or Path(os.environ.get("DLAAS_HOME") or Path.home() / ".dlaas")
     ctx.obj = Ctx(home, url, token, admin)
@@ -253,41 +251,6 @@ def images_build(force: Annotated[bool, typer.Option(help="rebuild even if curre
     from dlaas import images
 
     raise typer.Exit(images.main(["--force"] if force else []))
-
-
-@data_app.command("upload")
-def data_upload(
-    ctx: typer.Context,
-    bucket: Annotated[str, typer.Argument(help="bucket to upload into (created if missing)")],
-    paths: Annotated[list[Path], typer.Argument(help="files or directories")],
-    prefix: Annotated[str, typer.Option(help="key prefix inside the bucket")] = "",
-) -> None:
-    """Upload files (directories recursively) to a bucket of the platform's S3."""
-    from dlaas import platform
-
-    try:
-        s3 = platform.platform_s3(ctx.obj.home)
-    except platform.PlatformError as exc:
-        _fail(str(exc), code=EXIT_UNREACHABLE)
-    files = []
-    for path in paths:
-        if not path.exists():
-            _fail(f"{path}: no such file or directory")
-        base = path if path.is_dir() else path.parent
-        files += [
-            (f, f.relative_to(base).as_posix())
-            for f in ([path] if path.is_file() else sorted(path.rglob("*")))
-            if f.is_file()
-        ]
-    from botocore.exceptions import ClientError
-
-    try:
-        s3.head_bucket(Bucket=bucket)
-    except ClientError:
-        s3.create_bucket(Bucket=bucket)
-    for f, key in files:
-        s3.upload_file(str(f), bucket, prefix + key)
-        console.print(f"uploaded s3://{bucket}/{prefix}{key} ({f.stat().st_size} bytes)")
 
 
 @app.command(
@@ -572,3 +535,7 @@ def queue(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] =
 
 if __name__ == "__main__":
     app()
+
+
+# The account, team, audit and data commands register themselves on `app`.
+from dlaas import cli_accounts  # noqa: F401

@@ -79,7 +79,14 @@ def load_config(state_dir: Path, url: str | None = None, token: str | None = Non
         raise NotConfigured(
             f"no API address/token: run `dlaas up` (writes {path}) or pass --url and --token"
         )
-    return ClientConfig(url.rstrip("/"), token, data.get("admin_token", ""))
+    admin_token = data.get("admin_token", "")
+    admin_path = Path(state_dir) / "admin.json"
+    if admin_path.exists():
+        try:
+            admin_token = json.loads(admin_path.read_text()).get("admin_token", admin_token)
+        except ValueError:
+            raise NotConfigured(f"{admin_path} is not valid JSON; run `dlaas up` again") from None
+    return ClientConfig(url.rstrip("/"), token, admin_token)
 
 
 def pack_code(path: Path) -> tuple[bytes, str]:
@@ -121,7 +128,10 @@ class DlaasClient:
     def from_config(cls, config: ClientConfig, admin: bool = False) -> DlaasClient:
         token = config.admin_token if admin else config.token
         if admin and not token:
-            raise NotConfigured("no admin token in client.json")
+            raise NotConfigured(
+                "no admin token: administrators run this where `dlaas up` wrote admin.json, "
+                "or pass --token with an admin's token"
+            )
         return cls(config.url, token)
 
     def close(self) -> None:
@@ -205,6 +215,50 @@ class DlaasClient:
 
     def delete(self, job_id: str) -> None:
         self._request("DELETE", f"/v1/jobs/{job_id}")
+
+    # --- accounts (administrators) and data ----------------------------------------
+
+    def me(self) -> dict:
+        return self._request("GET", "/v1/me").json()
+
+    def add_user(self, name: str, team: str, admin: bool = False, expires_days: float = 0) -> dict:
+        body = {"name": name, "team": team, "admin": admin, "expires_days": expires_days}
+        return self._request("POST", "/v1/users", json=body).json()
+
+    def issue_token(self, name: str, expires_days: float = 0) -> dict:
+        return self._request(
+            "POST", f"/v1/users/{name}/tokens", json={"expires_days": expires_days}
+        ).json()
+
+    def users(self) -> list[dict]:
+        return self._request("GET", "/v1/users").json()
+
+    def revoke(self, who: str) -> dict:
+        return self._request("POST", "/v1/revoke", json={"who": who}).json()
+
+    def teams(self) -> list[dict]:
+        return self._request("GET", "/v1/teams").json()
+
+    def add_team(self, name: str, gpus: int, cpus: float, memory_mb: int) -> dict:
+        body = {"name": name, "gpus": gpus, "cpus": cpus, "memory_mb": memory_mb}
+        return self._request("POST", "/v1/teams", json=body).json()
+
+    def set_quota(self, name: str, gpus: int, cpus: float, memory_mb: int) -> dict:
+        body = {"gpus": gpus, "cpus": cpus, "memory_mb": memory_mb}
+        return self._request("PUT", f"/v1/teams/{name}/quota", json=body).json()
+
+    def audit(self, offset: int = 0, limit: int = 100) -> dict:
+        return self._request("GET", "/v1/audit", params={"offset": offset, "limit": limit}).json()
+
+    def data_buckets(self) -> list[str]:
+        return self._request("GET", "/v1/data").json()
+
+    def data_list(self, bucket: str, prefix: str = "") -> dict:
+        return self._request("GET", f"/v1/data/{bucket}", params={"prefix": prefix}).json()
+
+    def data_upload(self, bucket: str, key: str, path: Path) -> dict:
+        with open(path, "rb") as f:
+            return self._request("PUT", f"/v1/data/{bucket}/{key}", content=f).json()
 
     def queue(self) -> dict:
         return self._request("GET", "/v1/queue").json()

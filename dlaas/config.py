@@ -58,10 +58,11 @@ class ApiSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8080
-    # "token:user,token:user"; the admin token sees every job.
-    tokens: SecretStr = SecretStr("")
+    # The bootstrap administrator's token; every other account is in the job store.
     admin_token: SecretStr
     max_code_archive_mb: int = 64
+    # One training-data object uploaded through the API (`dlaas data upload`).
+    max_data_object_mb: int = 2048
     # This process's name among the API replicas that share the port ("api-1"), shown by
     # /health so that a starting replica can be told from its peers; "" when it runs alone.
     replica: str = ""

@@ -192,7 +192,7 @@ class LogReader:
         """Learner `learner`'s log lines from line `offset` on; with `follow`, until the job
         is final and every line is out. Raise JobNotFound for an unknown job."""
         record = self.store.get(job_id)
-        _, results = job_locations(parse_manifest(record.manifest_yaml), self.settings)
+        _, results = job_locations(parse_manifest(record.manifest_yaml), self.settings, record.team)
         return self.stream(results, job_id, learner, offset=offset, follow=follow)
 
     def stream(

@@ -3,7 +3,8 @@
 Everything lives in a state directory ($DLAAS_HOME or ~/.dlaas):
 
     secrets.json   S3 keys and API tokens, generated once (0600)
-    client.json    {"url", "token", "admin_token"} for the CLI (0600)
+    client.json    {"url", "token"} for the CLI: the first user's (0600)
+    admin.json     {"url", "admin_token"}: the bootstrap administrator's (0600)
     platform.json  the ports chosen, kept across restarts so clients keep working
     nodes.yaml     with `--nodes N` (N > 1): every node the services deploy on
     engines/<node>/ the data root (image cache) and log of each extra Docker engine
@@ -49,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlaas import servers
+from dlaas.accounts import DEFAULT_TEAM, audit_entry
 from dlaas.nodes import NodeSpec, dump_nodes, machine_capacity
 
 Progress = Callable[[str], None]
@@ -700,8 +702,8 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
         "DLAAS_API_HOST": "127.0.0.1",
         "DLAAS_API_PORT": str(api_port),
         "DLAAS_API_ADMIN_TOKEN": creds["admin_token"],
-        "DLAAS_API_TOKENS": f"{creds['user_token']}:{USER_NAME}",
     }
+    _first_user(state.root / "jobs.db", creds["user_token"])
     if nodes_file is not None:
         env["DLAAS_NODES_FILE"] = str(nodes_file)
     api_url = f"http://127.0.0.1:{api_port}"
@@ -722,11 +724,14 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
     run.supervisor()
 
     client_config = state.root / "client.json"
-    _write_private(
-        client_config,
-        {"url": api_url, "token": creds["user_token"], "admin_token": creds["admin_token"]},
-    )
+    # The user's configuration holds the user's token only; the administrator's is apart.
+    _write_private(client_config, {"url": api_url, "token": creds["user_token"]})
+    _write_private(state.root / "admin.json", {"url": api_url, "admin_token": creds["admin_token"]})
     run.progress(f"platform up: API at {api_url}; CLI configuration in {client_config}")
+    run.progress(
+        f"you are user {USER_NAME!r} of team {DEFAULT_TEAM!r}; add users with "
+        "`dlaas users add NAME --team TEAM` (prints their token), teams with `dlaas teams add`"
+    )
     return PlatformInfo(
         state_dir=state.root,
         api_url=api_url,
@@ -736,6 +741,24 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
         docker_host=run.docker_host,
         components=status(state.root),
     )
+
+
+def _first_user(store_path: Path, token: str) -> None:
+    """The user `up` makes for whoever runs it, with the token client.json holds (its hash)."""
+    from dlaas import account_ops
+    from dlaas.accounts import TokenRecord, User, token_hash, token_prefix
+    from dlaas.store.sqlite import SqliteJobStore
+
+    store = SqliteJobStore(store_path)
+    try:
+        now = time.time()
+        account_ops.ensure_team(store, DEFAULT_TEAM, now)
+        if store.add_user(User(USER_NAME, DEFAULT_TEAM, False, now)):
+            store.append_audit(audit_entry(now, "dlaas up", "add-user", USER_NAME, "first user"))
+        if store.find_token(token_hash(token)) is None:
+            store.add_token(TokenRecord(token_hash(token), USER_NAME, token_prefix(token), now))
+    finally:
+        store.close()
 
 
 def _kind(name: str) -> str:

@@ -101,11 +101,13 @@ class LcmClient(_Client):
         super().__init__(addr, timeout)
         self._stub = lcm_pb2_grpc.LifecycleManagerStub(self._channel)
 
-    def submit(self, job_id: str, user: str, manifest_yaml: str, code_key: str = "") -> SubmitResult:
+    def submit(
+        self, job_id: str, user: str, manifest_yaml: str, code_key: str = "", team: str = ""
+    ) -> SubmitResult:
         reply = self._call(
             self._stub.SubmitJob,
             lcm_pb2.SubmitJobRequest(
-                job_id=job_id, user=user, manifest_yaml=manifest_yaml, code_key=code_key
+                job_id=job_id, user=user, manifest_yaml=manifest_yaml, code_key=code_key, team=team
             ),
         )
         return SubmitResult(reply.job_id, reply.status, list(reply.warnings))

@@ -444,6 +444,9 @@ def start_seaweedfs(
         # Off: the Iceberg and Lance catalogs would take fixed default ports (8181, 9101).
         "-s3.port.iceberg=0", "-s3.port.lance=0",
         f"-s3.config={config}",
+        # The IAM API on the S3 port takes writes from the admin identity only: the platform
+        # makes one scoped identity per job there (dlaas.job_identities).
+        "-s3.iam.readOnly=false",
         "-master.telemetry=false",
         # Small volumes and room for many: each bucket is a collection that grows its own
         # volumes, and tests create many buckets.

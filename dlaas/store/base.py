@@ -12,6 +12,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlaas.accounts import AuditEntry, Quota, Team, TokenRecord, User
 from dlaas.status import Status, Transition
 
 
@@ -31,6 +32,8 @@ class JobRecord:
     history: list[Transition] = field(default_factory=list)
     # Free-form facts the LCM learns while running the job (learner containers, node, ...).
     info: dict[str, Any] = field(default_factory=dict)
+    # The submitter's team: its quota and its bucket namespace apply to the job.
+    team: str = ""
 
     @property
     def last_seq(self) -> int:
@@ -71,6 +74,62 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def delete(self, job_id: str) -> bool:
         """Remove the job; False if it did not exist."""
+
+    # -- accounts: teams, users, tokens (hashes only) and the audit log ----------------
+
+    @abc.abstractmethod
+    def add_team(self, team: Team) -> bool:
+        """Create a team; False if the name is taken."""
+
+    @abc.abstractmethod
+    def get_team(self, name: str) -> Team | None:
+        """The team, or None."""
+
+    @abc.abstractmethod
+    def list_teams(self) -> list[Team]:
+        """Every team, by name."""
+
+    @abc.abstractmethod
+    def set_quota(self, name: str, quota: Quota) -> bool:
+        """Set a team's guaranteed share; False if there is no such team."""
+
+    @abc.abstractmethod
+    def add_user(self, user: User) -> bool:
+        """Create a user; False if the name is taken."""
+
+    @abc.abstractmethod
+    def get_user(self, name: str) -> User | None:
+        """The user, or None."""
+
+    @abc.abstractmethod
+    def list_users(self) -> list[User]:
+        """Every user, by name."""
+
+    @abc.abstractmethod
+    def add_token(self, token: TokenRecord) -> None:
+        """Store a token's hash for its user."""
+
+    @abc.abstractmethod
+    def find_token(self, token_hash: str) -> TokenRecord | None:
+        """The token with this hash (valid or not), or None."""
+
+    @abc.abstractmethod
+    def list_tokens(self, user: str | None = None) -> list[TokenRecord]:
+        """Tokens (their hashes and prefixes), of one user or all."""
+
+    @abc.abstractmethod
+    def revoke_tokens(
+        self, *, user: str | None = None, token_hash: str | None = None, at: float
+    ) -> int:
+        """Revoke every token of `user`, or the one with `token_hash`; how many were valid."""
+
+    @abc.abstractmethod
+    def append_audit(self, entry: AuditEntry) -> None:
+        """Append one entry to the audit log (append-only: nothing updates or deletes it)."""
+
+    @abc.abstractmethod
+    def list_audit(self, *, offset: int = 0, limit: int = 100) -> tuple[list[AuditEntry], int]:
+        """Audit entries newest first, with the total count."""
 
     def close(self) -> None:
         """Release connections."""

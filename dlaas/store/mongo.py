@@ -18,6 +18,7 @@ from typing import Any
 import pymongo
 from pymongo.errors import DuplicateKeyError
 
+from dlaas.accounts import AuditEntry, Quota, Team, TokenRecord, User
 from dlaas.errors import JobNotFound
 from dlaas.status import Status, Transition
 from dlaas.store.base import JobRecord, JobStore
@@ -54,6 +55,16 @@ class MongoJobStore(JobStore):
         self.jobs.create_index([("user", pymongo.ASCENDING), ("created_at", pymongo.DESCENDING)])
         self.jobs.create_index([("status", pymongo.ASCENDING), ("created_at", pymongo.DESCENDING)])
         self.jobs.create_index(_NEWEST_FIRST)
+        self.teams = database["teams"]
+        self.teams.create_index("name", unique=True)
+        self.users = database["users"]
+        self.users.create_index("name", unique=True)
+        self.tokens = database["tokens"]
+        self.tokens.create_index("hash", unique=True)
+        self.tokens.create_index("user")
+        self.audit = database["audit"]
+        self.audit.create_index("seq", unique=True)
+        self.counters = database["counters"]
 
     def close(self) -> None:
         if self._owns_client:
@@ -76,6 +87,7 @@ class MongoJobStore(JobStore):
             "exit_code": last.exit_code,
             "last_seq": len(history) - 1,
             "info": json.loads(json.dumps(job.info)),
+            "team": job.team,
             "history": [_entry(seq, t) for seq, t in enumerate(history)],
         }
         try:
@@ -152,6 +164,97 @@ class MongoJobStore(JobStore):
     def delete(self, job_id: str) -> bool:
         return self.jobs.delete_one({"job_id": job_id}).deleted_count > 0
 
+    # -- accounts -----------------------------------------------------------------------
+
+    def _insert(self, collection, doc: dict[str, Any]) -> bool:
+        try:
+            collection.insert_one(doc)
+        except DuplicateKeyError:
+            return False
+        return True
+
+    def add_team(self, team: Team) -> bool:
+        q = team.quota
+        return self._insert(
+            self.teams,
+            {"name": team.name, "gpus": q.gpus, "cpus": q.cpus, "memory_mb": q.memory_mb,
+             "created_at": team.created_at},
+        )  # fmt: skip
+
+    def get_team(self, name: str) -> Team | None:
+        doc = self.teams.find_one({"name": name}, {"_id": 0})
+        return _team(doc) if doc else None
+
+    def list_teams(self) -> list[Team]:
+        return [_team(d) for d in self.teams.find({}, {"_id": 0}).sort("name", 1)]
+
+    def set_quota(self, name: str, quota: Quota) -> bool:
+        res = self.teams.update_one(
+            {"name": name},
+            {"$set": {"gpus": quota.gpus, "cpus": quota.cpus, "memory_mb": quota.memory_mb}},
+        )
+        return res.matched_count > 0
+
+    def add_user(self, user: User) -> bool:
+        return self._insert(
+            self.users,
+            {"name": user.name, "team": user.team, "admin": user.admin,
+             "created_at": user.created_at},
+        )  # fmt: skip
+
+    def get_user(self, name: str) -> User | None:
+        doc = self.users.find_one({"name": name}, {"_id": 0})
+        return _user(doc) if doc else None
+
+    def list_users(self) -> list[User]:
+        return [_user(d) for d in self.users.find({}, {"_id": 0}).sort("name", 1)]
+
+    def add_token(self, token: TokenRecord) -> None:
+        self.tokens.insert_one(
+            {"hash": token.hash, "user": token.user, "prefix": token.prefix,
+             "created_at": token.created_at, "expires_at": token.expires_at,
+             "revoked_at": token.revoked_at}
+        )  # fmt: skip
+
+    def find_token(self, token_hash: str) -> TokenRecord | None:
+        doc = self.tokens.find_one({"hash": token_hash}, {"_id": 0})
+        return _token(doc) if doc else None
+
+    def list_tokens(self, user: str | None = None) -> list[TokenRecord]:
+        query = {"user": user} if user is not None else {}
+        return [_token(d) for d in self.tokens.find(query, {"_id": 0}).sort("created_at", 1)]
+
+    def revoke_tokens(
+        self, *, user: str | None = None, token_hash: str | None = None, at: float
+    ) -> int:
+        if (user is None) == (token_hash is None):
+            raise ValueError("revoke_tokens: give exactly one of user and token_hash")
+        query: dict[str, Any] = {"user": user} if user is not None else {"hash": token_hash}
+        res = self.tokens.update_many({**query, "revoked_at": 0}, {"$set": {"revoked_at": at}})
+        return res.modified_count
+
+    def append_audit(self, entry: AuditEntry) -> None:
+        counter = self.counters.find_one_and_update(
+            {"_id": "audit"}, {"$inc": {"seq": 1}}, upsert=True,
+            return_document=pymongo.ReturnDocument.AFTER,
+        )  # fmt: skip
+        self.audit.insert_one(
+            {"seq": counter["seq"], "at": entry.at, "actor": entry.actor,
+             "action": entry.action, "target": entry.target, "detail": entry.detail}
+        )  # fmt: skip
+
+    def list_audit(self, *, offset: int = 0, limit: int = 100) -> tuple[list[AuditEntry], int]:
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must not be negative")
+        total = self.audit.count_documents({})
+        if limit == 0:
+            return [], total
+        docs = self.audit.find({}, {"_id": 0}).sort("seq", -1).skip(offset).limit(limit)
+        return [
+            AuditEntry(d["at"], d["actor"], d["action"], d["target"], d["detail"], d["seq"])
+            for d in docs
+        ], total
+
 
 def _entry(seq: int, t: Transition) -> dict[str, Any]:
     return {
@@ -183,4 +286,19 @@ def _record(doc: dict[str, Any]) -> JobRecord:
         exit_code=doc["exit_code"],
         history=history,
         info=doc.get("info", {}),
+        team=doc.get("team", ""),
+    )
+
+
+def _team(d: dict[str, Any]) -> Team:
+    return Team(d["name"], Quota(d["gpus"], d["cpus"], d["memory_mb"]), d["created_at"])
+
+
+def _user(d: dict[str, Any]) -> User:
+    return User(d["name"], d["team"], bool(d["admin"]), d["created_at"])
+
+
+def _token(d: dict[str, Any]) -> TokenRecord:
+    return TokenRecord(
+        d["hash"], d["user"], d["prefix"], d["created_at"], d["expires_at"], d["revoked_at"]
     )

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dlaas.accounts import AuditEntry, Quota, Team, TokenRecord, User
 from dlaas.errors import JobNotFound
 from dlaas.status import Status, Transition
 from dlaas.store.base import JobRecord, JobStore
@@ -56,11 +57,46 @@ CREATE TABLE IF NOT EXISTS history (
     exit_code  INTEGER,
     PRIMARY KEY (job_id, seq)
 );
+CREATE TABLE IF NOT EXISTS teams (
+    name       TEXT PRIMARY KEY,
+    gpus       INTEGER NOT NULL DEFAULT 0,
+    cpus       REAL NOT NULL DEFAULT 0,
+    memory_mb  INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS users (
+    name       TEXT PRIMARY KEY,
+    team       TEXT NOT NULL,
+    admin      INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    hash       TEXT PRIMARY KEY,
+    user       TEXT NOT NULL,
+    prefix     TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL DEFAULT 0,
+    revoked_at REAL NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS tokens_user ON tokens (user);
+CREATE TABLE IF NOT EXISTS audit (
+    seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+    at     REAL NOT NULL,
+    actor  TEXT NOT NULL,
+    action TEXT NOT NULL,
+    target TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT ''
+);
+-- Append-only: the audit log refuses changes at the database itself.
+CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 """
 
 _JOB_COLUMNS = (
     "job_id, user, name, manifest_yaml, created_at, status, updated_at, code_key, reason,"
-    " error_code, exit_code, last_seq, info"
+    " error_code, exit_code, last_seq, info, team"
 )
 
 
@@ -93,6 +129,13 @@ class SqliteJobStore(JobStore):
         with self._lock:
             conn = self._connection()
             conn.executescript(_SCHEMA)
+            # A store made before jobs had teams gains the column (every job: no team).
+            columns = {r["name"] for r in conn.execute("PRAGMA table_info(jobs)")}
+            if "team" not in columns:
+                conn.execute("ALTER TABLE jobs ADD COLUMN team TEXT NOT NULL DEFAULT ''")
+        if self.path != ":memory:":
+            # It holds manifests and token hashes: the owner's only.
+            os.chmod(self.path, 0o600)
 
     # -- connection handling ------------------------------------------------------------
 
@@ -150,7 +193,7 @@ class SqliteJobStore(JobStore):
         with self._write() as conn:
             cur = conn.execute(
                 f"INSERT OR IGNORE INTO jobs ({_JOB_COLUMNS})"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     job.job_id,
                     job.user,
@@ -165,6 +208,7 @@ class SqliteJobStore(JobStore):
                     last.exit_code,
                     len(history) - 1,
                     json.dumps(job.info),
+                    job.team,
                 ),
             )
             if cur.rowcount == 0:
@@ -260,6 +304,105 @@ class SqliteJobStore(JobStore):
             conn.execute("DELETE FROM history WHERE job_id = ?", (job_id,))
         return cur.rowcount > 0
 
+    # -- accounts -----------------------------------------------------------------------
+
+    def add_team(self, team: Team) -> bool:
+        q = team.quota
+        with self._write() as conn:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO teams (name, gpus, cpus, memory_mb, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (team.name, q.gpus, q.cpus, q.memory_mb, team.created_at),
+            )
+        return cur.rowcount > 0
+
+    def get_team(self, name: str) -> Team | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT * FROM teams WHERE name = ?", (name,)).fetchone()
+        return _team(row) if row else None
+
+    def list_teams(self) -> list[Team]:
+        with self._read() as conn:
+            return [_team(r) for r in conn.execute("SELECT * FROM teams ORDER BY name")]
+
+    def set_quota(self, name: str, quota: Quota) -> bool:
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE teams SET gpus = ?, cpus = ?, memory_mb = ? WHERE name = ?",
+                (quota.gpus, quota.cpus, quota.memory_mb, name),
+            )
+        return cur.rowcount > 0
+
+    def add_user(self, user: User) -> bool:
+        with self._write() as conn:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO users (name, team, admin, created_at) VALUES (?, ?, ?, ?)",
+                (user.name, user.team, int(user.admin), user.created_at),
+            )
+        return cur.rowcount > 0
+
+    def get_user(self, name: str) -> User | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT * FROM users WHERE name = ?", (name,)).fetchone()
+        return _user(row) if row else None
+
+    def list_users(self) -> list[User]:
+        with self._read() as conn:
+            return [_user(r) for r in conn.execute("SELECT * FROM users ORDER BY name")]
+
+    def add_token(self, token: TokenRecord) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO tokens (hash, user, prefix, created_at, expires_at, revoked_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (token.hash, token.user, token.prefix, token.created_at, token.expires_at,
+                 token.revoked_at),
+            )  # fmt: skip
+
+    def find_token(self, token_hash: str) -> TokenRecord | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT * FROM tokens WHERE hash = ?", (token_hash,)).fetchone()
+        return _token(row) if row else None
+
+    def list_tokens(self, user: str | None = None) -> list[TokenRecord]:
+        clause, args = ("WHERE user = ?", [user]) if user is not None else ("", [])
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT * FROM tokens {clause} ORDER BY created_at", args)
+            return [_token(r) for r in rows]
+
+    def revoke_tokens(
+        self, *, user: str | None = None, token_hash: str | None = None, at: float
+    ) -> int:
+        if (user is None) == (token_hash is None):
+            raise ValueError("revoke_tokens: give exactly one of user and token_hash")
+        column, value = ("user", user) if user is not None else ("hash", token_hash)
+        with self._write() as conn:
+            cur = conn.execute(
+                f"UPDATE tokens SET revoked_at = ? WHERE {column} = ? AND revoked_at = 0",
+                (at, value),
+            )
+        return cur.rowcount
+
+    def append_audit(self, entry: AuditEntry) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
+                (entry.at, entry.actor, entry.action, entry.target, entry.detail),
+            )
+
+    def list_audit(self, *, offset: int = 0, limit: int = 100) -> tuple[list[AuditEntry], int]:
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must not be negative")
+        with self._read() as conn:
+            total = conn.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
+            rows = conn.execute(
+                "SELECT * FROM audit ORDER BY seq DESC LIMIT ? OFFSET ?", (limit, offset)
+            ).fetchall()
+        return [
+            AuditEntry(r["at"], r["actor"], r["action"], r["target"], r["detail"], r["seq"])
+            for r in rows
+        ], total
+
     # -- helpers ------------------------------------------------------------------------
 
     @staticmethod
@@ -282,6 +425,21 @@ class SqliteJobStore(JobStore):
         return out
 
 
+def _team(row: sqlite3.Row) -> Team:
+    return Team(row["name"], Quota(row["gpus"], row["cpus"], row["memory_mb"]), row["created_at"])
+
+
+def _user(row: sqlite3.Row) -> User:
+    return User(row["name"], row["team"], bool(row["admin"]), row["created_at"])
+
+
+def _token(row: sqlite3.Row) -> TokenRecord:
+    return TokenRecord(
+        row["hash"], row["user"], row["prefix"], row["created_at"], row["expires_at"],
+        row["revoked_at"],
+    )  # fmt: skip
+
+
 def _record(row: sqlite3.Row, history: list[Transition]) -> JobRecord:
     return JobRecord(
         job_id=row["job_id"],
@@ -297,4 +455,5 @@ def _record(row: sqlite3.Row, history: list[Transition]) -> JobRecord:
         exit_code=row["exit_code"],
         history=history,
         info=json.loads(row["info"]),
+        team=row["team"],
     )

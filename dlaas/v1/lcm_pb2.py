@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x64laas/v1/lcm.proto\x12\x08\x64laas.v1\"Y\n\x10SubmitJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x15\n\rmanifest_yaml\x18\x03 \x01(\t\x12\x10\n\x08\x63ode_key\x18\x04 \x01(\t\"B\n\x0eSubmitJobReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x10\n\x08warnings\x18\x03 \x03(\t\"6\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"0\n\x0eJobStatusReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\"\x07\n\x05\x45mpty\"D\n\x0eRequeueRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\nis_restart\x18\x03 \x01(\x08\">\n\x0cScaleRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x10\n\x08learners\x18\x03 \x01(\x05\"j\n\x08NodeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x63pus\x18\x02 \x01(\x05\x12\x11\n\tmemory_mb\x18\x03 \x01(\x03\x12\x0c\n\x04gpus\x18\x04 \x01(\x05\x12\x10\n\x08gpu_type\x18\x05 \x01(\t\x12\x0f\n\x07healthy\x18\x06 \x01(\x08\"1\n\x0c\x43lusterReply\x12!\n\x05nodes\x18\x01 \x03(\x0b\x32\x12.dlaas.v1.NodeInfo2\xa9\x03\n\x10LifecycleManager\x12\x41\n\tSubmitJob\x12\x1a.dlaas.v1.SubmitJobRequest\x1a\x18.dlaas.v1.SubmitJobReply\x12\x35\n\x07HaltJob\x12\x10.dlaas.v1.JobRef\x1a\x18.dlaas.v1.JobStatusReply\x12\x37\n\tResumeJob\x12\x10.dlaas.v1.JobRef\x1a\x18.dlaas.v1.JobStatusReply\x12@\n\nRequeueJob\x12\x18.dlaas.v1.RequeueRequest\x1a\x18.dlaas.v1.JobStatusReply\x12<\n\x08ScaleJob\x12\x16.dlaas.v1.ScaleRequest\x1a\x18.dlaas.v1.JobStatusReply\x12.\n\tDeleteJob\x12\x10.dlaas.v1.JobRef\x1a\x0f.dlaas.v1.Empty\x12\x32\n\x07\x43luster\x12\x0f.dlaas.v1.Empty\x1a\x16.dlaas.v1.ClusterReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x64laas/v1/lcm.proto\x12\x08\x64laas.v1\"g\n\x10SubmitJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x15\n\rmanifest_yaml\x18\x03 \x01(\t\x12\x10\n\x08\x63ode_key\x18\x04 \x01(\t\x12\x0c\n\x04team\x18\x05 \x01(\t\"B\n\x0eSubmitJobReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x10\n\x08warnings\x18\x03 \x03(\t\"6\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"0\n\x0eJobStatusReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\"\x07\n\x05\x45mpty\"D\n\x0eRequeueRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\nis_restart\x18\x03 \x01(\x08\">\n\x0cScaleRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x10\n\x08learners\x18\x03 \x01(\x05\"j\n\x08NodeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x63pus\x18\x02 \x01(\x05\x12\x11\n\tmemory_mb\x18\x03 \x01(\x03\x12\x0c\n\x04gpus\x18\x04 \x01(\x05\x12\x10\n\x08gpu_type\x18\x05 \x01(\t\x12\x0f\n\x07healthy\x18\x06 \x01(\x08\"1\n\x0c\x43lusterReply\x12!\n\x05nodes\x18\x01 \x03(\x0b\x32\x12.dlaas.v1.NodeInfo2\xa9\x03\n\x10LifecycleManager\x12\x41\n\tSubmitJob\x12\x1a.dlaas.v1.SubmitJobRequest\x1a\x18.dlaas.v1.SubmitJobReply\x12\x35\n\x07HaltJob\x12\x10.dlaas.v1.JobRef\x1a\x18.dlaas.v1.JobStatusReply\x12\x37\n\tResumeJob\x12\x10.dlaas.v1.JobRef\x1a\x18.dlaas.v1.JobStatusReply\x12@\n\nRequeueJob\x12\x18.dlaas.v1.RequeueRequest\x1a\x18.dlaas.v1.JobStatusReply\x12<\n\x08ScaleJob\x12\x16.dlaas.v1.ScaleRequest\x1a\x18.dlaas.v1.JobStatusReply\x12.\n\tDeleteJob\x12\x10.dlaas.v1.JobRef\x1a\x0f.dlaas.v1.Empty\x12\x32\n\x07\x43luster\x12\x0f.dlaas.v1.Empty\x1a\x16.dlaas.v1.ClusterReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,23 +32,23 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dlaas.v1.lcm_pb2', _globals
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SUBMITJOBREQUEST']._serialized_start=32
-  _globals['_SUBMITJOBREQUEST']._serialized_end=121
-  _globals['_SUBMITJOBREPLY']._serialized_start=123
-  _globals['_SUBMITJOBREPLY']._serialized_end=189
-  _globals['_JOBREF']._serialized_start=191
-  _globals['_JOBREF']._serialized_end=245
-  _globals['_JOBSTATUSREPLY']._serialized_start=247
-  _globals['_JOBSTATUSREPLY']._serialized_end=295
-  _globals['_EMPTY']._serialized_start=297
-  _globals['_EMPTY']._serialized_end=304
-  _globals['_REQUEUEREQUEST']._serialized_start=306
-  _globals['_REQUEUEREQUEST']._serialized_end=374
-  _globals['_SCALEREQUEST']._serialized_start=376
-  _globals['_SCALEREQUEST']._serialized_end=438
-  _globals['_NODEINFO']._serialized_start=440
-  _globals['_NODEINFO']._serialized_end=546
-  _globals['_CLUSTERREPLY']._serialized_start=548
-  _globals['_CLUSTERREPLY']._serialized_end=597
-  _globals['_LIFECYCLEMANAGER']._serialized_start=600
-  _globals['_LIFECYCLEMANAGER']._serialized_end=1025
+  _globals['_SUBMITJOBREQUEST']._serialized_end=135
+  _globals['_SUBMITJOBREPLY']._serialized_start=137
+  _globals['_SUBMITJOBREPLY']._serialized_end=203
+  _globals['_JOBREF']._serialized_start=205
+  _globals['_JOBREF']._serialized_end=259
+  _globals['_JOBSTATUSREPLY']._serialized_start=261
+  _globals['_JOBSTATUSREPLY']._serialized_end=309
+  _globals['_EMPTY']._serialized_start=311
+  _globals['_EMPTY']._serialized_end=318
+  _globals['_REQUEUEREQUEST']._serialized_start=320
+  _globals['_REQUEUEREQUEST']._serialized_end=388
+  _globals['_SCALEREQUEST']._serialized_start=390
+  _globals['_SCALEREQUEST']._serialized_end=452
+  _globals['_NODEINFO']._serialized_start=454
+  _globals['_NODEINFO']._serialized_end=560
+  _globals['_CLUSTERREPLY']._serialized_start=562
+  _globals['_CLUSTERREPLY']._serialized_end=611
+  _globals['_LIFECYCLEMANAGER']._serialized_start=614
+  _globals['_LIFECYCLEMANAGER']._serialized_end=1039
 # @@protoc_insertion_point(module_scope)

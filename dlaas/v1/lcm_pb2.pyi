@@ -7,16 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("job_id", "user", "manifest_yaml", "code_key")
+    __slots__ = ("job_id", "user", "manifest_yaml", "code_key", "team")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_YAML_FIELD_NUMBER: _ClassVar[int]
     CODE_KEY_FIELD_NUMBER: _ClassVar[int]
+    TEAM_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     user: str
     manifest_yaml: str
     code_key: str
-    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., manifest_yaml: _Optional[str] = ..., code_key: _Optional[str] = ...) -> None: ...
+    team: str
+    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., manifest_yaml: _Optional[str] = ..., code_key: _Optional[str] = ..., team: _Optional[str] = ...) -> None: ...
 
 class SubmitJobReply(_message.Message):
     __slots__ = ("job_id", "status", "warnings")

@@ -25,14 +25,15 @@ from dlaas.locations import S3Location
 from dlaas.logs import LogReader
 from dlaas.s3 import client_for, platform_client
 from dlaas.store.base import JobStore, open_store
-from services.api.auth import TokenTable
-from services.api.errors import NoResults, Unauthorized
+from services.api.auth import Authenticator
+from services.api.errors import Forbidden, NoResults, Unauthorized
 
 log = logging.getLogger(__name__)
 
 # Domain error -> HTTP status. Anything not listed is a 500 with no details.
 STATUS_FOR: dict[type[errors.DlaasError], int] = {
     Unauthorized: 401,
+    Forbidden: 403,
     errors.InvalidManifest: 422,
     errors.InvalidRequest: 422,
     errors.JobNotFound: 404,
@@ -87,7 +88,7 @@ class Deps:
     lcm: Any  # dlaas.sdk.LcmClient or anything with submit/halt/resume/scale/delete
     s3: Any  # boto3 client for the platform's S3
     scheduler: Any  # dlaas.sdk.SchedulerClient
-    tokens: TokenTable
+    tokens: Authenticator
     logs: LogReader
     metrics: Metrics
 
@@ -151,16 +152,19 @@ class BodyLimit:
     archive is refused with 413 instead of being stored.
     """
 
-    def __init__(self, app, limit: int):
+    def __init__(self, app, limit: int, data_limit: int = 0):
         self.app = app
         self.limit = limit
+        # Training data uploads (PUT /v1/data/...) have a limit of their own.
+        self.data_limit = data_limit or limit
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.data_limit if scope.get("path", "").startswith("/v1/data/") else self.limit
         length = dict(scope.get("headers") or ()).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            return await self._refuse(send)
+        if length is not None and length.isdigit() and int(length) > limit:
+            return await self._refuse(send, limit)
         received = 0
         started = False
 
@@ -169,8 +173,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise errors.PayloadTooLarge(self._message())
+                if received > limit:
+                    raise errors.PayloadTooLarge(self._message(limit))
             return message
 
         async def tracking_send(message):
@@ -183,13 +187,14 @@ class BodyLimit:
             await self.app(scope, counting_receive, tracking_send)
         except errors.PayloadTooLarge:
             if not started:
-                await self._refuse(send)
+                await self._refuse(send, limit)
 
-    def _message(self) -> str:
-        return f"code: the request is larger than {self.limit // 2**20} MiB"
+    @staticmethod
+    def _message(limit: int) -> str:
+        return f"body: the request is larger than {limit // 2**20} MiB"
 
-    async def _refuse(self, send) -> None:
-        resp = JSONResponse(error_body("payload_too_large", self._message()), 413)
+    async def _refuse(self, send, limit: int) -> None:
+        resp = JSONResponse(error_body("payload_too_large", self._message(limit)), 413)
         await send({"type": "http.response.start", "status": 413, "headers": resp.raw_headers})
         await send({"type": "http.response.body", "body": resp.body})
 
@@ -228,9 +233,7 @@ def create_app(
                 "Docker engine at %s not reachable; logs from S3 only", settings.docker_host
             )
             docker = None
-    tokens = TokenTable(
-        api_settings.tokens.get_secret_value(), api_settings.admin_token.get_secret_value()
-    )
+    tokens = Authenticator(store, api_settings.admin_token.get_secret_value())
     metrics = Metrics()
     deps = Deps(settings, api_settings, store, lcm, s3, scheduler, tokens, None, metrics)  # type: ignore[arg-type]
     deps.logs = LogReader(store, settings, docker, deps.s3_for, poll_s=log_poll_s)
@@ -258,10 +261,18 @@ def create_app(
             metrics.latency.labels(request.method, path).observe(time.perf_counter() - start)
 
     # Manifest and form fields get 1 MiB of headroom above the archive limit.
-    app.add_middleware(BodyLimit, limit=api_settings.max_code_archive_mb * 2**20 + 2**20)
+    app.add_middleware(
+        BodyLimit,
+        limit=api_settings.max_code_archive_mb * 2**20 + 2**20,
+        data_limit=api_settings.max_data_object_mb * 2**20,
+    )
 
+    from services.api.admin import router as admin_router
+    from services.api.data import router as data_router
     from services.api.routes import router, system_router
 
     app.include_router(system_router)
     app.include_router(router)
+    app.include_router(admin_router)
+    app.include_router(data_router)
     return app

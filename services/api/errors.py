@@ -15,3 +15,9 @@ class NoResults(PermanentError):
     """The job exists but has stored no results (yet) (HTTP 404)."""
 
     code = "no_results"
+
+
+class Forbidden(DlaasError):
+    """A known caller asking for what only an administrator may do (HTTP 403)."""
+
+    code = "forbidden"

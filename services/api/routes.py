@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import UploadFile
 
 from dlaas import jobspec
+from dlaas.accounts import audit_entry
 from dlaas.errors import (
     DlaasError,
     InvalidManifest,
@@ -32,7 +33,7 @@ from dlaas.errors import (
     PayloadTooLarge,
     TemporaryError,
 )
-from dlaas.locations import job_locations
+from dlaas.locations import check_buckets, job_locations
 from dlaas.manifest import Manifest, parse_manifest
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
@@ -181,7 +182,14 @@ def _ensure_bucket(deps: Deps) -> None:
                 raise
 
 
+def audit(deps: Deps, caller: Caller, action: str, target: str, detail: str = "") -> None:
+    """Append to the audit log; it never holds secrets (callers pass names and counts)."""
+    deps.store.append_audit(audit_entry(time.time(), caller.user, action, target, detail))
+
+
 def _submit(deps: Deps, caller: Caller, text: str, manifest: Manifest, code: bytes | None):
+    # Bucket names resolve in the caller's team namespace: refuse any other before storing.
+    check_buckets(manifest, caller.team)
     job_id = new_job_id()
     key = ""
     if code is not None:
@@ -189,12 +197,13 @@ def _submit(deps: Deps, caller: Caller, text: str, manifest: Manifest, code: byt
         _ensure_bucket(deps)
         deps.s3.put_object(Bucket=deps.settings.s3_bucket, Key=key, Body=code)
     try:
-        result = deps.lcm.submit(job_id, caller.user, text, key)
+        result = deps.lcm.submit(job_id, caller.user, text, key, team=caller.team)
     except BaseException:
         # Nothing half-created: a refused job leaves no archive behind.
         if key:
             _delete_code(deps, key)
         raise
+    audit(deps, caller, "submit", job_id, f"team={caller.team} learners={manifest.learners}")
     return result
 
 
@@ -346,6 +355,7 @@ def halt_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
     """Halt a job: its learners checkpoint and stop, its logs are kept, it ends HALTED."""
     record = _owned(deps, caller, job_id)
     status = deps.lcm.halt(job_id, record.user, f"halted by {caller.user} through the API")
+    audit(deps, caller, "halt", job_id)
     return StatusReply(job_id=job_id, status=status)
 
 
@@ -354,6 +364,7 @@ def resume_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
     """Resume a HALTED job: it is queued again and continues from its last checkpoint."""
     record = _owned(deps, caller, job_id)
     status = deps.lcm.resume(job_id, record.user, f"resumed by {caller.user} through the API")
+    audit(deps, caller, "resume", job_id)
     return StatusReply(job_id=job_id, status=status)
 
 
@@ -368,6 +379,7 @@ def scale_job(job_id: str, body: ScaleRequest, deps: DepsDep, caller: CallerDep)
     if manifest is not None:
         check_scale(manifest, body.learners, job_id)
     status = deps.lcm.scale(job_id, body.learners, record.user)
+    audit(deps, caller, "scale", job_id, f"learners={body.learners}")
     return ScaleReply(job_id=job_id, status=status, learners=body.learners)
 
 
@@ -378,6 +390,7 @@ def delete_job(job_id: str, deps: DepsDep, caller: CallerDep) -> Response:
     deps.lcm.delete(job_id, record.user)
     if record.code_key:
         _delete_code(deps, record.code_key)
+    audit(deps, caller, "delete", job_id)
     return Response(status_code=204)
 
 
@@ -440,7 +453,7 @@ def _tar_gz_stream(s3, bucket: str, objects: list[dict], strip: str) -> Iterator
 def job_results(job_id: str, deps: DepsDep, caller: CallerDep) -> StreamingResponse:
     """Download every result object of a job (model, logs, ...) as one tar.gz."""
     record = _owned(deps, caller, job_id)
-    _, results = job_locations(parse_manifest(record.manifest_yaml), deps.settings)
+    _, results = job_locations(parse_manifest(record.manifest_yaml), deps.settings, record.team)
     s3 = deps.s3_for(results)
     prefix = results.prefix + jobspec.results_prefix(job_id)
     objects: list[dict] = []

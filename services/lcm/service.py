@@ -19,14 +19,17 @@ import threading
 import time
 from collections.abc import Callable
 
+import botocore.exceptions
 import requests
 
 from dlaas import errors, jobspec
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper
 from dlaas.grpc_errors import translate_errors
-from dlaas.locations import S3Location, job_locations
+from dlaas.job_identities import JobIdentities
+from dlaas.locations import S3Location, check_buckets, job_locations
 from dlaas.manifest import Manifest, parse_manifest, resolve_image
+from dlaas.namespace import job_policy
 from dlaas.nodes import NodeSpec
 from dlaas.sdk import SchedulerClient
 from dlaas.status import Status
@@ -51,6 +54,8 @@ NODE_LOST_AFTER = 2
 # PENDING was written): the leader deploys it again (idempotent). Checked this often.
 PENDING_STALE_S = 20.0
 PENDING_CHECK_S = 5.0
+# How often the leader revokes the S3 identities of jobs whose containers are gone.
+IDENTITY_SWEEP_S = 5.0
 
 
 def backoff_s(restart: int) -> float:
@@ -68,8 +73,17 @@ class Lcm:
         scheduler: SchedulerClient,
         nodes: list[NodeSpec],
         clock: Callable[[], float] = time.time,
+        identities: JobIdentities | None = None,
+        s3: object = None,
     ):
         self.settings = settings
+        # Per-job S3 identities and the platform's own S3 client (results buckets are made
+        # by the platform: a job's identity may not create buckets).
+        self.identities = identities or JobIdentities(
+            settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key.get_secret_value()
+        )
+        self._s3 = s3
+        self._last_sweep = 0.0
         self.keeper = keeper
         self.store = store
         if isinstance(deployers, Deployer):
@@ -99,12 +113,13 @@ class Lcm:
     # ---- use cases -------------------------------------------------------------------
 
     def submit(
-        self, job_id: str, user: str, manifest_yaml: str, code_key: str
+        self, job_id: str, user: str, manifest_yaml: str, code_key: str, team: str = ""
     ) -> tuple[str, list[str]]:
         """Record the job as QUEUED and queue it; refuse what can never run. Idempotent by id."""
         if not job_id or not user:
             raise errors.InvalidRequest("job_id and user are required")
         manifest = parse_manifest(manifest_yaml)
+        check_buckets(manifest, team)
         image = resolve_image(manifest, self.settings.learner_image)
         if not self.deployer.image_present(image):
             raise errors.ImageUnavailable(
@@ -121,6 +136,7 @@ class Lcm:
             updated_at=now,
             code_key=code_key,
             info={"image": image, "learners_requested": manifest.learners},
+            team=team,
         )
         if not self.store.create(record):
             existing = self.store.get(job_id)
@@ -348,6 +364,7 @@ class Lcm:
                 d.signal_helper(job_id)
                 d.wait_helper(job_id, HELPER_FINISH_TIMEOUT_S)
             d.remove_job(job_id)
+        self._revoke(job_id)
 
     # ---- placement loop (leader only) -----------------------------------------------
 
@@ -403,6 +420,7 @@ class Lcm:
                 self._enqueue_due()
                 self.redeploy_stale()
                 self.place_round()
+                self.sweep_identities()
             except errors.TemporaryError as exc:
                 log.warning("placement round: %s", exc.message)
             except Exception:
@@ -528,17 +546,7 @@ class Lcm:
                 s = s.model_copy(
                     update={"s3_endpoint_for_containers": spec.s3_endpoint_for_containers}
                 )
-            data, results = job_locations(manifest, s, for_containers=True)
-            code = None
-            if record.code_key:
-                endpoint = s.s3_endpoint_for_containers or s.s3_endpoint
-                code = S3Location(
-                    endpoint,
-                    self.settings.s3_access_key,
-                    self.settings.s3_secret_key.get_secret_value(),
-                    self.settings.s3_bucket,
-                    record.code_key,
-                )
+            data, results, code = self._job_access(job_id, record, manifest, s)
             plan = deployment_plan(
                 platform_id=self.settings.platform_id,
                 job_id=job_id,
@@ -582,10 +590,94 @@ class Lcm:
             job_id, Status.DOWNLOADING, f"{len(placement)} learner(s) and the helper started"
         )
 
+    def _job_access(
+        self, job_id: str, record: JobRecord, manifest: Manifest, s: PlatformSettings
+    ) -> tuple[S3Location | None, S3Location, S3Location | None]:
+        """(data, results, code) as the job's containers reach them, with the job's own keys.
+
+        Locations in the platform's S3 get the job's scoped identity instead of the
+        platform's key (which never enters a container); a user's own store keeps the
+        user's credentials. The results bucket is made here: the job may not make buckets.
+        """
+        data, results = job_locations(manifest, s, record.team, for_containers=True)
+        endpoint = s.s3_endpoint_for_containers or s.s3_endpoint
+        code = None
+        if record.code_key:
+            code = S3Location(endpoint, "", "", self.settings.s3_bucket, record.code_key,
+                              platform=True)  # fmt: skip
+        if results.platform:
+            self._ensure_bucket(results.bucket)
+        policy = job_policy(
+            job_id,
+            data=(data.bucket, data.prefix) if data is not None and data.platform else None,
+            results=(results.bucket, jobspec.results_prefix(job_id)) if results.platform else None,
+            code=(code.bucket, code.prefix) if code is not None else None,
+        )
+        key, secret = self.identities.issue(job_id, policy)
+
+        def scoped(loc: S3Location | None) -> S3Location | None:
+            return loc.with_keys(key, secret) if loc is not None and loc.platform else loc
+
+        scoped_results = scoped(results)
+        assert scoped_results is not None
+        return scoped(data), scoped_results, scoped(code)
+
+    def _ensure_bucket(self, bucket: str) -> None:
+        if self._s3 is None:
+            from dlaas.s3 import platform_client
+
+            self._s3 = platform_client(self.settings)
+        try:
+            self._s3.head_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+        except botocore.exceptions.ClientError:
+            try:
+                self._s3.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+            except botocore.exceptions.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in (
+                    "BucketAlreadyOwnedByYou",
+                    "BucketAlreadyExists",
+                ):
+                    raise errors.TemporaryError(f"results bucket {bucket}: {exc}") from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise errors.TemporaryError(f"the platform's S3 is not answering: {exc}") from None
+
+    def _revoke(self, job_id: str) -> None:
+        """Revoke the job's S3 identity; a failure is left to the leader's sweep."""
+        try:
+            self.identities.revoke(job_id)
+        except errors.TemporaryError as exc:
+            log.warning("%s; the leader's sweep revokes it later", exc.message)
+
+    def sweep_identities(self) -> None:
+        """Revoke the S3 identity of every ended job that has no containers left (leader only).
+
+        A job's identity lives while its containers do: the helper of a halted or finished
+        job still uploads checkpoints and logs until the monitor removes it. Only ended (or
+        deleted) jobs are swept: a queued job's teardown revokes its own identity, and one
+        being deployed right now must keep the key it was just given.
+        """
+        now = self.clock()
+        if now - self._last_sweep < IDENTITY_SWEEP_S:
+            return
+        self._last_sweep = now
+        for job_id in self.identities.job_users():
+            state = self.keeper.get(job_id)
+            if state is not None and not state.final:
+                continue
+            if any(d.containers(job_id) for d in self._deployers_of(job_id)):
+                continue
+            # Read again: a resume may have moved it on while its containers were listed.
+            again = self.keeper.get(job_id)
+            if again is not None and not again.final:
+                continue
+            log.info("revoking the S3 identity of %s: it ended and has no containers", job_id)
+            self._revoke(job_id)
+
     def _fail(self, job_id: str, reason: str, code: str) -> None:
         self.keeper.try_transition(job_id, Status.FAILED, reason, error_code=code)
         for d in self._deployers_of(job_id):
             d.remove_job(job_id)
+        self._revoke(job_id)
         self.scheduler.release(job_id)
 
     def reconcile(self) -> None:
@@ -631,7 +723,7 @@ class LcmServicer(lcm_pb2_grpc.LifecycleManagerServicer):
     @translate_errors
     def SubmitJob(self, request, context):
         status, warnings = self.lcm.submit(
-            request.job_id, request.user, request.manifest_yaml, request.code_key
+            request.job_id, request.user, request.manifest_yaml, request.code_key, request.team
         )
         return lcm_pb2.SubmitJobReply(job_id=request.job_id, status=status, warnings=warnings)
 

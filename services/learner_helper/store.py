@@ -190,11 +190,19 @@ def download_prefix(
 
 
 def ensure_bucket(client, bucket: str) -> None:
+    """Make the bucket if it is missing.
+
+    In the platform's S3 the job's own identity may write only under its prefix: the
+    platform made the bucket, and asking about the bucket itself is refused (403). Writing
+    then tells whether the identity really may.
+    """
     try:
         client.head_bucket(Bucket=bucket)
         return
     except botocore.exceptions.ClientError as exc:
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status == 403:
+            return
         if status != 404 and exc.response.get("Error", {}).get("Code") not in _NOT_FOUND:
             raise classify(exc, f"bucket {bucket!r}", upload=True) from None
     except botocore.exceptions.BotoCoreError as exc:

@@ -21,7 +21,9 @@ import httpx
 import pytest
 
 from dlaas import jobspec, platform
+from dlaas.accounts import DEFAULT_TEAM
 from dlaas.client import DlaasClient, pack_code
+from dlaas.namespace import team_bucket
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -47,22 +49,24 @@ def live(home, docker_client):
         base_url=cfg["url"], headers={"Authorization": f"Bearer {cfg['token']}"}, timeout=30
     )
     s3 = platform.platform_s3(home)
-    _upload_digits(s3)
+    _upload_digits(http)
     yield http, s3, docker_client
     http.close()
 
 
-def _upload_digits(s3) -> None:
+def _upload_digits(http) -> None:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("prepare", REPO / "examples/digits/prepare.py")
     prepare = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(prepare)
-    try:
-        s3.create_bucket(Bucket="digits-data")
-    except s3.exceptions.BucketAlreadyOwnedByYou:
-        pass
-    s3.put_object(Bucket="digits-data", Key="digits.npz", Body=prepare.digits_npz())
+    # As a user does (`dlaas data upload`): through the API, into the team's namespace.
+    r = http.put("/v1/data/digits-data/digits.npz", content=prepare.digits_npz())
+    assert r.status_code == 200, r.text
+
+
+# The user `dlaas up` makes is in team "default": its buckets are "default--NAME".
+RESULTS = team_bucket(DEFAULT_TEAM, "digits-results")
 
 
 def submit(http, manifest: str, code_dir: Path | None = None) -> str:
@@ -111,15 +115,13 @@ def test_digits_example_completes_with_model_in_s3_and_logs_readable(live):
     manifest = (REPO / "examples/digits/manifest.yaml").read_text()
     job_id = submit(http, manifest, REPO / "examples/digits")
     job = wait_final(http, job_id)
-    assert job["status"] == "COMPLETED", job["history"]
+    assert job["status"] == "COMPLETED", [(h["status"], h["reason"]) for h in job["history"]]
     statuses = [h["status"] for h in job["history"]]
     assert statuses == ["QUEUED", "PENDING", "DOWNLOADING", "PROCESSING", "STORING", "COMPLETED"]
     assert all(h["reason"] for h in job["history"])
-    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="digits-results")["Contents"]}
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=RESULTS)["Contents"]}
     assert {f"{job_id}/model.npz", f"{job_id}/metrics.json", f"{job_id}/logs/learner-0.log"} <= keys
-    metrics = json.loads(
-        s3.get_object(Bucket="digits-results", Key=f"{job_id}/metrics.json")["Body"].read()
-    )
+    metrics = json.loads(s3.get_object(Bucket=RESULTS, Key=f"{job_id}/metrics.json")["Body"].read())
     assert metrics["test_accuracy"] > 0.9
     lines = logs(http, job_id)
     assert any(re.match(r"epoch 20/20 loss=", line) for line in lines)
@@ -135,7 +137,7 @@ def test_two_learners_exchange_gradients_and_agree(live):
     manifest = (REPO / "examples/ddp/manifest.yaml").read_text()
     job_id = submit(http, manifest, REPO / "examples/ddp")
     job = wait_final(http, job_id)
-    assert job["status"] == "COMPLETED", job["history"]
+    assert job["status"] == "COMPLETED", [(h["status"], h["reason"]) for h in job["history"]]
     sums = set()
     for learner in (0, 1):
         text = "\n".join(logs(http, job_id, learner))
@@ -223,7 +225,7 @@ def test_halt_checkpoints_and_resume_continues_from_the_checkpoint(live):
     reply = http.post(f"/v1/jobs/{job_id}/resume")
     assert reply.status_code == 200, reply.text
     job = wait_final(http, job_id)
-    assert job["status"] == "COMPLETED", job["history"]
+    assert job["status"] == "COMPLETED", [(h["status"], h["reason"]) for h in job["history"]]
     lines = logs(http, job_id)
     resumed = [line for line in lines if line.startswith("resuming from the checkpoint of epoch")]
     assert resumed, lines

@@ -57,12 +57,21 @@ def test_up_starts_every_component(up_state):
 
 def test_client_config_is_private_and_works(up_state):
     state_dir, info, _ = up_state
-    for secret_file in ("client.json", "secrets.json"):
+    for secret_file in ("client.json", "admin.json", "secrets.json", "jobs.db"):
         mode = stat.S_IMODE(os.stat(state_dir / secret_file).st_mode)
         assert mode == 0o600, f"{secret_file} has mode {oct(mode)}"
     config = _client(state_dir)
     assert config["url"] == info.api_url
-    assert config["token"] and config["admin_token"] and config["token"] != config["admin_token"]
+    # The user's configuration holds no administrator's token.
+    assert set(config) == {"url", "token"}
+    admin = json.loads((state_dir / "admin.json").read_text())
+    assert admin["admin_token"] and admin["admin_token"] != config["token"]
+    me = httpx.get(
+        f"{config['url']}/v1/me", headers={"Authorization": f"Bearer {config['token']}"}, timeout=5
+    ).json()
+    assert me == {"user": "user", "team": "default", "admin": False}
+    # up says how to add a user.
+    assert any("dlaas users add" in line for line in up_state[2])
 
     assert httpx.get(f"{config['url']}/health", timeout=5).status_code == 200
     auth = {"Authorization": f"Bearer {config['token']}"}

@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dlaas import jobspec
+from dlaas.accounts import TokenRecord, User, token_hash
 from dlaas.config import ApiSettings, PlatformSettings
 from dlaas.errors import (
     CapacityExceeded,
@@ -37,7 +38,7 @@ from dlaas.v1 import lcm_pb2, lcm_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from services.api.app import create_app
 from services.api.archive import normalize_archive
 
-ALICE, BOB, ADMIN = "tok-alice", "tok-bob", "tok-admin"
+ALICE, BOB, CAROL, ADMIN = "tok-alice", "tok-bob", "tok-carol", "tok-admin"
 CLUSTER_CPUS = 8.0  # the fake cluster: 8 CPUs in all
 
 MANIFEST = """
@@ -101,6 +102,7 @@ class FakeLcm(lcm_pb2_grpc.LifecycleManagerServicer):
                 manifest_yaml=request.manifest_yaml,
                 created_at=time.time(),
                 code_key=request.code_key,
+                team=request.team,
             )
         )
         return lcm_pb2.SubmitJobReply(job_id=request.job_id, status="QUEUED")
@@ -182,8 +184,16 @@ def make_settings(s3_server, store_path, lcm_addr: str) -> tuple[PlatformSetting
         lcm_addr=lcm_addr,
         scheduler_addr=lcm_addr,
     )
-    api = ApiSettings(tokens=f"{ALICE}:alice,{BOB}:bob", admin_token=ADMIN, max_code_archive_mb=1)
+    api = ApiSettings(admin_token=ADMIN, max_code_archive_mb=1)
     return settings, api
+
+
+def seed_users(store) -> None:
+    """alice and bob with the tokens ALICE and BOB, in no team (bucket names as given);
+    carol in team vision (bucket names in vision's namespace)."""
+    for name, token, team in (("alice", ALICE, ""), ("bob", BOB, ""), ("carol", CAROL, "vision")):
+        store.add_user(User(name, team, False, 1.0))
+        store.add_token(TokenRecord(token_hash(token), name, token[:6], 1.0))
 
 
 class Env:
@@ -224,6 +234,7 @@ class Env:
 def env(s3_server, s3_client, job_store, tmp_path):
     server, addr, lcm, sched = start_fakes(job_store)
     settings, api = make_settings(s3_server, tmp_path / "jobs.db", addr)
+    seed_users(job_store)
     app = create_app(
         settings,
         api,
@@ -396,12 +407,13 @@ def test_unknown_image_is_refused_at_submit(env):
 def test_lcm_down_is_a_503_and_leaves_nothing(s3_server, s3_client, job_store, tmp_path):
     dead = f"127.0.0.1:{free_port()}"
     settings, api = make_settings(s3_server, tmp_path / "j.db", dead)
+    seed_users(job_store)
     app = create_app(
         settings, api, store=job_store, lcm=LcmClient(dead, timeout=2), s3=s3_client, docker=False
     )
     with TestClient(app) as client:
         files = {
-            "manifest": ("m.yml", MANIFEST.format(learners=1, results="r")),
+            "manifest": ("m.yml", MANIFEST.format(learners=1, results="r-results")),
             "code": ("c.tar.gz", tar_gz({"train.py": b"x"})),
         }
         r = client.post("/v1/jobs", files=files, headers=auth(ALICE))
@@ -820,6 +832,7 @@ def test_a_gang_in_restart_back_off_says_so(env):
 def test_scheduler_down_still_shows_the_job_with_a_note(s3_server, s3_client, job_store, tmp_path):
     server, addr, _, _ = start_fakes(job_store)
     settings, api = make_settings(s3_server, tmp_path / "j.db", addr)
+    seed_users(job_store)
     dead = SchedulerClient(f"127.0.0.1:{free_port()}", timeout=2)
     app = create_app(
         settings, api, store=job_store, lcm=LcmClient(addr), s3=s3_client, docker=False,
@@ -827,7 +840,7 @@ def test_scheduler_down_still_shows_the_job_with_a_note(s3_server, s3_client, jo
     )  # fmt: skip
     try:
         with TestClient(app) as client:
-            files = {"manifest": ("m.yml", MANIFEST.format(learners=1, results="r"))}
+            files = {"manifest": ("m.yml", MANIFEST.format(learners=1, results="r-results"))}
             job_id = client.post("/v1/jobs", files=files, headers=auth(ALICE)).json()["job_id"]
             r = client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE))
             assert r.status_code == 200, r.text

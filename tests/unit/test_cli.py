@@ -15,7 +15,7 @@ import time
 
 import pytest
 import uvicorn
-from test_api import ADMIN, ALICE, MANIFEST, make_settings, put_log, start_fakes
+from test_api import ADMIN, ALICE, MANIFEST, make_settings, put_log, seed_users, start_fakes
 from typer.testing import CliRunner
 
 from dlaas.cli import app, eta_text, queue_reason
@@ -46,6 +46,7 @@ class Server:
 def server(s3_server, s3_client, job_store, tmp_path):
     grpc_server, addr, lcm, sched = start_fakes(job_store)
     settings, api = make_settings(s3_server, tmp_path / "jobs.db", addr)
+    seed_users(job_store)
     application = create_app(
         settings, api, store=job_store, lcm=LcmClient(addr), s3=s3_client, docker=False,
         scheduler=SchedulerClient(addr), log_poll_s=0.05,

@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 
+from dlaas.accounts import Quota, Team, TokenRecord, User, audit_entry, token_hash
 from dlaas.errors import JobNotFound
 from dlaas.status import Status, Transition
 from dlaas.store import open_store
@@ -405,3 +406,102 @@ def test_mongo_replay_repairs_status_after_a_crash_between_updates():
     assert s.record_transition("j1", 1, t(Status.PENDING, 101.0, "placed")) is False
     got = s.get("j1")
     assert (got.status, got.reason, len(got.history)) == (Status.PENDING, "placed", 2)
+
+
+# --------------------------------------------------------------------------- accounts
+
+
+def test_teams_add_get_list_and_quota(store):
+    assert store.add_team(Team("vision", Quota(8, 16.0, 4096), 1.0))
+    assert not store.add_team(Team("vision", Quota(1, 1.0, 1), 2.0))  # name taken: kept
+    assert store.add_team(Team("nlp", created_at=3.0))
+    assert [t.name for t in store.list_teams()] == ["nlp", "vision"]
+    assert store.get_team("vision") == Team("vision", Quota(8, 16.0, 4096), 1.0)
+    assert store.get_team("nobody") is None
+    assert store.set_quota("nlp", Quota(4, 8.0, 1024))
+    assert store.get_team("nlp").quota == Quota(4, 8.0, 1024)
+    assert not store.set_quota("nobody", Quota(1, 1.0, 1))
+
+
+def test_users_add_get_list(store):
+    assert store.add_user(User("alice", "vision", False, 1.0))
+    assert not store.add_user(User("alice", "nlp", True, 2.0))
+    assert store.add_user(User("root", "ops", True, 3.0))
+    assert store.get_user("alice") == User("alice", "vision", False, 1.0)
+    assert store.get_user("bob") is None
+    assert [(u.name, u.admin) for u in store.list_users()] == [("alice", False), ("root", True)]
+
+
+def test_tokens_are_found_by_hash_and_revoked_by_user_or_hash(store):
+    a1 = TokenRecord(token_hash("t1"), "alice", "t1", 1.0)
+    a2 = TokenRecord(token_hash("t2"), "alice", "t2", 2.0, expires_at=50.0)
+    b1 = TokenRecord(token_hash("t3"), "bob", "t3", 3.0)
+    for tok in (a1, a2, b1):
+        store.add_token(tok)
+    assert store.find_token(token_hash("t1")) == a1
+    assert store.find_token(token_hash("nope")) is None
+    assert [t.prefix for t in store.list_tokens("alice")] == ["t1", "t2"]
+    assert len(store.list_tokens()) == 3
+    assert store.revoke_tokens(token_hash=token_hash("t3"), at=10.0) == 1
+    assert store.revoke_tokens(token_hash=token_hash("t3"), at=11.0) == 0  # already revoked
+    assert store.find_token(token_hash("t3")).revoked_at == 10.0
+    assert store.revoke_tokens(user="alice", at=12.0) == 2
+    assert not store.find_token(token_hash("t1")).valid_at(13.0)
+    assert a2.valid_at(49.0) and not a2.valid_at(50.0)
+
+
+def test_token_store_never_holds_the_token_itself(store):
+    store.add_token(TokenRecord(token_hash("dlt_secret-token"), "alice", "dlt_secr", 1.0))
+    assert all("dlt_secret-token" not in repr(t) for t in store.list_tokens())
+
+
+def test_audit_is_newest_first_and_paged(store):
+    for i in range(5):
+        store.append_audit(audit_entry(float(i), "alice", "submit", f"job-{i}", "x" * 1000))
+    entries, total = store.list_audit(offset=1, limit=2)
+    assert total == 5
+    assert [e.target for e in entries] == ["job-3", "job-2"]
+    assert entries[0].seq > entries[1].seq
+    assert len(entries[0].detail) == 300  # bounded
+
+
+def test_job_records_keep_their_team(store):
+    store.create(job("jt", team="vision"))
+    assert store.get("jt").team == "vision"
+    assert store.list(user="alice")[0][0].team == "vision"
+
+
+def test_sqlite_audit_log_refuses_changes_and_file_is_private(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "jobs.db"
+    s = SqliteJobStore(path)
+    s.append_audit(audit_entry(1.0, "admin", "add-user", "alice"))
+    s.close()
+    assert path.stat().st_mode & 0o077 == 0
+    conn = sqlite3.connect(path)
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("DELETE FROM audit")
+    conn.close()
+
+
+def test_sqlite_store_made_before_teams_gains_the_column(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, user TEXT NOT NULL, name TEXT NOT NULL,"
+        " manifest_yaml TEXT NOT NULL, created_at REAL NOT NULL, status TEXT NOT NULL,"
+        " updated_at REAL NOT NULL, code_key TEXT NOT NULL DEFAULT '', reason TEXT NOT NULL"
+        " DEFAULT '', error_code TEXT NOT NULL DEFAULT '', exit_code INTEGER, last_seq INTEGER"
+        " NOT NULL DEFAULT 0, info TEXT NOT NULL DEFAULT '{}')"
+    )
+    conn.execute(
+        "INSERT INTO jobs VALUES ('old', 'u', 'n', 'm', 1.0, 'COMPLETED', 1.0, '', '', '',"
+        " NULL, 0, '{}')"
+    )
+    conn.commit()
+    conn.close()
+    s = SqliteJobStore(path)
+    assert s.get("old").team == ""

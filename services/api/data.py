@@ -1,0 +1,121 @@
+"""The REST API's data routes: upload and list training data in the caller's team namespace.
+
+`dlaas data upload BUCKET FILES` and `dlaas data ls` go through here, so a user never holds
+the platform's S3 key: the API writes with it, into `team--bucket` only (dlaas.namespace).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Annotated
+
+from botocore.exceptions import ClientError
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
+
+from dlaas.errors import InvalidRequest, PayloadTooLarge
+from dlaas.namespace import NamespaceError, check_bucket, team_bucket, user_bucket
+from services.api.routes import CallerDep, DepsDep, audit
+
+router = APIRouter(prefix="/v1/data", tags=["data"])
+
+MAX_KEY = 512
+# Bodies are spooled to disk beyond this, then streamed to S3.
+SPOOL_BYTES = 8 * 2**20
+
+
+class DataObject(BaseModel):
+    key: str
+    size: int
+
+
+class BucketListing(BaseModel):
+    bucket: str
+    objects: list[DataObject]
+    truncated: bool
+
+
+class UploadReply(BaseModel):
+    bucket: str
+    key: str
+    size: int
+
+
+def _bucket(caller, name: str) -> str:
+    try:
+        return team_bucket(caller.team, check_bucket(caller.team, name))
+    except NamespaceError as exc:
+        raise InvalidRequest(f"bucket: {exc}") from None
+
+
+def _key(key: str) -> str:
+    if not key or len(key) > MAX_KEY or "\x00" in key or key.startswith("/"):
+        raise InvalidRequest(f"key: must be 1-{MAX_KEY} characters, no NUL, not starting with '/'")
+    if ".." in key.split("/"):
+        raise InvalidRequest("key: must not contain '..' segments")
+    return key
+
+
+@router.get("", response_model=list[str])
+def list_buckets(deps: DepsDep, caller: CallerDep) -> list[str]:
+    """Your team's buckets (names as you use them in manifests)."""
+    prefix = team_bucket(caller.team, "")
+    names = [b["Name"] for b in deps.s3.list_buckets().get("Buckets", [])]
+    return sorted(user_bucket(caller.team, n) for n in names if prefix and n.startswith(prefix))
+
+
+@router.get("/{bucket}", response_model=BucketListing)
+def list_objects(
+    bucket: str,
+    deps: DepsDep,
+    caller: CallerDep,
+    prefix: Annotated[str, Query(max_length=MAX_KEY)] = "",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+) -> BucketListing:
+    """Objects in one of your team's buckets."""
+    real = _bucket(caller, bucket)
+    try:
+        page = deps.s3.list_objects_v2(Bucket=real, Prefix=prefix, MaxKeys=limit)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
+            raise InvalidRequest(f"bucket: your team has no bucket {bucket!r}") from None
+        raise
+    return BucketListing(
+        bucket=bucket,
+        objects=[DataObject(key=o["Key"], size=o["Size"]) for o in page.get("Contents", [])],
+        truncated=bool(page.get("IsTruncated")),
+    )
+
+
+@router.put("/{bucket}/{key:path}", response_model=UploadReply)
+async def upload(bucket: str, key: str, request: Request, deps: DepsDep, caller: CallerDep):
+    """Upload one object (the request body) into one of your team's buckets (made if new)."""
+    real, key = _bucket(caller, bucket), _key(key)
+    limit = deps.api.max_data_object_mb * 2**20
+    size = 0
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"body: larger than {deps.api.max_data_object_mb} MiB")
+            spool.write(chunk)
+        spool.seek(0)
+
+        def put() -> None:
+            try:
+                deps.s3.head_bucket(Bucket=real)
+            except ClientError:
+                try:
+                    deps.s3.create_bucket(Bucket=real)
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") not in (
+                        "BucketAlreadyOwnedByYou",
+                        "BucketAlreadyExists",
+                    ):
+                        raise
+            deps.s3.upload_fileobj(spool, real, key)
+
+        await run_in_threadpool(put)
+    audit(deps, caller, "data-upload", f"{bucket}/{key}", f"{size} bytes")
+    return UploadReply(bucket=bucket, key=key, size=size)
