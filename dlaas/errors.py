@@ -69,6 +69,14 @@ class ImageUnavailable(PermanentError):
     code = "image_unavailable"
 
 
+class DeployRefused(PermanentError):
+    """The container engine refused the job's containers for the job's own reason (a 4xx
+    from Docker, the OCI runtime failing to create or start it): deploying again would
+    only be refused again."""
+
+    code = "deploy_refused"
+
+
 class PayloadTooLarge(PermanentError):
     code = "payload_too_large"
 

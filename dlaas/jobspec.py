@@ -6,6 +6,7 @@ place, so the deployer, the monitor, the helper and the learner wrapper agree. P
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 # Labels on every container, network and volume the platform creates.
@@ -66,6 +67,27 @@ LEARNER_CPU_SHARES = 256
 
 def network_name(job_id: str) -> str:
     return f"dlaas-{job_id}"
+
+
+# The host interface of a job's bridge network: "dl" + 5 hex digits of the platform id +
+# 8 of the job id, 15 characters (Linux's limit for an interface name). Every job bridge of
+# one platform shares the prefix, so the host firewall (dlaas.firewall) fences them all
+# in with one interface match ("-i dl1a2b3+"). The prefix never matches the extra
+# engines' own bridges ("dlaas-br201": "s" is no hex digit).
+BRIDGE_PREFIX_HEX = 5
+BRIDGE_JOB_HEX = 8
+
+
+def _hex(text: str, digits: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:digits]
+
+
+def bridge_prefix(platform_id: str) -> str:
+    return "dl" + _hex(platform_id, BRIDGE_PREFIX_HEX)
+
+
+def bridge_name(platform_id: str, job_id: str) -> str:
+    return bridge_prefix(platform_id) + _hex(job_id, BRIDGE_JOB_HEX)
 
 
 def volume_name(job_id: str) -> str:

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlaas import servers
+from dlaas import firewall, jobspec, servers
 from dlaas.accounts import DEFAULT_TEAM, audit_entry
 from dlaas.nodes import NodeSpec, dump_nodes, machine_capacity
 
@@ -416,13 +416,28 @@ class _Up:
             port=_keep_or_new_port(self.config.get("s3_port")),
             log=self.state.logs / "s3.log",
         )
-        self.config.update(s3_port=server.port)
+        self.config.update(s3_port=server.port, s3_grpc_port=server.grpc_port)
         self.save_config()
         self.state.write_pid(
             "s3", {"pid": server.pid, "match": str(server.data_dir), "address": server.endpoint}
         )
         self.progress(f"s3: started SeaweedFS on {server.endpoint} (pid {server.pid})")
         return server.endpoint
+
+    # -- the host firewall fencing job containers in (dlaas.firewall)
+    def firewall(self, platform_id: str, s3_port: int) -> None:
+        grpc_port = self.config.get("s3_grpc_port")
+        try:
+            firewall.apply(platform_id, s3_port, grpc_port)
+        except firewall.FirewallError as e:
+            raise PlatformError(f"firewall: {e}") from None
+        self.progress(
+            f"firewall: job bridges {jobspec.bridge_prefix(platform_id)}* reach only S3 "
+            f"(port {s3_port}) and their own network"
+        )
+        if not grpc_port:
+            # Started by a version that did not record it: restart S3 to fence it.
+            self.progress("firewall: the S3 gRPC port is unknown; `dlaas down` + `up` fences it")
 
     def bucket(self, s3_endpoint: str, bucket: str) -> None:
         client = servers.make_s3_client(
@@ -685,6 +700,8 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
         platform_id=platform_id,
     )
     run.save_config()
+    # Before any service runs: no job container may ever start unfenced.
+    run.firewall(platform_id, int(s3_port))
 
     env = {
         "DLAAS_PLATFORM_ID": platform_id,
@@ -798,9 +815,31 @@ def down(state_dir: Path | None = None, progress: Progress = print) -> list[str]
                 stopped.append(name)
             if name in EXTRA_ETCD:
                 state.forget(name)
+        _remove_firewall(state, progress)
     if not stopped:
         progress("nothing was running")
     return stopped
+
+
+def _remove_firewall(state: StateDir, progress: Progress) -> None:
+    """Remove the platform's firewall rules, unless job bridges they fence still exist.
+
+    `down` leaves the jobs' containers on the machine's engine when it did not start that
+    engine: their networks (and the hostile code in them) stay fenced in until the LCM
+    removes them after the next `up`; a later `down` then removes the rules.
+    """
+    platform_id = _read_json(state.root / "platform.json").get("platform_id")
+    if not platform_id:
+        return
+    prefix = jobspec.bridge_prefix(platform_id)
+    left = sorted(p.name for p in Path("/sys/class/net").glob(f"{prefix}*"))
+    try:
+        if left:
+            progress(f"firewall: kept, {len(left)} job network(s) still exist ({left[0]} ...)")
+        elif firewall.remove(platform_id):
+            progress("firewall: rules removed")
+    except firewall.FirewallError as e:
+        progress(f"firewall: {e}")
 
 
 def _stop_recorded(state: StateDir, name: str, progress: Progress) -> bool:

@@ -348,6 +348,9 @@ class S3Server:
     secret_key: str = field(repr=False)
     data_dir: Path
     process: ManagedProcess
+    # The S3 gateway's gRPC port: bound with the S3 port (SeaweedFS has no bind flag of its
+    # own for it), so on every interface; dlaas.firewall drops it from all but loopback.
+    grpc_port: int = 0
 
     @property
     def endpoint(self) -> str:
@@ -411,7 +414,8 @@ def start_seaweedfs(
     Every port is set explicitly: SeaweedFS otherwise derives gRPC ports as port+10000 and
     uses fixed defaults for the others, which collide between two instances. Only the S3
     gateway listens on `bind` (containers reach it through the Docker bridge gateway); the
-    unauthenticated master/volume/filer stay on loopback. `port` pins the S3 port (the
+    unauthenticated master/volume/filer stay on loopback (the S3 gateway's gRPC port follows
+    its HTTP port's address: see S3Server.grpc_port). `port` pins the S3 port (the
     platform keeps it across restarts); the internal ports are always fresh.
     """
     if not access_key or not secret_key:
@@ -466,7 +470,7 @@ def start_seaweedfs(
             return e.code < 500
 
     _started(mp, ready, timeout, f"SeaweedFS S3 on {endpoint}")
-    return S3Server("127.0.0.1", s3, access_key, secret_key, data_dir, mp)
+    return S3Server("127.0.0.1", s3, access_key, secret_key, data_dir, mp, grpc_port=s3_grpc)
 
 
 # --------------------------------------------------------------------------- Redis

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the platform and its tests need on a Debian 12 machine (as root), idempotently:
-# the servers from Debian's archive (Docker engine, etcd, Redis, docker-compose, debootstrap),
-# then a virtualenv in .venv with the project installed editable with its test extras.
+# the servers from Debian's archive (Docker engine, etcd, Redis, docker-compose, debootstrap,
+# iptables), then a virtualenv in .venv with the project installed editable with its test extras.
 # A second run changes nothing and takes a second: packages present are not reinstalled and
 # pip runs again only when pyproject.toml changed.
 set -euo pipefail
@@ -21,6 +21,7 @@ declare -A PACKAGES=(
   [redis-server]=redis-server
   [docker-compose]=docker-compose
   [debootstrap]=debootstrap
+  [iptables]=iptables  # dlaas up fences job containers in with host firewall rules
 )
 missing=()
 for bin in "${!PACKAGES[@]}"; do

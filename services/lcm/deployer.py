@@ -5,11 +5,25 @@ container are found by name first and created only if missing, so deploying twic
 again after a crash between steps, leaves exactly one set. Learners start together: if
 any container cannot be created, the ones created in this attempt are removed again and
 nothing is started (all or none).
+
+Containers run the job's code, treated as hostile: every one drops all capabilities (the
+plan adds back only what it names: nothing today, so no NET_RAW), may not gain privileges
+(no-new-privileges), is never privileged, mounts nothing of the host (the job volume is
+its only mount, /tmp a size-bounded tmpfs), and has a process limit. The job's network is
+a bridge named with the platform's prefix, which the host firewall (dlaas.firewall)
+fences in.
+
+Errors: an engine that refuses a container for the job's own reason (a 4xx; the OCI
+runtime failing to create or start it) raises DeployRefused, with the engine's reason
+with env values hidden: deploying again would be refused again. A name conflict is a
+TemporaryError; a missing image ImageUnavailable; anything else (the engine not
+answering, a 5xx of its own) propagates for the caller to retry.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import docker
@@ -18,16 +32,57 @@ from docker.types import DeviceRequest
 
 from dlaas import jobspec
 from dlaas.docker_calls import quiet
-from dlaas.errors import ImageUnavailable, TemporaryError
+from dlaas.errors import DeployRefused, ImageUnavailable, TemporaryError
 from services.lcm.plan import ContainerSpec, DeploymentPlan
 
 log = logging.getLogger(__name__)
+
+BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
+# A 500 from the engine that is the job's doing: the OCI runtime could not create or start
+# the container (a NUL in an env value, a command missing from the image, ...).
+_RUNTIME_REFUSED = re.compile(r"OCI runtime (create|start|exec) failed|runc (create|run|start)")
+# ... unless the runtime failed for the node's reasons: then the job is deployed again.
+_NODE_TROUBLE = re.compile(
+    r"context canceled|deadline exceeded|connection refused|ttrpc: closed|no space left"
+    r"|cannot allocate memory|resource temporarily unavailable|too many open files",
+    re.IGNORECASE,
+)
+# runc quotes a bad env entry whole ("NAME=value"); values may hold secrets.
+_QUOTED_ENV = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)=(?:[^"\\]|\\.)*"')
+_SECRET_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
+MAX_REASON_CHARS = 500
+
+
+def refusal(exc: docker.errors.APIError) -> bool:
+    """Whether the engine refused for the job's own reason (never for its own state)."""
+    status = exc.status_code or 0
+    explanation = str(exc.explanation or "")
+    if 400 <= status < 500:
+        # 404: something the deploy made vanished (a concurrent teardown); 409: a
+        # concurrent deploy. Neither is the job's fault.
+        return status not in (404, 409)
+    return (
+        status == 500
+        and bool(_RUNTIME_REFUSED.search(explanation))
+        and not _NODE_TROUBLE.search(explanation)
+    )
+
+
+def redact(text: str, plan: DeploymentPlan) -> str:
+    """The engine's message fit for the job's status: env values out, bounded length."""
+    text = _QUOTED_ENV.sub(r'"\1=<hidden>"', text)
+    for spec in plan.containers:
+        for name, value in spec.env.items():
+            if value and len(value) >= 4 and _SECRET_NAME.search(name):
+                text = text.replace(value, "<hidden>")
+    return text[:MAX_REASON_CHARS]
 
 
 class Deployer:
     def __init__(self, client: docker.DockerClient):
         self.client = client
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="deploy")
+        self._layer_limit_ok: bool | None = None  # found out at the first deploy
 
     def ping(self) -> bool:
         """Whether the engine answers now."""
@@ -53,10 +108,23 @@ class Deployer:
     def _network(self, plan: DeploymentPlan):
         found = self.client.networks.list(names=[plan.network])
         exact = [n for n in found if n.name == plan.network]
-        if exact:
-            return exact[0]
+        for net in exact:
+            if (net.attrs.get("Options") or {}).get(BRIDGE_NAME_OPTION) == plan.bridge:
+                return net
+            # Made before job bridges were named (an upgrade): outside the firewall's reach.
+            # Removed while no container holds it; else the deploy is tried again later.
+            try:
+                net.remove()
+            except docker.errors.APIError as e:
+                raise TemporaryError(f"network {plan.network} is unfenced and in use: "
+                                     f"{e.explanation}") from None  # fmt: skip
         return self.client.networks.create(
-            plan.network, driver="bridge", labels=plan.labels, check_duplicate=True
+            plan.network,
+            driver="bridge",
+            labels=plan.labels,
+            check_duplicate=True,
+            # The firewall matches a platform's job bridges by this name's prefix.
+            options={BRIDGE_NAME_OPTION: plan.bridge},
         )
 
     def _volume(self, plan: DeploymentPlan) -> None:
@@ -68,9 +136,39 @@ class Deployer:
     def _existing(self, plan: DeploymentPlan) -> dict[str, object]:
         return {c.attrs["Names"][0].lstrip("/"): c for c in self.containers(plan.job_id)}
 
+    def _layer_limit(self, image: str) -> bool:
+        """Whether the engine bounds a container's writable layer (storage_opt size).
+
+        overlay2 does only on xfs mounted with pquota, which `docker info` does not show:
+        on xfs one container is created with a size to find out. Asked once per engine.
+        """
+        if self._layer_limit_ok is None:
+            info = self.client.info()
+            driver = info.get("Driver", "")
+            backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem", "")
+            ok = driver in ("btrfs", "zfs", "devicemapper", "windowsfilter") or (
+                driver == "overlay2" and backing == "xfs"
+            )
+            if ok:
+                try:
+                    probe = self.client.api.create_container(
+                        image, command=["true"],
+                        host_config=self.client.api.create_host_config(
+                            storage_opt={"size": "64m"}
+                        ),
+                    )  # fmt: skip
+                    self.client.api.remove_container(probe["Id"], force=True)
+                except docker.errors.APIError as e:
+                    log.info("writable layers stay unbounded on this engine: %s", e.explanation)
+                    ok = False
+            self._layer_limit_ok = ok
+        return self._layer_limit_ok
+
     def _create(self, spec: ContainerSpec, plan: DeploymentPlan):
         api = self.client.api
         host_config = api.create_host_config(
+            # The job volume is the only mount: nothing of the host (no bind of a host
+            # path, no Docker socket).
             binds={plan.volume: {"bind": jobspec.JOB_MOUNT, "mode": "rw"}},
             network_mode=plan.network,
             init=True,
@@ -78,6 +176,16 @@ class Deployer:
             cpu_shares=spec.cpu_shares or None,
             mem_limit=f"{spec.mem_limit_mb}m" if spec.mem_limit_mb else None,
             device_requests=self._gpus(spec),
+            pids_limit=spec.pids_limit,
+            privileged=False,
+            cap_drop=["ALL"],
+            cap_add=list(spec.cap_add) or None,
+            # No setuid binary in the image lifts a process above what it started with.
+            security_opt=["no-new-privileges"],
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.tmp_mb}m"},
+            storage_opt={"size": f"{spec.disk_mb}m"}
+            if spec.disk_mb and self._layer_limit(spec.image)
+            else None,
         )
         networking = api.create_networking_config(
             {plan.network: api.create_endpoint_config(aliases=list(spec.aliases))}
@@ -111,9 +219,29 @@ class Deployer:
         return [DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])]
 
     def deploy(self, plan: DeploymentPlan) -> list[str]:
-        """Create what is missing and start what is not running; return the container names."""
+        """Create what is missing and start what is not running; return the container names.
+
+        Raise DeployRefused when the engine refuses the job's containers for the job's own
+        reason (see the module doc), ImageUnavailable, TemporaryError; an engine that does
+        not answer raises what the client raised (requests' errors).
+        """
+        try:
+            return self._deploy(plan)
+        except docker.errors.ImageNotFound as exc:
+            raise ImageUnavailable(f"image not found on the node: {exc.explanation}") from None
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:
+                # A concurrent deploy created it first: converge next time.
+                raise TemporaryError(f"name conflict: {exc.explanation}") from None
+            if refusal(exc):
+                reason = redact(str(exc.explanation or exc), plan)
+                raise DeployRefused(f"the container engine refused the job: {reason}") from None
+            raise
+
+    def _deploy(self, plan: DeploymentPlan) -> list[str]:
         self._network(plan)
         self._volume(plan)
+        self._layer_limit(plan.helper.image)  # found out once, before the parallel creates
         existing = self._existing(plan)
         missing = [spec for spec in plan.containers if spec.name not in existing]
         # The gang's containers are created together; on any failure none of them stays.
@@ -121,13 +249,7 @@ class Deployer:
         failures = [out for out in outcomes if isinstance(out, Exception)]
         if failures:
             self._remove_ids([out for out in outcomes if isinstance(out, str)])
-            exc = failures[0]
-            if isinstance(exc, docker.errors.ImageNotFound):
-                raise ImageUnavailable(f"image not found on the node: {exc.explanation}") from None
-            if isinstance(exc, docker.errors.APIError) and exc.status_code == 409:
-                # A concurrent deploy created it first: converge next time.
-                raise TemporaryError(f"container name conflict: {exc.explanation}") from None
-            raise exc
+            raise failures[0]
         existing = self._existing(plan)
         to_start = [c for c in existing.values() if c.status == "created"]
         # Start the gang together; one slow start must not hold the others back.

@@ -2,6 +2,12 @@
 
 Pure logic. `deployment_plan()` turns a manifest plus its placement into plain container
 specs; the Docker adapter (deployer.py) makes the world match them idempotently.
+
+Every container runs the job's code, which the platform treats as hostile, so each spec
+carries limits beyond the manifest's CPUs and memory: a process count, a size-bounded
+/tmp and a bound on its writable layer (where the engine can enforce one). What holds
+for every container alike (all capabilities dropped, no-new-privileges, the job volume
+as the only mount) is the deployer's, not a setting.
 """
 
 from __future__ import annotations
@@ -11,6 +17,25 @@ from dataclasses import dataclass, field
 from dlaas import jobspec
 from dlaas.locations import S3Location
 from dlaas.manifest import Manifest
+
+# Processes per container: a fork bomb stops here, not at the node's pid table. Learners
+# get room for data-loader workers and their threads; the helper runs a few threads.
+LEARNER_PIDS_LIMIT = 4096
+HELPER_PIDS_LIMIT = 512
+# The helper is the platform's own code, but it runs in the job's network next to the
+# job's code and unpacks the job's archive: it is bounded too. Measured with the digits
+# example: its peak is far below this (see the README's isolation section).
+HELPER_NANO_CPUS = 1_000_000_000
+HELPER_MEMORY_MB = 512
+# /tmp is a tmpfs of this size (its pages count against the container's memory limit).
+# The helper downloads the code archive there: this must exceed the API's
+# max_code_archive_mb (64 MiB by default).
+LEARNER_TMP_MB = 1024
+HELPER_TMP_MB = 256
+# The writable layer, where the engine's storage driver can bound it (overlay2 only on
+# xfs with pquota; the deployer probes and otherwise leaves it unbounded).
+LEARNER_DISK_MB = 10240
+HELPER_DISK_MB = 1024
 
 
 @dataclass(frozen=True)
@@ -28,6 +53,12 @@ class ContainerSpec:
     gpus: int = 0
     aliases: tuple[str, ...] = ()
     learner: int | None = None
+    pids_limit: int = LEARNER_PIDS_LIMIT
+    tmp_mb: int = LEARNER_TMP_MB  # size of the /tmp tmpfs
+    disk_mb: int = LEARNER_DISK_MB  # writable layer, where the engine can bound it
+    # Capabilities added back after dropping all: none is needed by the helper, the learner
+    # wrapper or the examples (they run as root in files root owns).
+    cap_add: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -35,6 +66,7 @@ class DeploymentPlan:
     job_id: str
     network: str
     volume: str
+    bridge: str  # the network's host interface (jobspec.bridge_name): the firewall's handle
     labels: dict[str, str]
     helper: ContainerSpec
     learners: list[ContainerSpec] = field(default_factory=list)
@@ -93,6 +125,11 @@ def deployment_plan(
         env=helper_env,
         labels={**labels, jobspec.LABEL_ROLE: jobspec.ROLE_HELPER},
         aliases=("helper",),
+        nano_cpus=HELPER_NANO_CPUS,
+        mem_limit_mb=HELPER_MEMORY_MB,
+        pids_limit=HELPER_PIDS_LIMIT,
+        tmp_mb=HELPER_TMP_MB,
+        disk_mb=HELPER_DISK_MB,
     )
     specs = []
     for i in range(learners):
@@ -122,6 +159,7 @@ def deployment_plan(
         job_id=job_id,
         network=jobspec.network_name(job_id),
         volume=jobspec.volume_name(job_id),
+        bridge=jobspec.bridge_name(platform_id, job_id),
         labels=labels,
         helper=helper,
         learners=specs,

@@ -564,6 +564,11 @@ class Lcm:
         except errors.ImageUnavailable as exc:
             self._fail(job_id, exc.message, "image_missing")
             return
+        except errors.DeployRefused as exc:
+            # The engine refused the job's own containers (a 4xx, the OCI runtime failing
+            # them): every redeploy would be refused again, holding the allocation forever.
+            self._fail(job_id, exc.message, exc.code)
+            return
         except errors.TemporaryError as exc:
             log.warning("deploy %s: %s; will retry", job_id, exc.message)
             return

@@ -2,17 +2,21 @@
 
 Deploying is idempotent (twice, or after a crash between steps, leaves one set of
 containers), learners get the platform env, limits and labels, a missing image fails the
-job with a reason, a gang that can never fit is refused leaving nothing behind, and a
-halted job ends HALTED with its learners stopped.
+job with a reason, a deploy the engine refuses for the job's own reason fails the job with
+the engine's reason and frees its allocation, a gang that can never fit is refused leaving
+nothing behind, and a halted job ends HALTED with its learners stopped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
+import requests
 from lcm_support import containers, submit
 
+import services.lcm.service as lcm_service
 from dlaas import errors, jobspec
 from dlaas.status import Status
 from services.lcm.service import PENDING_CHECK_S, PENDING_STALE_S
@@ -87,6 +91,64 @@ def test_missing_image_fails_the_job_with_a_reason_and_leaves_nothing(lcm, docke
         submit(lcm, job, image="no-such/image:1")
     with pytest.raises(errors.JobNotFound):
         lcm.store.get(job)
+
+
+def _learners_changed(monkeypatch, **changes):
+    """Deploy plans whose learners carry `changes`: what Docker refuses, past any check at
+    submit time (the deploy path must be safe on its own)."""
+    real = lcm_service.deployment_plan
+
+    def plan(**kw):
+        p = real(**kw)
+        return dataclasses.replace(
+            p, learners=[dataclasses.replace(s, **changes) for s in p.learners]
+        )
+
+    monkeypatch.setattr(lcm_service, "deployment_plan", plan)
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"mem_limit_mb": 1}, "Minimum memory limit"),  # Docker: 400 at create
+        # runc fails to start it (a 500 from Docker); its message quotes the env entry.
+        ({"env": {"MY_TOKEN": "s3cr3t-value\x00rest"}}, "can't contain null"),
+    ],
+    ids=["memory-1MB", "nul-in-env"],
+)
+def test_a_deploy_the_engine_refuses_fails_the_job_and_frees_its_allocation(
+    lcm, docker_client, monkeypatch, changes, says
+):
+    job, after = (f"job-{time.monotonic_ns():x}-{i}" for i in range(2))
+    submit(lcm, job, learners=1)
+    _learners_changed(monkeypatch, **changes)
+    lcm.place_round()
+    state = lcm.keeper.get(job)
+    assert state.status == Status.FAILED and state.error_code == "deploy_refused"
+    assert says in state.reason and "refused" in state.reason
+    assert "s3cr3t" not in state.reason  # the env value stays out of the job's status
+    assert lcm.store.get(job).status == Status.FAILED
+    assert not containers(docker_client, job)
+    # Its allocation is free: a gang filling the whole node (4 x 0.5 cpus) is placed.
+    monkeypatch.undo()
+    submit(lcm, after, learners=4)
+    lcm.place_round()
+    assert lcm.keeper.get(after).status == Status.DOWNLOADING
+
+
+def test_an_engine_that_does_not_answer_is_retried_not_failed(lcm, docker_client, monkeypatch):
+    job = f"job-{time.monotonic_ns():x}"
+    submit(lcm, job, learners=1)
+
+    def unreachable(plan):
+        raise requests.exceptions.ConnectionError("connection refused")
+
+    monkeypatch.setattr(lcm.deployer, "deploy", unreachable)
+    lcm.place_round()
+    assert lcm.keeper.get(job).status == Status.PENDING  # deployed again later
+    monkeypatch.undo()
+    lcm.deploy(job, [{"learner": 0, "node": "local", "gpu_indices": []}])
+    assert lcm.keeper.get(job).status == Status.DOWNLOADING
 
 
 def test_gang_that_can_never_fit_is_refused_and_leaves_no_record(lcm):
