@@ -88,6 +88,8 @@ _MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*$", re.IGNORECASE)
 # Spaces are allowed: FfDL examples use names such as "pytorch ddl" (the name is only shown).
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URL_RE = re.compile(r"^https?://[^\s/?#]+(?:[/?#]\S*)?$", re.IGNORECASE)
+_BUCKET_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 def parse_memory_mb(value: Any) -> int:
@@ -138,6 +140,13 @@ class Connection(BaseModel):
     )
     region: Short | None = None
 
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not _URL_RE.match(v):
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return v
+
     @model_validator(mode="before")
     @classmethod
     def _aliases(cls, data: Any) -> Any:
@@ -157,6 +166,14 @@ class Connection(BaseModel):
 
 class Bucket(_Model):
     container: str = Field(min_length=1, max_length=MAX_SHORT)
+
+    @field_validator("container")
+    @classmethod
+    def _bucket_name(cls, v: str) -> str:
+        # What S3 clients accept as a bucket name; anything else fails in the client later.
+        if not _BUCKET_RE.match(v):
+            raise ValueError("must be a bucket name: letters, digits, '.', '_' and '-'")
+        return v
 
 
 class DataStore(_Model):
@@ -302,15 +319,27 @@ class Manifest(_Model):
         return data
 
 
+# Fields named in problems as the manifest documents them (pydantic reports aliases).
+_SHOWN_NAMES = {(None, "memory_mb"): "memory"} | {
+    ("connection", alias): ours
+    for alias, ours in (
+        ("auth_url", "endpoint"),
+        ("user_name", "access_key"),
+        ("password", "secret_key"),
+    )
+}
+
+
 def _field_path(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []
-    for item in loc:
+    for i, item in enumerate(loc):
         if isinstance(item, int):
             parts.append(f"[{item}]")
         elif item in ("function-after[_elastic_range()]",):
             continue
         else:
-            name = "memory" if item == "memory_mb" else str(item)
+            parent = None if i == 0 else loc[i - 1]
+            name = _SHOWN_NAMES.get((parent, str(item)), str(item))
             parts.append(("." if parts else "") + name)
     return "".join(parts) or "(manifest)"
 

@@ -360,3 +360,19 @@ def test_many_problems_are_capped():
     text = with_lines("evaluation_metrics:", *[f'  k{i}: "\\0"' for i in range(100)])
     found = problems(text)
     assert len(found) <= 21 and "more" in found[-1], found
+
+
+@pytest.mark.parametrize(
+    ("lines", "path"),
+    [
+        (["    connection: {endpoint: 'not a url'}"], "data_stores[0].connection.endpoint"),
+        (["    connection: {auth_url: 'ftp://host'}"], "data_stores[0].connection.endpoint"),
+        (["    connection: {endpoint: 'http://'}"], "data_stores[0].connection.endpoint"),
+        (["    training_data: {container: 'a/b'}"], "data_stores[0].training_data.container"),
+        (["    training_results: {container: 'x y'}"],
+         "data_stores[0].training_results.container"),
+    ],
+)  # fmt: skip
+def test_store_endpoints_and_buckets_are_checked(lines, path):
+    found = problems(with_lines("data_stores:", "  - id: a", "    type: s3", *lines))
+    assert any(p.startswith(f"{path}:") for p in found), found
