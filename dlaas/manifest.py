@@ -143,7 +143,7 @@ class Connection(BaseModel):
     @field_validator("endpoint")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
-        if v is not None and not _URL_RE.match(v):
+        if v and not _URL_RE.match(v):  # empty: the platform's own S3, as when absent
             raise ValueError("must be an http:// or https:// URL with a host")
         return v
 
