@@ -4,12 +4,20 @@ Pure logic, no I/O: `parse_manifest(text)` turns YAML into a validated `Manifest
 raises `InvalidManifest` whose every problem names the field path and what is wrong.
 FfDL's manifests parse unchanged: its S3-style store types map to our S3 store and its
 connection keys (auth_url, user_name, password) map to ours.
+
+Everything a manifest holds is bounded before it reaches a store, a proto or Docker:
+numbers fit their proto types (and Docker's minimums), strings and lists have a length
+limit and no NUL, the YAML has no aliases (no "billion laughs") and nests at most
+`MAX_DEPTH` levels, so a refusal is always an `InvalidManifest` naming the field and
+never an overflow or a RecursionError further on.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -42,6 +50,23 @@ RESERVED_ENV = frozenset(
 # Store types that are S3 (FfDL used several names for the same thing).
 S3_STORE_TYPES = frozenset({"s3", "s3_datastore", "mount_cos", "cos", "s3_object_store"})
 
+# Bounds. The numbers are those of the protos the manifest travels in (int32 learners,
+# gpus and priority; int64 memory_mb) and of Docker (a container needs at least 6 MiB).
+INT32_MAX = 2**31 - 1
+MIN_MEMORY_MB = 6
+MAX_MEMORY_MB = 2**30  # 1 PiB: far above any node, far below int64 bytes
+MIN_CPUS = 0.01  # Docker's smallest CPU quota
+MAX_MANIFEST_BYTES = 2**20
+MAX_DEPTH = 32  # nesting of mappings and lists, anywhere in the manifest
+MAX_FREEFORM_BYTES = 64 * 2**10  # evaluation_metrics, as JSON
+MAX_ENV = 256
+MAX_DATA_STORES = 16
+MAX_COMMAND = 32 * 2**10
+MAX_ENV_VALUE = 32 * 2**10
+MAX_TEXT = 4096  # description
+MAX_SHORT = 256  # versions, ids, keys, bucket names, image names, ...
+MAX_URL = 2048
+
 # Framework names the platform's own learner image serves (any version).
 BUILTIN_FRAMEWORKS = frozenset({"python", "python3", "numpy", "dlaas"})
 
@@ -63,6 +88,8 @@ _MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*$", re.IGNORECASE)
 # Spaces are allowed: FfDL examples use names such as "pytorch ddl" (the name is only shown).
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URL_RE = re.compile(r"^https?://[^\s/?#]+(?:[/?#]\S*)?$", re.IGNORECASE)
+_BUCKET_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 def parse_memory_mb(value: Any) -> int:
@@ -71,18 +98,30 @@ def parse_memory_mb(value: Any) -> int:
         # ValueError, not TypeError: pydantic reports only ValueErrors as field errors.
         raise ValueError("must be a size such as 512MiB or 2Gb, not a boolean")  # noqa: TRY004
     if isinstance(value, int | float):
-        mib = float(value)
+        try:
+            mib = float(value)
+        except OverflowError:  # an int beyond any float
+            raise ValueError(f"must be at most {MAX_MEMORY_MB} MiB (1 PiB)") from None
     elif isinstance(value, str):
         m = _MEM_RE.match(value)
         if not m:
-            raise ValueError(f"{value!r} is not a size; use a number with a unit such as 512MiB or 2Gb")
+            raise ValueError(
+                f"{value!r} is not a size; use a number with a unit such as 512MiB or 2Gb"
+            )
         unit = (m.group(2) or "mi").lower()  # a bare number means MiB
         mib = float(m.group(1)) * _UNITS[unit] / 1024**2
     else:
         raise ValueError("must be a size such as 512MiB or 2Gb")  # noqa: TRY004
+    if math.isnan(mib):
+        raise ValueError("must be a size such as 512MiB or 2Gb, not NaN")
     if mib <= 0:
         raise ValueError("must be greater than zero")
+    if mib > MAX_MEMORY_MB:  # also infinity; round() would overflow on it
+        raise ValueError(f"must be at most {MAX_MEMORY_MB} MiB (1 PiB)")
     return max(1, round(mib))
+
+
+Short = Annotated[str, Field(max_length=MAX_SHORT)]
 
 
 class _Model(BaseModel):
@@ -94,10 +133,19 @@ class Connection(BaseModel):
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
-    endpoint: str | None = Field(default=None, validation_alias="auth_url")
-    access_key: str | None = Field(default=None, validation_alias="user_name")
-    secret_key: SecretStr | None = Field(default=None, validation_alias="password")
-    region: str | None = None
+    endpoint: str | None = Field(default=None, validation_alias="auth_url", max_length=MAX_URL)
+    access_key: str | None = Field(default=None, validation_alias="user_name", max_length=MAX_URL)
+    secret_key: SecretStr | None = Field(
+        default=None, validation_alias="password", max_length=MAX_URL
+    )
+    region: Short | None = None
+
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v and not _URL_RE.match(v):  # empty: the platform's own S3, as when absent
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -117,12 +165,20 @@ class Connection(BaseModel):
 
 
 class Bucket(_Model):
-    container: str = Field(min_length=1)
+    container: str = Field(min_length=1, max_length=MAX_SHORT)
+
+    @field_validator("container")
+    @classmethod
+    def _bucket_name(cls, v: str) -> str:
+        # What S3 clients accept as a bucket name; anything else fails in the client later.
+        if not _BUCKET_RE.match(v):
+            raise ValueError("must be a bucket name: letters, digits, '.', '_' and '-'")
+        return v
 
 
 class DataStore(_Model):
-    id: str = Field(min_length=1)
-    type: str
+    id: str = Field(min_length=1, max_length=MAX_SHORT)
+    type: Short
     training_data: Bucket | None = None
     training_results: Bucket | None = None
     connection: Connection = Field(default_factory=Connection)
@@ -139,10 +195,10 @@ class DataStore(_Model):
 
 
 class Framework(_Model):
-    name: str = Field(min_length=1)
-    version: str = "latest"
-    image: str | None = None
-    command: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=MAX_SHORT)
+    version: Short = "latest"
+    image: str | None = Field(default=None, min_length=1, max_length=MAX_SHORT)
+    command: str = Field(min_length=1, max_length=MAX_COMMAND)
 
     @field_validator("version", mode="before")
     @classmethod
@@ -151,27 +207,29 @@ class Framework(_Model):
 
 
 class Checkpoint(_Model):
-    interval_s: int = Field(default=300, ge=0, description="0 turns periodic checkpoints off")
+    interval_s: int = Field(
+        default=300, ge=0, le=INT32_MAX, description="0 turns periodic checkpoints off"
+    )
 
 
 class Manifest(_Model):
     name: str
-    description: str = ""
-    version: str = "1.0"
+    description: str = Field(default="", max_length=MAX_TEXT)
+    version: Short = "1.0"
     learners: int = Field(default=1, ge=1, le=1024)
-    cpus: float = Field(default=1.0, gt=0, le=1024)
+    cpus: float = Field(default=1.0, ge=MIN_CPUS, le=1024, allow_inf_nan=False)
     gpus: int = Field(default=0, ge=0, le=64)
-    gpu_type: str | None = None
+    gpu_type: Short | None = None
     memory_mb: int = Field(default=1024, validation_alias="memory")
-    data_stores: list[DataStore] = Field(default_factory=list)
+    data_stores: list[DataStore] = Field(default_factory=list, max_length=MAX_DATA_STORES)
     framework: Framework
     evaluation_metrics: dict[str, Any] | None = None
-    min_learners: int | None = Field(default=None, ge=1)
-    max_learners: int | None = Field(default=None, ge=1)
-    priority: int = 0
+    min_learners: int | None = Field(default=None, ge=1, le=1024)
+    max_learners: int | None = Field(default=None, ge=1, le=1024)
+    priority: int = Field(default=0, ge=-INT32_MAX - 1, le=INT32_MAX)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     max_restarts: int = Field(default=0, ge=0, le=100)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV)
 
     @field_validator("name")
     @classmethod
@@ -190,7 +248,18 @@ class Manifest(_Model):
     @field_validator("memory_mb", mode="before")
     @classmethod
     def _memory(cls, v: Any) -> int:
-        return parse_memory_mb(v)
+        mib = parse_memory_mb(v)
+        if mib < MIN_MEMORY_MB:
+            raise ValueError(f"must be at least {MIN_MEMORY_MB} MiB (Docker's minimum)")
+        return mib
+
+    @field_validator("evaluation_metrics")
+    @classmethod
+    def _metrics_size(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Free-form, shown back by `show`: bounded so one job cannot bloat every listing.
+        if v is not None and len(json.dumps(v, default=str)) > MAX_FREEFORM_BYTES:
+            raise ValueError(f"must be at most {MAX_FREEFORM_BYTES // 1024} KiB (as JSON)")
+        return v
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -212,9 +281,14 @@ class Manifest(_Model):
         for key, value in v.items():
             if not isinstance(key, str) or not _ENV_RE.match(key):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
+            if len(key) > MAX_SHORT:
+                raise ValueError(f"variable names are at most {MAX_SHORT} characters")
             if key in RESERVED_ENV:
                 raise ValueError(f"{key} is set by the platform and cannot be overridden")
-            out[key] = value if isinstance(value, str) else str(value)
+            value = value if isinstance(value, str) else str(value)
+            if len(value) > MAX_ENV_VALUE:
+                raise ValueError(f"{key}: values are at most {MAX_ENV_VALUE // 1024} KiB")
+            out[key] = value
         return out
 
     @model_validator(mode="after")
@@ -245,17 +319,39 @@ class Manifest(_Model):
         return data
 
 
+# Fields named in problems as the manifest documents them (pydantic reports aliases).
+_SHOWN_NAMES = {(None, "memory_mb"): "memory"} | {
+    ("connection", alias): ours
+    for alias, ours in (
+        ("auth_url", "endpoint"),
+        ("user_name", "access_key"),
+        ("password", "secret_key"),
+    )
+}
+
+
 def _field_path(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []
-    for item in loc:
+    for i, item in enumerate(loc):
         if isinstance(item, int):
             parts.append(f"[{item}]")
         elif item in ("function-after[_elastic_range()]",):
             continue
         else:
-            name = "memory" if item == "memory_mb" else str(item)
+            parent = None if i == 0 else loc[i - 1]
+            name = _SHOWN_NAMES.get((parent, str(item)), str(item))
             parts.append(("." if parts else "") + name)
     return "".join(parts) or "(manifest)"
+
+
+# A refusal lists at most this many problems: a huge bad manifest gets a short answer.
+MAX_PROBLEMS = 20
+
+
+def _capped(problems: list[str]) -> list[str]:
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    return [*problems[:MAX_PROBLEMS], f"(manifest): and {len(problems) - MAX_PROBLEMS} more"]
 
 
 def errors_from_validation(exc: ValidationError) -> list[str]:
@@ -266,24 +362,99 @@ def errors_from_validation(exc: ValidationError) -> list[str]:
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
         out.append(f"{_field_path(tuple(err['loc']))}: {msg}")
-    return out
+    return _capped(out)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _bad_text(s: str) -> str:
+    """What is wrong with a string no store, proto or Docker call can carry, or ''."""
+    if "\x00" in s:
+        return "must not contain a NUL character"
+    if _SURROGATE.search(s):  # e.g. a lone "\ud800" in JSON: not encodable as UTF-8
+        return "must be valid Unicode text (it holds a lone surrogate)"
+    return ""
+
+
+def check_shape(data: Any) -> None:
+    """Raise InvalidManifest unless `data` nests at most MAX_DEPTH levels and every
+    string in it (keys too) is text every adapter can carry.
+
+    Iterative on purpose: a deep document must not overflow the stack here either.
+    """
+    problems: list[str] = []
+    stack: list[tuple[tuple[Any, ...], Any, int]] = [((), data, 1)]
+    while stack:
+        path, value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                problems.append(f"{_field_path(path)}: nested deeper than {MAX_DEPTH} levels")
+                continue
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str) and (bad := _bad_text(key)):
+                    # The parent is named: the bad name itself is no help to read.
+                    problems.append(f"{_field_path(path)}: a field name {bad}")
+                stack.append(((*path, key), item, depth + 1))
+        elif isinstance(value, str) and (bad := _bad_text(value)):
+            problems.append(f"{_field_path(path)}: {bad}")
+    if problems:
+        raise InvalidManifest(_capped(problems))
+
+
+class _ManifestLoader(yaml.SafeLoader):
+    """YAML's safe loader without anchors or aliases, and with bounded nesting.
+
+    Aliases let a few hundred bytes expand to gigabytes ("billion laughs"), and the
+    composer recurses once per level, so deep nesting would end in a RecursionError.
+    A manifest has no use for either; both are refused where they appear.
+    """
+
+    def __init__(self, stream: str | bytes) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if event.anchor is not None:  # an anchor (&name) or an alias (*name)
+            raise _refusal(event, "YAML anchors and aliases (&name, *name) are not allowed")
+        if self._depth > MAX_DEPTH:  # containers nest MAX_DEPTH deep, +1 for the scalar
+            raise _refusal(event, f"nested deeper than {MAX_DEPTH} levels")
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _refusal(event: Any, what: str) -> InvalidManifest:
+    mark = event.start_mark
+    return InvalidManifest([f"(manifest): {what} (line {mark.line + 1}, column {mark.column + 1})"])
 
 
 def parse_manifest(text: str | bytes) -> Manifest:
     """Parse and validate a YAML manifest; raise InvalidManifest listing every problem."""
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise InvalidManifest([f"(manifest): larger than {MAX_MANIFEST_BYTES // 2**20} MiB"])
+    loader = _ManifestLoader(text)
     try:
-        data = yaml.safe_load(text)
+        data = loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "not valid YAML"
         raise InvalidManifest([f"(manifest): malformed YAML{where}: {problem}"]) from None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         raise InvalidManifest(["(manifest): must be a YAML mapping of fields"])
     return manifest_from_dict(data)
 
 
 def manifest_from_dict(data: dict[str, Any]) -> Manifest:
+    """Validate an already-parsed manifest (see `check_shape` for what is refused first)."""
+    check_shape(data)
     try:
         return Manifest.model_validate(data)
     except ValidationError as exc:

@@ -99,7 +99,12 @@ class Deps:
             and loc.access_key == self.settings.s3_access_key
         ):
             return self.s3
-        return client_for(loc)
+        try:
+            return client_for(loc)  # short timeouts: the store is the user's, maybe a tarpit
+        except ValueError:  # botocore refuses the endpoint (stored under older rules)
+            raise errors.InvalidRequest(
+                "data_stores[0].connection.endpoint: not a URL the platform can call"
+            ) from None
 
 
 def error_body(code: str, message: str, problems: list[str] | None = None) -> dict[str, Any]:
@@ -191,7 +196,7 @@ class BodyLimit:
 
     @staticmethod
     def _message(limit: int) -> str:
-        return f"body: the request is larger than {limit // 2**20} MiB"
+        return f"request: the body is larger than {limit // 2**20} MiB"
 
     async def _refuse(self, send, limit: int) -> None:
         resp = JSONResponse(error_body("payload_too_large", self._message(limit)), 413)
@@ -246,6 +251,18 @@ def create_app(
     app.state.deps = deps
     _install_error_handlers(app)
 
+    # Manifest and form fields get 1 MiB of headroom above the archive limit. Added first,
+    # so it sits INSIDE count_requests: that middleware (BaseHTTPMiddleware) reads the
+    # body through a task group, which would wrap BodyLimit's PayloadTooLarge in an
+    # ExceptionGroup that no handler maps (a chunked upload over the limit was a 500).
+    # Inside it, the error reaches the route's caller plainly and maps to 413. Training data
+    # uploads (PUT /v1/data/...) have a limit of their own.
+    app.add_middleware(
+        BodyLimit,
+        limit=api_settings.max_code_archive_mb * 2**20 + 2**20,
+        data_limit=api_settings.max_data_object_mb * 2**20,
+    )
+
     @app.middleware("http")
     async def count_requests(request: Request, call_next):
         start = time.perf_counter()
@@ -259,13 +276,6 @@ def create_app(
             path = getattr(route, "path", "unmatched")
             metrics.requests.labels(request.method, path, str(status)).inc()
             metrics.latency.labels(request.method, path).observe(time.perf_counter() - start)
-
-    # Manifest and form fields get 1 MiB of headroom above the archive limit.
-    app.add_middleware(
-        BodyLimit,
-        limit=api_settings.max_code_archive_mb * 2**20 + 2**20,
-        data_limit=api_settings.max_data_object_mb * 2**20,
-    )
 
     from services.api.admin import router as admin_router
     from services.api.data import router as data_router

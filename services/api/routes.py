@@ -14,6 +14,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import yaml
 from botocore.exceptions import ClientError
@@ -34,7 +35,8 @@ from dlaas.errors import (
     TemporaryError,
 )
 from dlaas.locations import check_buckets, job_locations
-from dlaas.manifest import Manifest, parse_manifest
+from dlaas.manifest import MAX_DEPTH, MAX_MANIFEST_BYTES, Manifest, check_shape, parse_manifest
+from dlaas.s3 import STORE_UNREACHABLE
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
 from services.api.app import Deps
@@ -58,7 +60,9 @@ from services.api.rules import check_scale
 
 log = logging.getLogger(__name__)
 
-MAX_MANIFEST_BYTES = 1 * 2**20
+# Bound of every integer query parameter: SQLite (and Mongo) integers are 64-bit, and
+# no listing or log is a billion entries long.
+MAX_OFFSET = 10**9
 # A code archive may unpack to this many times its size limit on the job volume.
 UNPACK_FACTOR = 10
 CODE_PREFIX = "code/"
@@ -124,6 +128,7 @@ def _manifest_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
+        check_shape(value)  # the YAML dumper recurses per level: bound the depth first
         return yaml.safe_dump(value, sort_keys=False)
     raise InvalidManifest(["(manifest): must be YAML text or a JSON object"])
 
@@ -156,10 +161,13 @@ async def _read_submission(request: Request, max_code: int) -> tuple[str, bytes 
             "manifest: missing; send multipart with a 'manifest' field, or the manifest as the body"
         )
     if ctype == "application/json":
+        text = _text(body, "manifest")  # JSON is UTF-8 (RFC 8259); anything else is refused
         try:
-            data = json.loads(body)
-        except ValueError as exc:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
             raise InvalidManifest([f"(manifest): malformed JSON: {exc.msg}"]) from None
+        except RecursionError:  # the decoder recurses once per level of nesting
+            raise InvalidManifest([f"(manifest): nested deeper than {MAX_DEPTH} levels"]) from None
         if isinstance(data, dict) and "manifest" in data and len(data) == 1:
             data = data["manifest"]
         return _manifest_text(data), None, ""
@@ -262,7 +270,7 @@ def list_jobs(
     deps: DepsDep,
     caller: CallerDep,
     status: Annotated[str | None, Query(description="only jobs in this status")] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> JobList:
     """List your jobs, newest first (the admin sees everyone's), filtered and paged."""
@@ -402,8 +410,10 @@ def job_logs(
     job_id: str,
     deps: DepsDep,
     caller: CallerDep,
-    learner: Annotated[int, Query(ge=0, description="learner index")] = 0,
-    offset: Annotated[int, Query(ge=0, description="lines to skip, to resume a stream")] = 0,
+    learner: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="learner index")] = 0,
+    offset: Annotated[
+        int, Query(ge=0, le=MAX_OFFSET, description="lines to skip, to resume a stream")
+    ] = 0,
     follow: Annotated[bool, Query(description="keep streaming until the job ends")] = False,
 ) -> StreamingResponse:
     """Stream a learner's log as text, one line per line; `follow` waits for the job's end."""
@@ -424,6 +434,29 @@ def job_logs(
             log.exception("log stream of %s learner %d broke", job_id, learner)
 
     return StreamingResponse(lines(), media_type="text/plain; charset=utf-8")
+
+
+def results_store_error(exc: Exception, endpoint: str) -> DlaasError:
+    """A results store's failure as a domain error naming what the user can look at.
+
+    Only the store's host is named: an endpoint URL may carry credentials.
+    """
+    host = urlsplit(endpoint).hostname or "?"
+    if isinstance(exc, ClientError):
+        code = exc.response.get("Error", {}).get("Code") or "an error"
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 500
+        if 400 <= status < 500:  # the store refuses these credentials or this bucket
+            return InvalidRequest(
+                f"data_stores[0].connection: the results store at {host} refused to list "
+                f"the results ({code}); check the store's credentials and bucket"
+            )
+        return TemporaryError(f"the results store at {host} failed ({code}); try again later")
+    # Timeouts and refused connections: the store is down, or a tarpit. Not retried here.
+    return TemporaryError(
+        f"data_stores[0].connection.endpoint: the results store at {host} did not answer "
+        f"({type(exc).__name__}); try again later",
+        delay_s=10.0,
+    )
 
 
 def _tar_gz_stream(s3, bucket: str, objects: list[dict], strip: str) -> Iterator[bytes]:
@@ -464,7 +497,9 @@ def job_results(job_id: str, deps: DepsDep, caller: CallerDep) -> StreamingRespo
             objects.extend(o for o in page.get("Contents", []) if not o["Key"].endswith("/"))
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "NoSuchBucket":
-            raise
+            raise results_store_error(exc, results.endpoint) from None
+    except STORE_UNREACHABLE as exc:
+        raise results_store_error(exc, results.endpoint) from None
     if not objects:
         raise NoResults(f"job {job_id} has no results stored (status {record.status})")
     return StreamingResponse(

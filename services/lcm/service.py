@@ -143,13 +143,21 @@ class Lcm:
             if existing.user != user:
                 raise errors.JobExists(f"job id {job_id} is taken")
             return existing.status.value, []
-        self.keeper.create(job_id, "submitted")
-        accepted, reason = self.scheduler.enqueue(self._gang(record, manifest))
-        if not accepted:
-            # Nothing half-created: the refused job leaves no record behind.
-            self.keeper.delete(job_id)
-            self.store.delete(job_id)
-            raise errors.CapacityExceeded(reason)
+        # Stored only once accepted: whatever fails from here on (the status key, the
+        # scheduler refusing or not answering, a gang the proto cannot carry) removes the
+        # status key and the record again, so no job sits QUEUED that nobody was told of.
+        try:
+            self.keeper.create(job_id, "submitted")
+            accepted, reason = self.scheduler.enqueue(self._gang(record, manifest))
+            if not accepted:
+                raise errors.CapacityExceeded(reason)
+        except BaseException:
+            for what, remove in (("status key", self.keeper.delete), ("record", self.store.delete)):
+                try:
+                    remove(job_id)
+                except Exception:  # broad on purpose: the real cause is re-raised below
+                    log.exception("refused job %s: could not remove its %s", job_id, what)
+            raise
         self._wake.set()
         return Status.QUEUED.value, []
 

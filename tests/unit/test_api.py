@@ -931,3 +931,158 @@ def test_follow_hands_over_from_the_container_to_s3_without_gaps(env, docker_cli
         with contextlib.suppress(docker.errors.NotFound):  # already removed by the test
             container.remove(force=True)
     assert got == lines[1:]
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def _chunks(total_mib: int):
+    """A body with no Content-Length: the client sends it chunked, as it is generated."""
+    for _ in range(total_mib):
+        yield b"x" * 2**20
+
+
+@pytest.mark.parametrize(
+    "ctype", ["application/yaml", "application/json", "multipart/form-data; boundary=b"]
+)
+def test_a_chunked_body_over_the_limit_is_413_not_500(env, ctype):
+    headers = {**auth(ALICE), "Content-Type": ctype}
+    r = env.client.post("/v1/jobs", content=_chunks(100), headers=headers)
+    assert r.status_code == 413, r.text
+    assert r.json()["error"] == "payload_too_large"
+    assert r.json()["problems"][0].startswith("request:")
+    assert env.client.get("/v1/jobs", headers=auth(ADMIN)).json()["total"] == 0
+
+
+def test_a_body_that_is_not_utf8_is_refused_naming_the_manifest(env):
+    body = '{"name": "caf\xe9"}'.encode("latin-1")
+    for ctype in ("application/json", "application/yaml"):
+        r = env.client.post(
+            "/v1/jobs", content=body, headers={**auth(ALICE), "Content-Type": ctype}
+        )
+        assert r.status_code == 422, r.text
+        assert r.json()["problems"] == ["(manifest): not UTF-8 text"]
+
+
+@pytest.mark.parametrize("levels", [500, 100_000])
+def test_deeply_nested_json_is_refused_not_a_recursion_error(env, levels):
+    body = '{"name": "x", "evaluation_metrics": {"a": ' + "[" * levels + "]" * levels + "}}"
+    r = env.client.post(
+        "/v1/jobs", content=body, headers={**auth(ALICE), "Content-Type": "application/json"}
+    )
+    assert r.status_code == 422, r.text[:300]
+    assert "nested deeper than 32 levels" in r.json()["problems"][0]
+
+
+def test_yaml_aliases_are_refused_at_submit(env):
+    laughs = (
+        'evaluation_metrics:\n  a: &a ["lol", "lol", "lol", "lol", "lol", "lol"]\n'
+        "  b: &b [*a, *a, *a, *a, *a, *a]\n  c: [*b, *b, *b, *b, *b, *b]\n"
+    )
+    r = env.submit(manifest=env.manifest() + laughs)
+    assert r.status_code == 422
+    assert "aliases" in r.json()["problems"][0]
+    assert env.client.get("/v1/jobs", headers=auth(ADMIN)).json()["total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"priority": 1e26}, "priority"),
+        ({"priority": 2**31}, "priority"),
+        ({"memory": 2**70}, "memory"),
+        ({"memory": 1}, "memory"),
+        ({"learners": 2**40}, "learners"),
+        ({"env": {"A": "x\0y"}}, "env.A"),
+        ({"name": "a\0b"}, "name"),
+    ],
+)
+def test_numbers_and_text_no_proto_or_docker_can_carry_are_refused(env, change, field):
+    import yaml
+
+    manifest = {**yaml.safe_load(env.manifest()), **change}
+    r = env.client.post("/v1/jobs", json=manifest, headers=auth(ALICE))
+    assert r.status_code == 422, r.text
+    assert any(p.startswith(f"{field}:") for p in r.json()["problems"]), r.json()
+    assert env.client.get("/v1/jobs", headers=auth(ADMIN)).json()["total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/v1/jobs?offset=1e30", "offset"),
+        ("/v1/jobs?offset=100000000000000000000", "offset"),
+        ("/v1/jobs?limit=100000000000000000000", "limit"),
+        ("/v1/jobs/{job}/logs?offset=100000000000000000000", "offset"),
+        ("/v1/jobs/{job}/logs?learner=100000000000000000000", "learner"),
+    ],
+)
+def test_huge_integer_parameters_are_refused_naming_them(env, path, field):
+    job_id = env.submit().json()["job_id"]
+    r = env.client.get(path.format(job=job_id), headers=auth(ALICE))
+    assert r.status_code == 422, r.text
+    assert r.json()["problems"][0].startswith(f"{field}:"), r.json()
+
+
+def _with_endpoint(env, endpoint: str) -> str:
+    """Submit a job whose results live on `endpoint` (a store of the user's own)."""
+    manifest = env.manifest().replace(
+        "    connection:\n", f"    connection:\n      endpoint: {endpoint}\n"
+    )
+    r = env.submit(manifest=manifest)
+    assert r.status_code == 201, r.text
+    return r.json()["job_id"]
+
+
+@pytest.fixture
+def tarpit():
+    """A port that accepts connections (the kernel's backlog) and never answers."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+
+
+@pytest.mark.timeout(60)  # the bound: without timeouts botocore waits 60 s x 4 attempts
+def test_results_from_a_store_that_never_answers_end_in_a_503(env, tarpit, monkeypatch):
+    import dlaas.s3
+
+    monkeypatch.setattr(dlaas.s3, "USER_READ_TIMEOUT_S", 0.5)  # 10 s in service
+    job_id = _with_endpoint(env, tarpit)
+    r = env.client.get(f"/v1/jobs/{job_id}/results", headers=auth(ALICE))
+    assert r.status_code == 503, r.text
+    body = r.json()
+    assert body["error"] == "unavailable"
+    assert body["message"].startswith("data_stores[0].connection.endpoint:")
+    assert "did not answer" in body["message"] and "127.0.0.1" in body["message"]
+    assert "Traceback" not in r.text
+
+
+def test_results_from_a_store_that_refuses_connections_end_in_a_503(env):
+    from dlaas.servers import free_port
+
+    job_id = _with_endpoint(env, f"http://127.0.0.1:{free_port()}")
+    r = env.client.get(f"/v1/jobs/{job_id}/results", headers=auth(ALICE))
+    assert (r.status_code, r.json()["error"]) == (503, "unavailable"), r.text
+
+
+def test_results_from_a_store_that_refuses_the_credentials_is_422(env, s3_server):
+    job_id = _with_endpoint(env, s3_server.endpoint)  # the manifest's keys are not valid
+    r = env.client.get(f"/v1/jobs/{job_id}/results", headers=auth(ALICE))
+    assert r.status_code == 422, r.text
+    assert r.json()["message"].startswith("data_stores[0].connection:")
+    assert "s3cr3t" not in r.text
+
+
+def test_user_store_clients_have_short_timeouts_and_no_retries():
+    from dlaas.locations import S3Location
+    from dlaas.s3 import client_for
+
+    config = client_for(S3Location("http://127.0.0.1:1", "a", "b", "bucket")).meta.config
+    assert (config.connect_timeout, config.read_timeout) == (3.0, 10.0)
+    assert config.retries["total_max_attempts"] == 1

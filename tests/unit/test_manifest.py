@@ -224,3 +224,155 @@ def test_priority_classes_and_numbers():
 def test_duplicate_store_ids_are_refused():
     text = with_lines("data_stores:", "  - {id: a, type: s3}", "  - {id: a, type: s3}")
     assert any("unique" in p for p in problems(text))
+
+
+# --------------------------------------------------------------------------- limits
+
+LAUGHS = """evaluation_metrics:
+  a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+  b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+  c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+  d: [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+"""
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        LAUGHS,
+        "evaluation_metrics: {a: &x 1, b: 2}\n",  # an anchor alone
+        "evaluation_metrics:\n  base: &b {x: 1}\n  other:\n    <<: *b\n",  # a merge key
+    ],
+)
+def test_yaml_anchors_and_aliases_are_refused(extra):
+    found = problems(BASE + extra)
+    assert len(found) == 1 and "aliases" in found[0] and "line" in found[0], found
+
+
+@pytest.mark.parametrize("levels", [40, 10_000])
+def test_deep_nesting_is_refused_not_a_recursion_error(levels):
+    text = BASE + "evaluation_metrics: {x: " + "[" * levels + "]" * levels + "}\n"
+    found = problems(text)
+    assert len(found) == 1 and "nested deeper than 32 levels" in found[0], found
+
+
+def test_nesting_up_to_the_bound_is_accepted():
+    # The top mapping, evaluation_metrics and 30 lists: 32 levels.
+    text = BASE + "evaluation_metrics: {x: " + "[" * 30 + "1" + "]" * 30 + "}\n"
+    assert parse_manifest(text).evaluation_metrics is not None
+
+
+def test_deep_nesting_in_a_parsed_dict_is_refused_naming_the_path():
+    from dlaas.manifest import manifest_from_dict
+
+    deep: list = [1]
+    for _ in range(2000):  # deeper than the recursion limit: the check must not recurse
+        deep = [deep]
+    data = {"name": "j", "framework": {"name": "python", "command": "x"}}
+    with pytest.raises(InvalidManifest) as info:
+        manifest_from_dict({**data, "evaluation_metrics": {"a": deep}})
+    assert info.value.problems[0].startswith("evaluation_metrics.a[0]")
+
+
+def test_a_large_free_form_section_is_refused():
+    big = "evaluation_metrics:\n" + "".join(f"  k{i}: {'x' * 100}\n" for i in range(1000))
+    found = problems(BASE + big)
+    assert found == ["evaluation_metrics: must be at most 64 KiB (as JSON)"]
+
+
+def test_an_oversized_manifest_is_refused():
+    found = problems(BASE + "description: x\n" + "#" * 2**20 + "\n")
+    assert found == ["(manifest): larger than 1 MiB"]
+
+
+@pytest.mark.parametrize(
+    ("lines", "path", "words"),
+    [
+        (["priority: 100000000000000000000000000"], "priority", "less than or equal"),
+        (["priority: -2147483649"], "priority", "greater than or equal"),
+        (["max_learners: 99999999999"], "max_learners", "less than or equal"),
+        (["min_learners: 99999999999"], "min_learners", "less than or equal"),
+        (["checkpoint: {interval_s: 99999999999999}"], "checkpoint.interval_s", "less than"),
+        (["memory: 1"], "memory", "at least 6 MiB"),
+        (["memory: 5MiB"], "memory", "at least 6 MiB"),
+        (["memory: 1.0e+400"], "memory", "at most"),
+        (["memory: 99999999999999999999999999999"], "memory", "at most"),
+        (["memory: " + "9" * 400 + "TiB"], "memory", "at most"),
+        (["memory: .nan"], "memory", "NaN"),
+        (["cpus: .nan"], "cpus", "finite"),
+        (["cpus: .inf"], "cpus", "finite"),
+        (["cpus: 0.000001"], "cpus", "greater than or equal to 0.01"),
+    ],
+)  # fmt: skip
+def test_numbers_out_of_range_are_refused_naming_the_field(lines, path, words):
+    found = problems(with_lines(*lines))
+    assert len(found) == 1 and found[0].startswith(f"{path}:") and words in found[0], found
+
+
+def test_bounds_themselves_are_accepted():
+    m = parse_manifest(with_lines("priority: 2147483647", "memory: 6MiB", "cpus: 0.01"))
+    assert (m.priority, m.memory_mb, m.cpus) == (2**31 - 1, 6, 0.01)
+    assert parse_manifest(with_lines("priority: -2147483648")).priority == -(2**31)
+
+
+@pytest.mark.parametrize(
+    ("lines", "path"),
+    [
+        (['env: {A: "x\\0y"}'], "env.A"),
+        (['env: {"A\\0": y}'], "env"),
+        (['framework: {name: python, command: "run\\0"}'], "framework.command"),
+        (['description: "a\\0b"'], "description"),
+        (['description: "\\ud800"'], "description"),  # a lone surrogate: not UTF-8
+        (['evaluation_metrics: {x: ["\\0"]}'], "evaluation_metrics.x[0]"),
+    ],
+)
+def test_nul_and_unencodable_text_is_refused_naming_the_field(lines, path):
+    text = "name: job\n" + "\n".join(lines) + "\n"
+    if "framework" not in text:
+        text += "framework: {name: python, command: x}\n"
+    found = problems(text)
+    assert any(p.startswith(f"{path}:") for p in found), found
+
+
+@pytest.mark.parametrize(
+    ("lines", "path"),
+    [
+        (["description: " + "x" * 5000], "description"),
+        (["version: " + "1" * 300], "version"),
+        (["gpu_type: " + "g" * 300], "gpu_type"),
+        (["env:"] + [f"  V{i}: x" for i in range(300)], "env"),
+        (["env: {A: " + "x" * (33 * 1024) + "}"], "env"),
+        (["data_stores:"] + [f"  - {{id: s{i}, type: s3}}" for i in range(17)], "data_stores"),
+        (["data_stores: [{id: " + "i" * 300 + ", type: s3}]"], "data_stores[0].id"),
+    ],
+)
+def test_long_strings_and_long_lists_are_refused_naming_the_field(lines, path):
+    found = problems(with_lines(*lines))
+    assert any(p.startswith(f"{path}:") for p in found), found
+
+
+def test_a_long_command_is_refused():
+    text = "name: j\nframework: {name: python, command: " + "x" * (33 * 1024) + "}\n"
+    assert any(p.startswith("framework.command:") for p in problems(text))
+
+
+def test_many_problems_are_capped():
+    text = with_lines("evaluation_metrics:", *[f'  k{i}: "\\0"' for i in range(100)])
+    found = problems(text)
+    assert len(found) <= 21 and "more" in found[-1], found
+
+
+@pytest.mark.parametrize(
+    ("lines", "path"),
+    [
+        (["    connection: {endpoint: 'not a url'}"], "data_stores[0].connection.endpoint"),
+        (["    connection: {auth_url: 'ftp://host'}"], "data_stores[0].connection.endpoint"),
+        (["    connection: {endpoint: 'http://'}"], "data_stores[0].connection.endpoint"),
+        (["    training_data: {container: 'a/b'}"], "data_stores[0].training_data.container"),
+        (["    training_results: {container: 'x y'}"],
+         "data_stores[0].training_results.container"),
+    ],
+)  # fmt: skip
+def test_store_endpoints_and_buckets_are_checked(lines, path):
+    found = problems(with_lines("data_stores:", "  - id: a", "    type: s3", *lines))
+    assert any(p.startswith(f"{path}:") for p in found), found
