@@ -160,7 +160,11 @@ def simulate(
     round_s: float = 10.0,
     per_job: bool = False,
     teams: int = 0,
+    guarantees: bool = True,
 ) -> dict:
+    """Replay `jobs`; metrics as a dict. `teams` > 0 labels the jobs with teams (see
+    `team_of`) and reports per team; `guarantees=False` then leaves the quotas out of the
+    snapshots (the baseline: the same teams, no quotas, decisions as without teams)."""
     cfg = config or DEFAULT_CONFIG
     cluster = tuple(
         Node(
@@ -173,8 +177,9 @@ def simulate(
         for i in range(nodes)
     )
     capacity = nodes * gpus_per_node
-    quotas = equal_quotas(teams, cluster) if teams > 0 else {}
-    busy_by_team: dict[str, float] = dict.fromkeys(quotas, 0.0)
+    team_quotas = equal_quotas(teams, cluster) if teams > 0 else {}
+    quotas = team_quotas if guarantees else {}
+    busy_by_team: dict[str, float] = dict.fromkeys(team_quotas, 0.0)
     reclaims = 0
     events: list[tuple[float, int, int, str]] = []
     seq = 0
@@ -245,7 +250,7 @@ def simulate(
         # utilization: GPUs held by running jobs between events
         if last_t is not None:
             busy_gpu_s += (t - last_t) * sum(s.job.gpus for s in running.values())
-            if quotas:
+            if team_quotas:
                 for s in running.values():
                     busy_by_team[s.team] += (t - last_t) * s.job.gpus
         last_t = t
@@ -380,11 +385,11 @@ def simulate(
         "_eta_in_range_waited": waited_in / waited if waited else 1.0,
         "_eta_median_width_waited": statistics.median(waited_widths) if waited else 0.0,
     }
-    if quotas:
+    if team_quotas:
         busy = sum(busy_by_team.values()) or 1.0
         out["reclaims"] = reclaims
         out["teams"] = {}
-        for name, q in quotas.items():
+        for name, q in team_quotas.items():
             tj = [s.end - s.job.submit for s in done if s.team == name]
             out["teams"][name] = {
                 "jobs": len(tj),
