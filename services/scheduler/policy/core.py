@@ -316,6 +316,7 @@ class _Round:
     used: dict[str, qt.Use] = field(default_factory=dict)  # per team, as the round goes
     used_borrowed: dict[str, qt.Use] = field(default_factory=dict)
     in_guarantee: bool = False  # the job being considered fits its team's guarantee
+    _limits: dict[str, qt.Use] = field(default_factory=dict)
     _reclaim: list[RunningJob] | None = None
 
     def __post_init__(self) -> None:
@@ -324,6 +325,8 @@ class _Round:
         )
         self.quotas = self.snapshot.quotas
         if self.quotas:
+            # "" is no team, whatever a caller put in the quotas
+            self._limits = {t: qt.limits(q) for t, q in self.quotas.items() if t}
             self.borrowed = qt.borrowed_jobs(self.snapshot.running, self.quotas)
             for r in self.snapshot.running:
                 self._account(r.team, r.allocations, 1.0, r.job_id in self.borrowed)
@@ -368,8 +371,8 @@ class _Round:
 
     def _guaranteed(self, j: QueuedJob) -> bool:
         """The queued job fits in what is left of its team's guarantee."""
-        q = self.quotas.get(j.team) if j.team else None
-        return q is not None and qt.within(self.used.get(j.team, qt.ZERO), qt.demand(j), q)
+        lim = self._limits.get(j.team)
+        return lim is not None and qt.fits(self.used.get(j.team, qt.ZERO), qt.demand(j), lim)
 
     def _reclaimable(self) -> list[RunningJob]:
         """Borrowed running jobs, best victim first: lowest priority, least work lost since the

@@ -58,7 +58,16 @@ def limits(q: TeamQuota) -> Use:
 
 def within(used: Use, more: Use, quota: TeamQuota) -> bool:
     """Whether `used + more` stays within the quota in every dimension."""
-    return all(u + x <= lim + _EPS for u, x, lim in zip(used, more, limits(quota), strict=True))
+    return fits(used, more, limits(quota))
+
+
+def fits(used: Use, more: Use, lim: Use) -> bool:
+    """`within` against limits already unpacked (a round asks this once per queued job)."""
+    return (
+        used[0] + more[0] <= lim[0] + _EPS
+        and used[1] + more[1] <= lim[1] + _EPS
+        and used[2] + more[2] <= lim[2] + _EPS
+    )
 
 
 def exceeded(used: Use, more: Use, quota: TeamQuota) -> int:
@@ -83,16 +92,16 @@ def borrowed_jobs(running: Iterable[RunningJob], quotas: Mapping[str, TeamQuota]
     out: set[str] = set()
     per_team: dict[str, list[RunningJob]] = {}
     for r in running:
-        if r.team in quotas:
+        if r.team and r.team in quotas:
             per_team.setdefault(r.team, []).append(r)
         else:
             out.add(r.job_id)  # no team, or a team without a quota: nothing is guaranteed
     for team, jobs in per_team.items():
-        quota = quotas[team]
+        lim = limits(quotas[team])
         used = ZERO
         for r in sorted(jobs, key=lambda r: (r.start_time, r.job_id)):
             use = held(r.allocations)
-            if within(used, use, quota):
+            if fits(used, use, lim):
                 used = add(used, use)
             else:
                 out.add(r.job_id)
@@ -147,13 +156,16 @@ def guaranteed_first(
     used: dict[str, Use] = {}
     for r in running:
         used[r.team] = add(used.get(r.team, ZERO), held(r.allocations))
+    lims = {team: limits(q) for team, q in quotas.items() if team}
     first, rest = [], []
     for j in order:
-        q = quotas.get(j.team) if j.team else None
-        d = demand(j)
-        if q is not None and within(used.get(j.team, ZERO), d, q):
-            used[j.team] = add(used.get(j.team, ZERO), d)
-            first.append(j)
-        else:
-            rest.append(j)
+        lim = lims.get(j.team)
+        if lim is not None:
+            d = demand(j)
+            u = used.get(j.team, ZERO)
+            if fits(u, d, lim):
+                used[j.team] = add(u, d)
+                first.append(j)
+                continue
+        rest.append(j)
     return first + rest
