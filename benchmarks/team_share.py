@@ -7,8 +7,11 @@ Replays window A (VC 6c71a0 on 16x4 GPUs) and B (VC 6214e9 on 24x4 GPUs), submit
 calls. The jobs are split into teams by a CRC-32 hash of the job id (simulator.team_of), and each
 window is replayed twice: once with equal guarantees that together make the whole cluster
 (reclaim on), once with the same teams and no quotas (the baseline: exactly the policy's
-decisions without teams). Prints, per team, jobs, avg JCT and share of the GPU time used; with
---json the last line maps window -> {"quotas"|"no_quotas" -> metrics}.
+decisions without teams). Prints, per team, jobs, avg JCT, share of the GPU time used (over a
+whole replay that is the team's share of the trace's work, whatever the policy), share while
+every team had jobs waiting (what quotas change), and the GPU-hours it had jobs waiting while
+holding less than min(guarantee, what it asked for). With --json the last line maps
+window -> {"quotas"|"no_quotas" -> metrics}.
 """
 
 from __future__ import annotations
@@ -40,11 +43,14 @@ def run(trace: str, window: str, teams: int, policy: str) -> dict[str, dict]:
             "p99_jct": round(m["p99_jct"]),
             "preemptions": m["preemptions"],
             "reclaims": m["reclaims"],
+            "contended_hours": round(next(iter(m["teams"].values()))["contended_hours"]),
             "teams": {
                 name: {
                     "jobs": t["jobs"],
                     "avg_jct": round(t["avg_jct"]),
                     "gpu_share": round(t["gpu_share"], 4),
+                    "contended_gpu_share": round(t["contended_gpu_share"], 4),
+                    "short_gpu_hours": round(t["short_gpu_hours"]),
                 }
                 for name, t in m["teams"].items()
             },
@@ -53,12 +59,15 @@ def run(trace: str, window: str, teams: int, policy: str) -> dict[str, dict]:
             f"window {window} (VC {vc}, {nodes}x4 GPUs), {teams} teams, "
             f"{'equal guarantees' if guarantees else 'no quotas'}: avg JCT "
             f"{m['avg_jct']:,.0f} s, p99 {m['p99_jct']:,.0f} s, {m['preemptions']:,} preemptions "
-            f"({m['reclaims']:,} reclaims), replayed in {wall:.1f} s"
+            f"({m['reclaims']:,} reclaims), replayed in {wall:.1f} s; every team had jobs "
+            f"waiting for {next(iter(m['teams'].values()))['contended_hours']:,.0f} h"
         )
         for name, t in m["teams"].items():
             print(
                 f"  {name} (guarantee {t['quota_gpus']} GPUs): {t['jobs']:>5,} jobs, avg JCT "
-                f"{t['avg_jct']:>8,.0f} s, {t['gpu_share']:6.1%} of the GPU time used"
+                f"{t['avg_jct']:>8,.0f} s, {t['gpu_share']:6.1%} of the GPU time used, "
+                f"{t['contended_gpu_share']:6.1%} of it while every team had jobs waiting; "
+                f"short of its guarantee while waiting {t['short_gpu_hours']:>7,.0f} GPU-h"
             )
     return out
 

@@ -180,6 +180,14 @@ def simulate(
     team_quotas = equal_quotas(teams, cluster) if teams > 0 else {}
     quotas = team_quotas if guarantees else {}
     busy_by_team: dict[str, float] = dict.fromkeys(team_quotas, 0.0)
+    # Over a whole replay every job runs to its end, so each team's share of ALL the GPU time
+    # is its share of the trace's work whatever the policy does. What quotas change is who gets
+    # the GPUs while the teams compete: the share while every team has jobs waiting, and the
+    # GPU-seconds a team with jobs waiting held less than min(its guarantee, what it asked for).
+    waiting_gpus: dict[str, int] = dict.fromkeys(team_quotas, 0)
+    contended_by_team: dict[str, float] = dict.fromkeys(team_quotas, 0.0)
+    short_by_team: dict[str, float] = dict.fromkeys(team_quotas, 0.0)
+    contended_s = 0.0
     reclaims = 0
     events: list[tuple[float, int, int, str]] = []
     seq = 0
@@ -251,8 +259,19 @@ def simulate(
         if last_t is not None:
             busy_gpu_s += (t - last_t) * sum(s.job.gpus for s in running.values())
             if team_quotas:
+                dt = t - last_t
+                holds = dict.fromkeys(team_quotas, 0)
                 for s in running.values():
-                    busy_by_team[s.team] += (t - last_t) * s.job.gpus
+                    holds[s.team] += s.job.gpus
+                contended = all(waiting_gpus.values())
+                contended_s += dt if contended else 0.0
+                for name, g in holds.items():
+                    busy_by_team[name] += dt * g
+                    if contended:
+                        contended_by_team[name] += dt * g
+                    if waiting_gpus[name]:
+                        owed = min(team_quotas[name].gpus, g + waiting_gpus[name])
+                        short_by_team[name] += dt * max(0, owed - g)
         last_t = t
         submitted = []
         while events and events[0][0] <= t:
@@ -269,6 +288,8 @@ def simulate(
                 model.add(st.job.duration)
             elif kind == _SUBMIT:
                 st = states[jid]
+                if team_quotas:
+                    waiting_gpus[st.team] += st.job.gpus
                 queue[jid] = QueuedJob(
                     jid, "trace", st.learners, st.gpl, 0.0, 0, 0, st.job.submit, team=st.team
                 )
@@ -316,6 +337,8 @@ def simulate(
                 st.preemptions += 1
                 st.restore_due = True
                 del running[d.job_id]
+                if team_quotas:
+                    waiting_gpus[st.team] += st.job.gpus
                 queue[d.job_id] = QueuedJob(
                     d.job_id,
                     "trace",
@@ -332,6 +355,8 @@ def simulate(
                 )
             elif d.action == "start":
                 del queue[d.job_id]
+                if team_quotas:
+                    waiting_gpus[st.team] -= st.job.gpus
                 start_run(st, t, d.allocations, save_s if preempted_now else 0.0)
         if submitted:  # ETA predicted at submission for jobs that had to wait
             waiting = [j for j in submitted if j in queue]
@@ -387,6 +412,7 @@ def simulate(
     }
     if team_quotas:
         busy = sum(busy_by_team.values()) or 1.0
+        contended = sum(contended_by_team.values()) or 1.0
         out["reclaims"] = reclaims
         out["teams"] = {}
         for name, q in team_quotas.items():
@@ -396,6 +422,9 @@ def simulate(
                 "avg_jct": statistics.fmean(tj) if tj else 0.0,
                 "p99_jct": _pct(tj, 99),
                 "gpu_share": busy_by_team[name] / busy,
+                "contended_gpu_share": contended_by_team[name] / contended,
+                "contended_hours": contended_s / 3600,
+                "short_gpu_hours": short_by_team[name] / 3600,
                 "quota_gpus": q.gpus,
             }
     if per_job:  # for analysis: (submit, duration, gpus, first start, end, preemptions, eta)
@@ -489,8 +518,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("reclaims (preemptions for a guarantee)", f"{m['reclaims']:,}"))
         for name, t in m["teams"].items():
             what = (
-                f"{t['jobs']:,} jobs, avg JCT {t['avg_jct']:,.0f} s, "
-                f"{t['gpu_share']:.1%} of the GPU time used"
+                f"{t['jobs']:,} jobs, avg JCT {t['avg_jct']:,.0f} s, {t['gpu_share']:.1%} of the "
+                f"GPU time used ({t['contended_gpu_share']:.1%} while every team had jobs waiting, "
+                f"{t['contended_hours']:,.0f} h); short of its guarantee while waiting: "
+                f"{t['short_gpu_hours']:,.0f} GPU-h"
             )
             rows.append((f"{name} (guarantee {t['quota_gpus']} GPUs)", what))
     for k, v in rows:
