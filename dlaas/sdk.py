@@ -41,6 +41,23 @@ class QueueEntry:
     eta_high_s: float
 
 
+@dataclass(frozen=True)
+class TeamUsage:
+    """A team's quota and what its running jobs hold: inside the guarantee and borrowed."""
+
+    team: str
+    quota_gpus: int
+    quota_cpus: float
+    quota_memory_mb: int
+    guaranteed_gpus: int
+    guaranteed_cpus: float
+    guaranteed_memory_mb: int
+    borrowed_gpus: int
+    borrowed_cpus: float
+    borrowed_memory_mb: int
+    queued: int
+
+
 # Calls that find a replica gone (UNAVAILABLE) are retried on another one.
 _SERVICE_CONFIG = json.dumps(
     {
@@ -171,4 +188,31 @@ class SchedulerClient(_Client):
         return [
             QueueEntry(e.job_id, e.position, e.reason, e.eta_low_s, e.eta_high_s)
             for e in reply.entries
+        ]
+
+    def set_team_quota(self, team: str, gpus: int, cpus: float, memory_mb: int) -> None:
+        """Set the team's guaranteed share (all zero removes it); `InvalidRequest` names a bad
+        field."""
+        self._call(
+            self._stub.SetTeamQuota,
+            scheduler_pb2.TeamQuota(team=team, gpus=gpus, cpus=cpus, memory_mb=memory_mb),
+        )
+
+    def teams(self) -> list[TeamUsage]:
+        reply = self._call(self._stub.Teams, scheduler_pb2.SchedEmpty())
+        return [
+            TeamUsage(
+                t.team,
+                t.quota_gpus,
+                t.quota_cpus,
+                t.quota_memory_mb,
+                t.guaranteed_gpus,
+                t.guaranteed_cpus,
+                t.guaranteed_memory_mb,
+                t.borrowed_gpus,
+                t.borrowed_cpus,
+                t.borrowed_memory_mb,
+                t.queued,
+            )
+            for t in reply.teams
         ]

@@ -143,4 +143,3 @@ def forward_path(current: Status, target: Status) -> list[Status]:
         return [target]
     i, j = HAPPY_PATH.index(current), HAPPY_PATH.index(target)
     return list(HAPPY_PATH[i + 1 : j + 1]) if j > i else []
-

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GangRequest(_message.Message):
-    __slots__ = ("job_id", "user", "learners", "cpus", "memory_mb", "gpus", "gpu_type", "priority", "min_learners", "max_learners", "submit_time")
+    __slots__ = ("job_id", "user", "learners", "cpus", "memory_mb", "gpus", "gpu_type", "priority", "min_learners", "max_learners", "submit_time", "team")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     LEARNERS_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class GangRequest(_message.Message):
     MIN_LEARNERS_FIELD_NUMBER: _ClassVar[int]
     MAX_LEARNERS_FIELD_NUMBER: _ClassVar[int]
     SUBMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    TEAM_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     user: str
     learners: int
@@ -30,7 +31,8 @@ class GangRequest(_message.Message):
     min_learners: int
     max_learners: int
     submit_time: float
-    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., learners: _Optional[int] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., priority: _Optional[int] = ..., min_learners: _Optional[int] = ..., max_learners: _Optional[int] = ..., submit_time: _Optional[float] = ...) -> None: ...
+    team: str
+    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., learners: _Optional[int] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., priority: _Optional[int] = ..., min_learners: _Optional[int] = ..., max_learners: _Optional[int] = ..., submit_time: _Optional[float] = ..., team: _Optional[str] = ...) -> None: ...
 
 class EnqueueReply(_message.Message):
     __slots__ = ("accepted", "reason")
@@ -99,3 +101,47 @@ class QueueReply(_message.Message):
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[QueueEntry]
     def __init__(self, entries: _Optional[_Iterable[_Union[QueueEntry, _Mapping]]] = ...) -> None: ...
+
+class TeamQuota(_message.Message):
+    __slots__ = ("team", "gpus", "cpus", "memory_mb")
+    TEAM_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    team: str
+    gpus: int
+    cpus: float
+    memory_mb: int
+    def __init__(self, team: _Optional[str] = ..., gpus: _Optional[int] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ...) -> None: ...
+
+class TeamUsage(_message.Message):
+    __slots__ = ("team", "quota_gpus", "quota_cpus", "quota_memory_mb", "guaranteed_gpus", "guaranteed_cpus", "guaranteed_memory_mb", "borrowed_gpus", "borrowed_cpus", "borrowed_memory_mb", "queued")
+    TEAM_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_GPUS_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_CPUS_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEED_GPUS_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEED_CPUS_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEED_MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    BORROWED_GPUS_FIELD_NUMBER: _ClassVar[int]
+    BORROWED_CPUS_FIELD_NUMBER: _ClassVar[int]
+    BORROWED_MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    team: str
+    quota_gpus: int
+    quota_cpus: float
+    quota_memory_mb: int
+    guaranteed_gpus: int
+    guaranteed_cpus: float
+    guaranteed_memory_mb: int
+    borrowed_gpus: int
+    borrowed_cpus: float
+    borrowed_memory_mb: int
+    queued: int
+    def __init__(self, team: _Optional[str] = ..., quota_gpus: _Optional[int] = ..., quota_cpus: _Optional[float] = ..., quota_memory_mb: _Optional[int] = ..., guaranteed_gpus: _Optional[int] = ..., guaranteed_cpus: _Optional[float] = ..., guaranteed_memory_mb: _Optional[int] = ..., borrowed_gpus: _Optional[int] = ..., borrowed_cpus: _Optional[float] = ..., borrowed_memory_mb: _Optional[int] = ..., queued: _Optional[int] = ...) -> None: ...
+
+class TeamsReply(_message.Message):
+    __slots__ = ("teams",)
+    TEAMS_FIELD_NUMBER: _ClassVar[int]
+    teams: _containers.RepeatedCompositeFieldContainer[TeamUsage]
+    def __init__(self, teams: _Optional[_Iterable[_Union[TeamUsage, _Mapping]]] = ...) -> None: ...

@@ -54,6 +54,16 @@ class SchedulerStub:
                 request_serializer=dlaas_dot_v1_dot_scheduler__pb2.SchedEmpty.SerializeToString,
                 response_deserializer=dlaas_dot_v1_dot_scheduler__pb2.QueueReply.FromString,
                 _registered_method=True)
+        self.SetTeamQuota = channel.unary_unary(
+                '/dlaas.v1.Scheduler/SetTeamQuota',
+                request_serializer=dlaas_dot_v1_dot_scheduler__pb2.TeamQuota.SerializeToString,
+                response_deserializer=dlaas_dot_v1_dot_scheduler__pb2.SchedEmpty.FromString,
+                _registered_method=True)
+        self.Teams = channel.unary_unary(
+                '/dlaas.v1.Scheduler/Teams',
+                request_serializer=dlaas_dot_v1_dot_scheduler__pb2.SchedEmpty.SerializeToString,
+                response_deserializer=dlaas_dot_v1_dot_scheduler__pb2.TeamsReply.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -87,6 +97,20 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTeamQuota(self, request, context):
+        """Set (or, all zero, remove) a team's guaranteed share; kept across restarts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Teams(self, request, context):
+        """Each team's usage against its quota.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +133,16 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.Queue,
                     request_deserializer=dlaas_dot_v1_dot_scheduler__pb2.SchedEmpty.FromString,
                     response_serializer=dlaas_dot_v1_dot_scheduler__pb2.QueueReply.SerializeToString,
+            ),
+            'SetTeamQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTeamQuota,
+                    request_deserializer=dlaas_dot_v1_dot_scheduler__pb2.TeamQuota.FromString,
+                    response_serializer=dlaas_dot_v1_dot_scheduler__pb2.SchedEmpty.SerializeToString,
+            ),
+            'Teams': grpc.unary_unary_rpc_method_handler(
+                    servicer.Teams,
+                    request_deserializer=dlaas_dot_v1_dot_scheduler__pb2.SchedEmpty.FromString,
+                    response_serializer=dlaas_dot_v1_dot_scheduler__pb2.TeamsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +253,60 @@ class Scheduler:
             '/dlaas.v1.Scheduler/Queue',
             dlaas_dot_v1_dot_scheduler__pb2.SchedEmpty.SerializeToString,
             dlaas_dot_v1_dot_scheduler__pb2.QueueReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTeamQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlaas.v1.Scheduler/SetTeamQuota',
+            dlaas_dot_v1_dot_scheduler__pb2.TeamQuota.SerializeToString,
+            dlaas_dot_v1_dot_scheduler__pb2.SchedEmpty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Teams(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlaas.v1.Scheduler/Teams',
+            dlaas_dot_v1_dot_scheduler__pb2.SchedEmpty.SerializeToString,
+            dlaas_dot_v1_dot_scheduler__pb2.TeamsReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -166,9 +166,25 @@ def _usage(deps) -> dict[str, dict[str, Any]]:
     if teams is None:
         return {}
     try:
-        return {t["team"]: t for t in teams()}
+        usage = teams()
     except DlaasError:
         return {}
+    return {
+        t.team: {
+            "used": {
+                "gpus": t.guaranteed_gpus + t.borrowed_gpus,
+                "cpus": t.guaranteed_cpus + t.borrowed_cpus,
+                "memory_mb": t.guaranteed_memory_mb + t.borrowed_memory_mb,
+            },
+            "borrowed": {
+                "gpus": t.borrowed_gpus,
+                "cpus": t.borrowed_cpus,
+                "memory_mb": t.borrowed_memory_mb,
+            },
+            "queued": t.queued,
+        }
+        for t in usage
+    }
 
 
 @router.get("/teams", response_model=list[TeamPublic])

@@ -177,6 +177,7 @@ class Lcm:
             min_learners=min(m.min_learners or learners, learners),
             max_learners=max(m.max_learners or learners, learners),
             submit_time=record.created_at,
+            team=record.team,
         )
 
     def _owned(self, job_id: str, user: str) -> JobRecord:

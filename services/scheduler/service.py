@@ -4,13 +4,16 @@ The adapter around the pure policy (services.scheduler.policy.schedule). Every r
 the queue and the running allocations from etcd, asks the policy, and records each start
 as one etcd transaction (queue entry out, allocation in, guarded on both), so a restart
 loses nothing and a GPU is never given twice. The caller (the LCM) carries out the
-decisions it gets back.
+decisions it gets back. Team quotas live in etcd too (one key per team) and go into every
+round's snapshot, so the policy reclaims borrowed capacity the same way after a restart.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +21,7 @@ from dataclasses import asdict, replace
 
 import pyetcd
 
+from dlaas.errors import InvalidRequest
 from dlaas.grpc_errors import translate_errors
 from dlaas.nodes import NodeSpec
 from dlaas.v1 import scheduler_pb2, scheduler_pb2_grpc
@@ -28,12 +32,44 @@ from services.scheduler.policy import (
     QueuedJob,
     RunningJob,
     Snapshot,
+    TeamQuota,
     can_ever_fit,
     queue_report,
     schedule,
+    team_usage,
 )
 
 log = logging.getLogger(__name__)
+
+
+# A team name is an etcd key segment and a word in pending reasons: no slashes, no spaces.
+_TEAM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def team_problem(team: str) -> str:
+    """Why `team` is not a valid team name ("" if it is, or if it is empty: no team)."""
+    if not team or _TEAM_RE.match(team):
+        return ""
+    return (
+        f"team: {team[:80]!r} is not a team name (1-63 letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit)"
+    )
+
+
+def quota_from(request) -> tuple[str, TeamQuota]:
+    """The team and quota a SetTeamQuota request asks for; InvalidRequest naming the field."""
+    if not request.team:
+        raise InvalidRequest("team: must not be empty")
+    problem = team_problem(request.team)
+    if problem:
+        raise InvalidRequest(problem)
+    if request.gpus < 0:
+        raise InvalidRequest(f"gpus: must not be negative, got {request.gpus}")
+    if not math.isfinite(request.cpus) or request.cpus < 0:
+        raise InvalidRequest(f"cpus: must be a number of cores >= 0, got {request.cpus}")
+    if request.memory_mb < 0:
+        raise InvalidRequest(f"memory_mb: must not be negative, got {request.memory_mb}")
+    return request.team, TeamQuota(request.gpus, request.cpus, request.memory_mb)
 
 
 def _queued_from(data: dict) -> QueuedJob:
@@ -75,6 +111,7 @@ class SchedulerState:
         self.queue_prefix = f"{prefix.rstrip('/')}/sched/queue/"
         self.running_prefix = f"{prefix.rstrip('/')}/sched/running/"
         self.nodes_prefix = f"{prefix.rstrip('/')}/nodes/"
+        self.quota_prefix = f"{prefix.rstrip('/')}/sched/quota/"
 
     def _all(self, prefix: str) -> dict[str, dict]:
         return {
@@ -93,6 +130,16 @@ class SchedulerState:
 
     def running(self) -> list[RunningJob]:
         return [r for r, _ in self.running_entries().values()]
+
+    def quotas(self) -> dict[str, TeamQuota]:
+        return {team: TeamQuota(**d) for team, d in self._all(self.quota_prefix).items()}
+
+    def set_quota(self, team: str, quota: TeamQuota) -> None:
+        """Store the team's quota; an all-zero quota is removed (it guarantees nothing)."""
+        if quota == TeamQuota():
+            self.etcd.delete(self.quota_prefix + team)
+        else:
+            self.etcd.put(self.quota_prefix + team, json.dumps(asdict(quota)))
 
     def unhealthy_nodes(self) -> set[str]:
         """Nodes the LCM marked unhealthy (their engine stopped answering)."""
@@ -128,6 +175,7 @@ class SchedulerState:
             cpus_per_learner=job.cpus_per_learner,
             memory_mb_per_learner=job.memory_mb_per_learner,
             placement=job.placement,
+            team=job.team,
         )
         entry = {"running": asdict(running), "request": asdict(job)}
         ok, _ = self.etcd.transaction(
@@ -227,7 +275,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             max_learners=request.max_learners or None,
             # The LCM deploys a gang on one Docker engine (one job network, one job volume).
             placement="node",
+            team=request.team,
         )
+        problem = team_problem(job.team)
+        if problem:
+            return scheduler_pb2.EnqueueReply(accepted=False, reason=problem)
         fits, reason = can_ever_fit(job, self.nodes)
         if not fits:
             return scheduler_pb2.EnqueueReply(accepted=False, reason=reason)
@@ -242,7 +294,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             replace(r, attained_service=r.attained_service + _served(r, now))
             for r in self.state.running()
         ]
-        return Snapshot(nodes=nodes, running=running, queue=self.state.queue())
+        return Snapshot(
+            nodes=nodes, running=running, queue=self.state.queue(), quotas=self.state.quotas()
+        )
 
     def _apply(self, d, queue: dict[str, QueuedJob], now: float) -> list[Allocation] | None:
         """Record one decision in etcd; the allocations to report, or None if it lost a race."""
@@ -315,3 +369,32 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             )
         ]
         return scheduler_pb2.QueueReply(entries=entries)
+
+    @translate_errors
+    def SetTeamQuota(self, request, context):
+        team, quota = quota_from(request)
+        self.state.set_quota(team, quota)
+        log.info(
+            "team %s quota: %d GPUs, %g CPUs, %d MiB", team, quota.gpus, quota.cpus, quota.memory_mb
+        )
+        return scheduler_pb2.SchedEmpty()
+
+    @translate_errors
+    def Teams(self, request, context):
+        teams = [
+            scheduler_pb2.TeamUsage(
+                team=u.team,
+                quota_gpus=u.quota.gpus,
+                quota_cpus=u.quota.cpus,
+                quota_memory_mb=u.quota.memory_mb,
+                guaranteed_gpus=int(u.guaranteed[0]),
+                guaranteed_cpus=u.guaranteed[1],
+                guaranteed_memory_mb=int(u.guaranteed[2]),
+                borrowed_gpus=int(u.borrowed[0]),
+                borrowed_cpus=u.borrowed[1],
+                borrowed_memory_mb=int(u.borrowed[2]),
+                queued=u.queued,
+            )
+            for u in team_usage(self._snapshot(self.clock()))
+        ]
+        return scheduler_pb2.TeamsReply(teams=teams)

@@ -1,7 +1,7 @@
 """Trace-driven, event-driven simulator: replays a Philly-style trace through `schedule()`.
 
     python -m services.scheduler.simulator --trace PATH --vc VC --start DATE --end DATE \
-        --nodes N --gpus-per-node G --policy NAME [--json]
+        --nodes N --gpus-per-node G --policy NAME [--teams N] [--json]
 
 It calls the SAME pure `schedule()` the live scheduler service calls, once per batch of events
 (submits and finishes at the same instant, plus LAS level crossings and a coarse tick while jobs
@@ -15,6 +15,10 @@ Modelling choices (all stated, none hidden):
 - a preemption costs the victim a checkpoint save (`--checkpoint-save-s`, the preemptor starts
   that much later on the freed GPUs) and a restore on its next start (`--restore-s`); the victim
   loses no other work (cooperative checkpoint-on-preempt);
+- `--teams N` splits the jobs into N teams by a hash of the job id (CRC-32: the same split on
+  every run) and gives each team an equal guarantee, together the whole cluster; it prints
+  each team's avg JCT and share of the GPU time. Without it no job has a team and no quota is
+  set: the policy decides exactly as it does without teams;
 - the policy never sees durations; the ETA, predicted once at submission, learns run times only
   from the jobs that finished before then (the last `DURATION_WINDOW` of them) and conditions each
   running job's remaining time on how long it has run so far, as the live service would.
@@ -30,6 +34,7 @@ import math
 import statistics
 import sys
 import time
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -42,6 +47,7 @@ from services.scheduler.policy import (
     QueuedJob,
     RunningJob,
     Snapshot,
+    TeamQuota,
     forward_starts,
     schedule,
 )
@@ -75,6 +81,7 @@ class _State:
     eta: tuple[float, float] | None = None
     running: RunningJob | None = None
     queued: QueuedJob | None = None
+    team: str = ""
 
 
 def _parse_date(s: str, field: str) -> datetime:
@@ -116,6 +123,23 @@ def _gang(n: int, g: int) -> tuple[int, int]:
     return n // d, d
 
 
+def team_of(job_id: str, teams: int) -> str:
+    """The team a trace job belongs to under `--teams`: a stable hash of its id."""
+    return f"team{zlib.crc32(job_id.encode()) % teams}"
+
+
+def equal_quotas(teams: int, nodes: tuple[Node, ...]) -> dict[str, TeamQuota]:
+    """Equal guarantees that together make the whole cluster (GPUs left over by the division
+    go to the first teams, one each)."""
+    gpus = sum(n.gpus for n in nodes)
+    cpus = sum(n.cpus for n in nodes)
+    mem = sum(n.memory_mb for n in nodes)
+    return {
+        f"team{i}": TeamQuota(gpus // teams + (i < gpus % teams), cpus / teams, mem // teams)
+        for i in range(teams)
+    }
+
+
 def _pct(xs: list[float], p: float) -> float:
     if not xs:
         return 0.0
@@ -135,7 +159,12 @@ def simulate(
     config: PolicyConfig | None = None,
     round_s: float = 10.0,
     per_job: bool = False,
+    teams: int = 0,
+    guarantees: bool = True,
 ) -> dict:
+    """Replay `jobs`; metrics as a dict. `teams` > 0 labels the jobs with teams (see
+    `team_of`) and reports per team; `guarantees=False` then leaves the quotas out of the
+    snapshots (the baseline: the same teams, no quotas, decisions as without teams)."""
     cfg = config or DEFAULT_CONFIG
     cluster = tuple(
         Node(
@@ -148,6 +177,18 @@ def simulate(
         for i in range(nodes)
     )
     capacity = nodes * gpus_per_node
+    team_quotas = equal_quotas(teams, cluster) if teams > 0 else {}
+    quotas = team_quotas if guarantees else {}
+    busy_by_team: dict[str, float] = dict.fromkeys(team_quotas, 0.0)
+    # Over a whole replay every job runs to its end, so each team's share of ALL the GPU time
+    # is its share of the trace's work whatever the policy does. What quotas change is who gets
+    # the GPUs while the teams compete: the share while every team has jobs waiting, and the
+    # GPU-seconds a team with jobs waiting held less than min(its guarantee, what it asked for).
+    waiting_gpus: dict[str, int] = dict.fromkeys(team_quotas, 0)
+    contended_by_team: dict[str, float] = dict.fromkeys(team_quotas, 0.0)
+    short_by_team: dict[str, float] = dict.fromkeys(team_quotas, 0.0)
+    contended_s = 0.0
+    reclaims = 0
     events: list[tuple[float, int, int, str]] = []
     seq = 0
     states: dict[str, _State] = {}
@@ -158,6 +199,8 @@ def simulate(
             continue
         learners, gpl = _gang(j.gpus, gpus_per_node)
         states[j.job_id] = _State(j, learners, gpl, j.duration)
+        if teams > 0:
+            states[j.job_id].team = team_of(j.job_id, teams)
         events.append((j.submit, _SUBMIT, seq, j.job_id))
         seq += 1
     heapq.heapify(events)
@@ -197,6 +240,7 @@ def simulate(
             gpus_per_learner=st.gpl,
             cpus_per_learner=0.0,
             memory_mb_per_learner=0,
+            team=st.team,
         )
         running[st.job.job_id] = st
         push(st.work_start + st.remaining, _FINISH, f"{st.job.job_id}#{st.epoch}")
@@ -214,6 +258,20 @@ def simulate(
         # utilization: GPUs held by running jobs between events
         if last_t is not None:
             busy_gpu_s += (t - last_t) * sum(s.job.gpus for s in running.values())
+            if team_quotas:
+                dt = t - last_t
+                holds = dict.fromkeys(team_quotas, 0)
+                for s in running.values():
+                    holds[s.team] += s.job.gpus
+                contended = all(waiting_gpus.values())
+                contended_s += dt if contended else 0.0
+                for name, g in holds.items():
+                    busy_by_team[name] += dt * g
+                    if contended:
+                        contended_by_team[name] += dt * g
+                    if waiting_gpus[name]:
+                        owed = min(team_quotas[name].gpus, g + waiting_gpus[name])
+                        short_by_team[name] += dt * max(0, owed - g)
         last_t = t
         submitted = []
         while events and events[0][0] <= t:
@@ -230,7 +288,11 @@ def simulate(
                 model.add(st.job.duration)
             elif kind == _SUBMIT:
                 st = states[jid]
-                queue[jid] = QueuedJob(jid, "trace", st.learners, st.gpl, 0.0, 0, 0, st.job.submit)
+                if team_quotas:
+                    waiting_gpus[st.team] += st.job.gpus
+                queue[jid] = QueuedJob(
+                    jid, "trace", st.learners, st.gpl, 0.0, 0, 0, st.job.submit, team=st.team
+                )
                 submitted.append(jid)
             elif jid == "tick":
                 tick_pending = False
@@ -254,17 +316,20 @@ def simulate(
                     gpus_per_learner=st.gpl,
                     cpus_per_learner=0.0,
                     memory_mb_per_learner=0,
+                    team=st.team,
                 )
             run_jobs.append(r)
         if not queue:
             continue
-        snap = Snapshot(cluster, run_jobs, list(queue.values()))
+        snap = Snapshot(cluster, run_jobs, list(queue.values()), quotas)
         decisions = schedule(snap, t, policy, cfg, include_waits=False)
         preempted_now = False
         for d in decisions:
             st = states[d.job_id]
             if d.action == "preempt":
                 preemptions += 1
+                if quotas and d.cause.startswith("reclaimed"):
+                    reclaims += 1
                 preempted_now = True
                 done = max(0.0, t - st.work_start)
                 st.remaining = max(0.0, st.remaining - done)
@@ -272,6 +337,8 @@ def simulate(
                 st.preemptions += 1
                 st.restore_due = True
                 del running[d.job_id]
+                if team_quotas:
+                    waiting_gpus[st.team] += st.job.gpus
                 queue[d.job_id] = QueuedJob(
                     d.job_id,
                     "trace",
@@ -284,9 +351,12 @@ def simulate(
                     attained_service=st.attained,
                     preemptions=st.preemptions,
                     last_preempted_time=t,
+                    team=st.team,
                 )
             elif d.action == "start":
                 del queue[d.job_id]
+                if team_quotas:
+                    waiting_gpus[st.team] -= st.job.gpus
                 start_run(st, t, d.allocations, save_s if preempted_now else 0.0)
         if submitted:  # ETA predicted at submission for jobs that had to wait
             waiting = [j for j in submitted if j in queue]
@@ -295,7 +365,7 @@ def simulate(
                     states[j].eta = (t, t)
             if waiting:
                 snap = Snapshot(
-                    cluster, [s.running for s in running.values()], list(queue.values())
+                    cluster, [s.running for s in running.values()], list(queue.values()), quotas
                 )
                 want = set(waiting)
                 fwd = forward_starts(snap, t, policy, model, (0.1, 0.9), cfg, want)
@@ -340,6 +410,23 @@ def simulate(
         "_eta_in_range_waited": waited_in / waited if waited else 1.0,
         "_eta_median_width_waited": statistics.median(waited_widths) if waited else 0.0,
     }
+    if team_quotas:
+        busy = sum(busy_by_team.values()) or 1.0
+        contended = sum(contended_by_team.values()) or 1.0
+        out["reclaims"] = reclaims
+        out["teams"] = {}
+        for name, q in team_quotas.items():
+            tj = [s.end - s.job.submit for s in done if s.team == name]
+            out["teams"][name] = {
+                "jobs": len(tj),
+                "avg_jct": statistics.fmean(tj) if tj else 0.0,
+                "p99_jct": _pct(tj, 99),
+                "gpu_share": busy_by_team[name] / busy,
+                "contended_gpu_share": contended_by_team[name] / contended,
+                "contended_hours": contended_s / 3600,
+                "short_gpu_hours": short_by_team[name] / 3600,
+                "quota_gpus": q.gpus,
+            }
     if per_job:  # for analysis: (submit, duration, gpus, first start, end, preemptions, eta)
         out["_per_job"] = [
             (s.job.submit, s.job.duration, s.job.gpus, s.first_start, s.end, s.preemptions, s.eta)
@@ -376,11 +463,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policy", default="default", choices=POLICIES)
     p.add_argument("--checkpoint-save-s", type=float, default=20.0)
     p.add_argument("--restore-s", type=float, default=30.0)
+    p.add_argument(
+        "--teams",
+        type=int,
+        default=0,
+        help="split the jobs into N teams by a hash of the job id, equal guarantees summing to "
+        "the cluster; print each team's avg JCT and share of GPU time (default 0: no teams)",
+    )
     p.add_argument("--json", action="store_true", help="last line: one JSON object of metrics")
     a = p.parse_args(argv)
     for name in ("nodes", "gpus_per_node"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')}: must be at least 1")
+    if a.teams < 0:
+        p.error("--teams: must not be negative")
     for name in ("checkpoint_save_s", "restore_s"):
         if getattr(a, name) < 0:
             p.error(f"--{name.replace('_', '-')}: must not be negative")
@@ -389,7 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--end: must be after --start")
     t0 = time.perf_counter()
     jobs = load_trace(a.trace, a.vc, start, end)
-    m = simulate(jobs, a.nodes, a.gpus_per_node, a.policy, a.checkpoint_save_s, a.restore_s)
+    m = simulate(
+        jobs, a.nodes, a.gpus_per_node, a.policy, a.checkpoint_save_s, a.restore_s, teams=a.teams
+    )
     wall = time.perf_counter() - t0
     print(
         f"policy {a.policy}  VC {a.vc}  {a.nodes}x{a.gpus_per_node} GPUs  "
@@ -416,10 +514,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{m['eta_median_width']:,.0f} / {m['_eta_median_width_waited']:,.0f} s",
         ),
     ]
+    if a.teams:
+        rows.append(("reclaims (preemptions for a guarantee)", f"{m['reclaims']:,}"))
+        for name, t in m["teams"].items():
+            what = (
+                f"{t['jobs']:,} jobs, avg JCT {t['avg_jct']:,.0f} s, {t['gpu_share']:.1%} of the "
+                f"GPU time used ({t['contended_gpu_share']:.1%} while every team had jobs waiting, "
+                f"{t['contended_hours']:,.0f} h); short of its guarantee while waiting: "
+                f"{t['short_gpu_hours']:,.0f} GPU-h"
+            )
+            rows.append((f"{name} (guarantee {t['quota_gpus']} GPUs)", what))
     for k, v in rows:
         print(f"  {k:<40} {v}")
     if a.json:
-        print(json.dumps({k: m[k] for k in KEYS}))
+        extra = ("reclaims", "teams") if a.teams else ()
+        print(json.dumps({k: m[k] for k in (*KEYS, *extra)}))
     return 0
 
 

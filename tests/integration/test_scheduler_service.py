@@ -198,3 +198,119 @@ def test_a_job_moved_to_make_room_for_a_gang_restarts_in_the_same_round(etcd):
     assert set(running) == {"small0", "small1", "gang"} and svc.state.queue() == []
     gang_node = running["gang"].allocations[0].node
     assert running[moved].allocations[0].node != gang_node
+
+
+# --------------------------------------------------------------------------- team quotas
+
+GPU_NODES = [NodeSpec(name=f"g{i}", cpus=8, memory_mb=16_000, gpus=4) for i in range(2)]
+
+
+def team_gang(job_id, team, gpus=4, submit_time=1.0):
+    return scheduler_pb2.GangRequest(
+        job_id=job_id,
+        user="u",
+        learners=1,
+        cpus=1.0,
+        memory_mb=512,
+        gpus=gpus,
+        submit_time=submit_time,
+        team=team,
+    )
+
+
+def set_quota(svc, team, gpus, cpus=8.0, memory_mb=16_000):
+    req = scheduler_pb2.TeamQuota(team=team, gpus=gpus, cpus=cpus, memory_mb=memory_mb)
+    svc.SetTeamQuota(req, Ctx())
+
+
+def teams(svc):
+    return {t.team: t for t in svc.Teams(scheduler_pb2.SchedEmpty(), Ctx()).teams}
+
+
+def test_quotas_survive_a_restart_and_a_team_reclaims_borrowed_gpus(etcd):
+    clock = Clock()
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), GPU_NODES, "priority", clock)
+    set_quota(svc, "vision", 4)
+    set_quota(svc, "nlp", 4)
+    # nlp fills the cluster: one node inside its guarantee, one borrowed
+    svc.Enqueue(team_gang("n1", "nlp"), Ctx())
+    svc.Enqueue(team_gang("n2", "nlp", submit_time=2.0), Ctx())
+    assert set(started(svc)) == {"n1", "n2"}
+    usage = teams(svc)
+    assert (usage["nlp"].guaranteed_gpus, usage["nlp"].borrowed_gpus) == (4, 4)
+    assert usage["vision"].quota_gpus == 4 and usage["vision"].guaranteed_gpus == 0
+
+    clock.now += 10  # well inside the thrash guard: borrowed work is not protected by it
+    restarted = SchedulerService(SchedulerState(etcd, "/t-sched"), GPU_NODES, "priority", clock)
+    restarted.Enqueue(team_gang("v1", "vision", submit_time=3.0), Ctx())
+    decisions = started(restarted)
+    assert decisions["n2"].action == "preempt" and "reclaimed for v1" in decisions["n2"].cause
+    assert decisions["v1"].action == "start"
+    usage = teams(restarted)
+    assert usage["vision"].guaranteed_gpus == 4 and usage["nlp"].borrowed_gpus == 0
+    assert usage["nlp"].queued == 1
+    (entry,) = restarted.Queue(scheduler_pb2.SchedEmpty(), Ctx()).entries
+    assert entry.job_id == "n2"
+    assert entry.reason.startswith(
+        "team nlp uses 4/4 guaranteed GPUs (this job needs 4); "
+        "4 borrowable GPUs are held by team vision's guaranteed jobs"
+    )
+
+
+def test_an_all_zero_quota_removes_the_team(etcd):
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), GPU_NODES, "priority")
+    set_quota(svc, "vision", 4)
+    set_quota(svc, "vision", 0, cpus=0, memory_mb=0)
+    assert teams(svc) == {} and svc.state.quotas() == {}
+
+
+@pytest.mark.parametrize(
+    ("team", "gpus", "cpus", "memory_mb", "field"),
+    [
+        ("", 1, 1.0, 1, "team"),
+        ("a/b", 1, 1.0, 1, "team"),
+        ("ok", -1, 1.0, 1, "gpus"),
+        ("ok", 1, float("nan"), 1, "cpus"),
+        ("ok", 1, 1.0, -5, "memory_mb"),
+    ],
+)
+def test_a_bad_quota_is_refused_naming_the_field(etcd, team, gpus, cpus, memory_mb, field):
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), GPU_NODES, "priority")
+    req = scheduler_pb2.TeamQuota(team=team, gpus=gpus, cpus=cpus, memory_mb=memory_mb)
+    with pytest.raises(AssertionError, match=rf"INVALID_ARGUMENT: {field}: "):
+        svc.SetTeamQuota(req, Ctx())
+    assert svc.state.quotas() == {}
+
+
+def test_a_gang_with_a_bad_team_name_is_refused_with_a_reason(etcd):
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), GPU_NODES, "priority")
+    reply = svc.Enqueue(team_gang("x", "no spaces"), Ctx())
+    assert not reply.accepted and reply.reason.startswith("team: ")
+
+
+def test_the_sdk_sets_and_lists_quotas_over_grpc(etcd):
+    from dlaas.errors import InvalidRequest
+    from dlaas.grpc_server import start_server
+    from dlaas.sdk import SchedulerClient
+    from dlaas.servers import free_port
+    from dlaas.v1 import scheduler_pb2_grpc
+
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), GPU_NODES, "priority")
+    addr = f"127.0.0.1:{free_port()}"
+    server = start_server(
+        addr,
+        lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(svc, s),
+        ["dlaas.v1.Scheduler"],
+    )
+    try:
+        with SchedulerClient(addr) as client:
+            client.set_team_quota("vision", 4, 2.5, 8_000)
+            client.enqueue(team_gang("v1", "vision", gpus=2))
+            client.schedule()
+            (usage,) = client.teams()
+            assert (usage.team, usage.quota_gpus, usage.quota_cpus) == ("vision", 4, 2.5)
+            assert (usage.guaranteed_gpus, usage.guaranteed_cpus, usage.borrowed_gpus) == (2, 1, 0)
+            with pytest.raises(InvalidRequest, match="gpus: must not be negative"):
+                client.set_team_quota("vision", -1, 0, 0)
+    finally:
+        server.stop(0)

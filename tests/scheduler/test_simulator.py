@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from services.scheduler.simulator import KEYS, TraceJob, _gang, main, simulate
+from services.scheduler.simulator import KEYS, TraceJob, _gang, main, simulate, team_of
 
 TRACE = "/work/shared/traces/philly.csv"
 
@@ -48,6 +48,25 @@ def test_eta_at_submit_contains_the_start_and_sees_running_progress():
     assert first_start == 6_000 and eta == (6_000, 6_000)
 
 
+def test_teams_a_team_reclaims_its_guarantee_from_a_borrower():
+    # 2 nodes x 2 GPUs, two teams guaranteed 2 GPUs each. team0 fills the cluster at t=0 with
+    # two long 2-GPU jobs (one borrowed); team1's short job at t=100 takes the borrowed one's
+    # GPUs back at once (after its 20 s checkpoint save) instead of waiting 10,000 s.
+    ids = [f"j{i}" for i in range(50)]
+    a1, a2 = [i for i in ids if team_of(i, 2) == "team0"][:2]
+    b = next(i for i in ids if team_of(i, 2) == "team1")
+    jobs = [TraceJob(a1, 0, 10_000, 2), TraceJob(a2, 0, 10_000, 2), TraceJob(b, 100, 100, 2)]
+    with_teams = simulate(jobs, 2, 2, "fifo", teams=2)
+    assert with_teams["reclaims"] == with_teams["preemptions"] == 1
+    assert with_teams["teams"]["team1"]["avg_jct"] == pytest.approx(120)
+    assert with_teams["teams"]["team0"]["jobs"] == 2
+    shares = [t["gpu_share"] for t in with_teams["teams"].values()]
+    assert sum(shares) == pytest.approx(1) and shares[0] > shares[1] > 0
+    without = simulate(jobs, 2, 2, "fifo")
+    assert without["preemptions"] == 0 and "teams" not in without
+    assert without["avg_jct"] > with_teams["avg_jct"]
+
+
 @pytest.mark.skipif(not os.path.exists(TRACE), reason="trace not present")
 def test_cli_on_a_slice_of_the_trace(capsys):
     rc = main(
@@ -77,6 +96,20 @@ def test_cli_on_a_slice_of_the_trace(capsys):
     assert 0 < m["utilization"] <= 1 and 0 <= m["eta_in_range"] <= 1
     assert 0 <= m["eta_median_width"] < float("inf")
     assert m["p50_jct"] <= m["p95_jct"] <= m["p99_jct"]
+
+
+@pytest.mark.skipif(not os.path.exists(TRACE), reason="trace not present")
+def test_cli_teams_prints_each_teams_jct_and_gpu_share(capsys):
+    args = ["--trace", TRACE, "--vc", "6c71a0", "--start", "2017-10-09", "--end", "2017-10-11"]
+    args += ["--nodes", "16", "--gpus-per-node", "4", "--teams", "2", "--json"]
+    assert main(args) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    m = json.loads(out[-1])
+    assert set(m["teams"]) == {"team0", "team1"}
+    assert sum(t["jobs"] for t in m["teams"].values()) == m["jobs"]
+    assert sum(t["gpu_share"] for t in m["teams"].values()) == pytest.approx(1)
+    assert all(t["quota_gpus"] == 32 for t in m["teams"].values())
+    assert any(line.strip().startswith("team1 (guarantee 32 GPUs)") for line in out)
 
 
 def test_cli_refuses_bad_arguments_by_name(capsys):
@@ -115,3 +148,9 @@ def test_cli_refuses_bad_arguments_by_name(capsys):
             ]
         )
     assert "--nodes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(
+            ["--trace", TRACE, "--vc", "x", "--start", "2017-10-01", "--end", "2017-10-10"]
+            + ["--nodes", "1", "--gpus-per-node", "4", "--teams", "-1"]
+        )
+    assert "--teams: must not be negative" in capsys.readouterr().err

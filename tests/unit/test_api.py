@@ -157,9 +157,24 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
 
     def __init__(self):
         self.entries: list[scheduler_pb2.QueueEntry] = []
+        self.quotas: dict[str, scheduler_pb2.TeamQuota] = {}
 
     def Queue(self, request, context):
         return scheduler_pb2.QueueReply(entries=self.entries)
+
+    def SetTeamQuota(self, request, context):
+        self.quotas[request.team] = request
+        return scheduler_pb2.SchedEmpty()
+
+    def Teams(self, request, context):
+        return scheduler_pb2.TeamsReply(
+            teams=[
+                scheduler_pb2.TeamUsage(
+                    team=q.team, quota_gpus=q.gpus, guaranteed_gpus=min(q.gpus, 2), queued=1
+                )
+                for q in self.quotas.values()
+            ]
+        )
 
 
 def start_fakes(store):

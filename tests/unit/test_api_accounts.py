@@ -112,8 +112,15 @@ def test_teams_quota_and_members_see_only_their_team(env):  # noqa: F811
         env.client.post("/v1/teams", json={"name": "vision"}, headers=auth(ADMIN)).status_code
         == 409
     )
+    # The scheduler enforces quotas: it heard of both changes.
+    assert env.sched.quotas["vision"].gpus == 4
     mine = env.client.get("/v1/teams", headers=auth(CAROL)).json()
     assert [t["name"] for t in mine] == ["vision"]
+    assert mine[0]["usage"] == {
+        "used": {"gpus": 2, "cpus": 0.0, "memory_mb": 0},
+        "borrowed": {"gpus": 0, "cpus": 0.0, "memory_mb": 0},
+        "queued": 1,
+    }
     entries = env.client.get("/v1/audit", headers=auth(ADMIN)).json()["entries"]
     assert [e["action"] for e in entries[:2]] == ["set-quota", "add-team"]
 

@@ -5,7 +5,17 @@ trace-driven simulator both call `schedule()`.
 """
 
 from .core import DEFAULT_CONFIG, POLICIES, PolicyConfig, can_ever_fit, schedule
-from .model import Allocation, Decision, Node, QueuedJob, QueueEntry, RunningJob, Snapshot
+from .model import (
+    Allocation,
+    Decision,
+    Node,
+    QueuedJob,
+    QueueEntry,
+    RunningJob,
+    Snapshot,
+    TeamQuota,
+)
+from .quota import TeamUsage, team_usage
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -18,8 +28,11 @@ __all__ = [
     "QueuedJob",
     "RunningJob",
     "Snapshot",
+    "TeamQuota",
+    "TeamUsage",
     "can_ever_fit",
     "schedule",
+    "team_usage",
 ]
 
 from .eta import DurationModel, forward_starts, queue_report

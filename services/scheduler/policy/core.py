@@ -11,6 +11,15 @@ One round walks the queue in the policy's order and, for each gang:
      of the cluster but never starve the big gang.
 Leftover idle GPUs then GROW elastic jobs back toward their max, if nobody waiting could use them.
 
+Team quotas (only when the snapshot carries some; without them nothing below happens and every
+decision is as it was): the queue is walked twice in the policy's order. First the jobs that
+fit in what is left of their team's guarantee (policy.quota); such a job that does not fit may
+RECLAIM, under any policy: preempt whole borrowed jobs of other teams (lowest priority, least
+work lost since their last checkpoint, least progress first; the thrash guard does not protect
+borrowed work). Then every other job, borrowing what is idle; it may preempt by class as the
+policy does, but only borrowed work or its own team's: a guaranteed job is never the victim of
+another team.
+
 Policies (all duration-blind; the policy never sees how long a job will run):
   fifo     - submit order, non-blocking (a job that does not fit lets later ones try);
              no preemption; reservation only if configured (PolicyConfig.reserve_policies).
@@ -28,11 +37,13 @@ from __future__ import annotations
 
 import gc
 import heapq
+import itertools
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
+from . import quota as qt
 from .model import Allocation, Decision, Node, QueuedJob, RunningJob, Snapshot
 from .placement import FreeIndex
 
@@ -300,11 +311,25 @@ class _Round:
     _ranked_start: int = 0
     _compacted_at: int = 0
     _movable: dict[str, list[RunningJob]] | None = None
+    # team quotas (all empty/False without quotas)
+    borrowed: set[str] = field(default_factory=set)  # running jobs on borrowed capacity
+    used: dict[str, qt.Use] = field(default_factory=dict)  # per team, as the round goes
+    used_borrowed: dict[str, qt.Use] = field(default_factory=dict)
+    in_guarantee: bool = False  # the job being considered fits its team's guarantee
+    _limits: dict[str, qt.Use] = field(default_factory=dict)
+    _reclaim: list[RunningJob] | None = None
 
     def __post_init__(self) -> None:
         self.idx = FreeIndex(
             self.snapshot.nodes, (a for r in self.snapshot.running for a in r.allocations)
         )
+        self.quotas = self.snapshot.quotas
+        if self.quotas:
+            # "" is no team, whatever a caller put in the quotas
+            self._limits = {t: qt.limits(q) for t, q in self.quotas.items() if t}
+            self.borrowed = qt.borrowed_jobs(self.snapshot.running, self.quotas)
+            for r in self.snapshot.running:
+                self._account(r.team, r.allocations, 1.0, r.job_id in self.borrowed)
 
     # -- helpers --------------------------------------------------------------------------
     def _place(self, j: QueuedJob, learners: int) -> list[Allocation] | None:
@@ -333,7 +358,92 @@ class _Round:
         if self.reserved_for == j.job_id:
             self.idx.unreserve(j.job_id)
             self.reserved_for = None
+        if self.quotas:
+            self._account(j.team, allocs, 1.0, not self.in_guarantee)
         self.decisions.append(Decision(j.job_id, "start", cause, allocs))
+
+    # -- team quotas ----------------------------------------------------------------------
+    def _account(self, team: str, allocs: Iterable[Allocation], sign: float, borrowed: bool):
+        use = qt.held(allocs)
+        self.used[team] = qt.add(self.used.get(team, qt.ZERO), use, sign)
+        if borrowed:
+            self.used_borrowed[team] = qt.add(self.used_borrowed.get(team, qt.ZERO), use, sign)
+
+    def _guaranteed(self, j: QueuedJob) -> bool:
+        """The queued job fits in what is left of its team's guarantee."""
+        lim = self._limits.get(j.team)
+        return lim is not None and qt.fits(self.used.get(j.team, qt.ZERO), qt.demand(j), lim)
+
+    def _reclaimable(self) -> list[RunningJob]:
+        """Borrowed running jobs, best victim first: lowest priority, least work lost since the
+        last checkpoint (GPU-seconds), least progress; computed once a round."""
+        if self._reclaim is None:
+            now = self.now
+
+            def key(r: RunningJob) -> tuple:
+                ck = r.last_checkpoint_time
+                lost = now - (r.start_time if ck is None or ck < r.start_time else ck)
+                return (r.priority, lost * max(r.gpus, 1), r.attained_service, r.job_id)
+
+            self._reclaim = sorted(
+                (r for r in self.snapshot.running if r.job_id in self.borrowed), key=key
+            )
+        return self._reclaim
+
+    def _frees_for(self, r: RunningJob, j: QueuedJob) -> bool:
+        """Whether preempting r frees anything of the GPU type j needs."""
+        return not j.gpu_type or any(
+            self.idx.nodes.get(a.node) is not None
+            and self.idx.nodes[a.node].node.gpu_type == j.gpu_type
+            for a in r.allocations
+        )
+
+    def _reclaim_victims(self, j: QueuedJob) -> Iterator[RunningJob]:
+        for r in self._reclaimable():
+            if r.job_id not in self.touched and r.team != j.team and self._frees_for(r, j):
+                yield r
+
+    def _may_reclaim(self, j: QueuedJob) -> bool:
+        return any(r.job_id not in self.touched and r.team != j.team for r in self._reclaimable())
+
+    def _quota_note(self, j: QueuedJob) -> str:
+        """Why the job's team cannot have more now, in the words of its quota."""
+        team = j.team
+        q = self.quotas.get(team) if team else None
+        used = self.used.get(team, qt.ZERO)
+        need = qt.demand(j)
+        if q is not None and self.in_guarantee:
+            return (
+                f"team {team} uses {used[0]:.0f}/{q.gpus} guaranteed GPUs and this job fits its "
+                "guarantee, but preempting other teams' borrowed jobs cannot make room for it"
+            )
+        if q is None:
+            dim = 0 if need[0] else 1
+            head = f"team {team} has no quota" if team else "no team"
+            head += ": it only borrows idle capacity"
+        else:
+            dim = max(qt.exceeded(used, need, q), 0)
+            lim = qt.limits(q)[dim]
+            head = (
+                f"team {team} uses {qt.amount(used[dim], dim)}/{qt.amount(lim, dim)} guaranteed "
+                f"{qt.unit(dim)} (this job needs {qt.amount(need[dim], dim)})"
+            )
+        parts = []
+        for other in sorted(self.used):
+            if other == team:
+                continue
+            b = self.used_borrowed.get(other, qt.ZERO)[dim]
+            g = self.used[other][dim] - b
+            who = f"team {other}'s" if other else "no team's"
+            if g > qt._EPS:
+                parts.append(f"{qt.amount(g, dim)} by {who} guaranteed jobs")
+            if b > qt._EPS:
+                parts.append(f"{qt.amount(b, dim)} by {who} borrowed jobs")
+        if not parts:
+            return head
+        first, _, rest = parts[0].partition(" by ")
+        parts[0] = f"{first} borrowable {qt.unit(dim)} are held by {rest}"
+        return f"{head}; " + ", ".join(parts)
 
     # -- preemption -----------------------------------------------------------------------
     def _ranked(self) -> list[tuple[tuple, RunningJob]]:
@@ -426,7 +536,21 @@ class _Round:
             yielded += 1
             yield r
 
-    def try_preempt(self, j: QueuedJob) -> bool:
+    def _class_victims(self, j: QueuedJob, elastic_only: bool, reclaim: bool):
+        """`_victims`, less those team quotas protect: another team's guaranteed job is never
+        one (and in a reclaim, other teams' borrowed jobs come from `_reclaim_victims`)."""
+        victims = self._victims(j, elastic_only)
+        if not self.quotas:
+            return victims
+        team, borrowed = j.team, self.borrowed
+        if reclaim:
+            return (r for r in victims if team and r.team == team)
+        return (r for r in victims if r.job_id in borrowed or (team and r.team == team))
+
+    def try_preempt(self, j: QueuedJob, by_class: bool = True, reclaim: bool = False) -> bool:
+        """Make room for j by shrinking or preempting lower-class jobs (`by_class`, as the policy
+        ranks them) and, for a job inside its team's guarantee (`reclaim`), borrowed jobs of
+        other teams first, whatever their class."""
         need = j.min_gang
         g = j.gpus_per_learner
         cause_cls = queued_class(j, self.now, self.policy, self.cfg)
@@ -434,7 +558,7 @@ class _Round:
         # 1. shrink-before-kill: remove learners of elastic victims, never below their min.
         shrinks: list[tuple[RunningJob, list[Allocation]]] = []
         allocs = None
-        for r in self._victims(j, elastic_only=True):
+        for r in self._class_victims(j, True, reclaim) if by_class else ():
             removable = sorted(r.allocations, key=lambda a: -a.learner)[: r.learners - r.min_gang]
             taken: list[Allocation] = []
             for a in removable:
@@ -459,6 +583,8 @@ class _Round:
             for r, taken in shrinks:
                 if taken:
                     self.touched.add(r.job_id)
+                    if self.quotas:
+                        self._account(r.team, taken, -1.0, r.job_id in self.borrowed)
                     self.decisions.append(
                         Decision(
                             r.job_id,
@@ -476,7 +602,10 @@ class _Round:
 
         # 2. preempt whole jobs, least important / least work lost first.
         chosen: list[RunningJob] = []
-        for r in self._victims(j):
+        victims: Iterable[RunningJob] = self._class_victims(j, False, reclaim) if by_class else ()
+        if reclaim:
+            victims = itertools.chain(self._reclaim_victims(j), victims)
+        for r in victims:
             if len(chosen) >= self.cfg.max_victims:
                 break
             self.idx.give(r.allocations)
@@ -502,16 +631,23 @@ class _Round:
         allocs = self._place(j, need)
         for r in chosen:
             self.touched.add(r.job_id)
-            self.decisions.append(
-                Decision(
-                    r.job_id,
-                    "preempt",
-                    f"preempted for {j.job_id}: its class {cause_cls} beats "
-                    f"{running_class(r, self.policy, self.cfg)} "
-                    f"({len(chosen)} victim(s), the fewest that make room)",
-                    list(r.allocations),
-                )
+            cause = (
+                f"preempted for {j.job_id}: its class {cause_cls} beats "
+                f"{running_class(r, self.policy, self.cfg)} "
+                f"({len(chosen)} victim(s), the fewest that make room)"
             )
+            if self.quotas:
+                borrowed = r.job_id in self.borrowed
+                if reclaim and borrowed and r.team != j.team:
+                    q = self.quotas[j.team]
+                    cause = (
+                        f"reclaimed for {j.job_id}: team {j.team} is below its guarantee "
+                        f"({self.used.get(j.team, qt.ZERO)[0]:.0f}/{q.gpus} GPUs) and this job "
+                        f"of {f'team {r.team}' if r.team else 'no team'} runs on borrowed "
+                        f"capacity ({len(chosen)} victim(s), the fewest that make room)"
+                    )
+                self._account(r.team, r.allocations, -1.0, borrowed)
+            self.decisions.append(Decision(r.job_id, "preempt", cause, list(r.allocations)))
         self.start(j, allocs, f"started by preempting {', '.join(r.job_id for r in chosen)}")
         return True
 
@@ -694,6 +830,8 @@ class _Round:
             why = f"needs {_shape(j)} with {j.memory_mb_per_learner} MiB each; not enough free"
         if self.reserved_for is not None and self.reserved_for != j.job_id:
             why += f"; behind {self.reserved_for}, which holds a reservation"
+        if self.quotas:
+            why = f"{self._quota_note(j)}; {why}"
         return why
 
     # -- grow -----------------------------------------------------------------------------
@@ -749,8 +887,28 @@ class _Round:
     # -- main loop ------------------------------------------------------------------------
     def ordered(self):
         """(sort key, job) in policy order; `class_of` turns a pair into the preemption class,
-        only for the jobs a round really looks at (a long queue behind a full cluster is not)."""
-        queue = self.snapshot.queue
+        only for the jobs a round really looks at (a long queue behind a full cluster is not).
+
+        With team quotas: first the jobs inside their team's guarantee (`in_guarantee` is set
+        while they are considered; a job's status is decided when its turn comes, after the
+        starts and preemptions before it), then the rest in the same order."""
+        if not self.quotas:
+            yield from self._policy_order(self.snapshot.queue)
+            return
+        deferred = []
+        for k, j in self._policy_order(self.snapshot.queue):
+            if self._guaranteed(j):
+                self.in_guarantee = True
+                yield k, j
+            else:
+                deferred.append((k, j))
+        self.in_guarantee = False
+        if self.policy == "fair":  # DRF's order depends on the starts so far: build it again
+            yield from self._policy_order([j for _, j in deferred])
+        else:
+            yield from deferred
+
+    def _policy_order(self, queue):
         if self.policy == "fair":
             for j in self._drf_order(queue):
                 yield (), j
@@ -807,6 +965,8 @@ class _Round:
 
     def run(self) -> list[Decision]:
         can_preempt = preempts(self.policy) and bool(self.snapshot.running)
+        # a team below its guarantee takes borrowed work back under every policy
+        can_reclaim = bool(self.quotas) and bool(self.borrowed)
         # "a job of this shape and class did not fit (nor preempt) at index version v with n
         # learners": a later job of the same shape needing >= n cannot do better. This keeps a
         # long queue behind a full cluster O(queue), not O(queue x nodes).
@@ -820,14 +980,17 @@ class _Round:
                 self.wait(j, "")
                 continue
             cls = self.class_of(k, j)
+            guaranteed = self.in_guarantee
             # (nodes held by a reservation do not count as free: the job holding it came earlier)
             if (
                 not gpu_less
                 and self.idx.total_free_gpus() == 0
                 and not self._may_preempt(cls, can_preempt)
+                and not (guaranteed and can_reclaim and self._may_reclaim(j))
             ):
-                if j.job_id in self.promoted:
-                    # sorted ahead of its class: a later job may still preempt
+                if j.job_id in self.promoted or guaranteed:
+                    # sorted ahead of its class (promoted), or before the borrowers (guaranteed):
+                    # a later job may still preempt or reclaim
                     self.wait(j, "")
                     continue
                 # Full cluster and nobody left to preempt for this class or any later (the
@@ -845,6 +1008,8 @@ class _Round:
                 j.gpu_type,
                 j.placement,
             )
+            if self.quotas:  # who it may take from depends on its team and its guarantee
+                shape += (j.team, guaranteed)
             f = failed.get(shape)
             if (
                 f is not None
@@ -864,10 +1029,12 @@ class _Round:
                 self.start(j, allocs, cause)
                 continue
             n_before = len(self.decisions)
-            if can_preempt and self.try_preempt(j):
+            reclaim = guaranteed and can_reclaim
+            if (can_preempt or reclaim) and self.try_preempt(j, can_preempt, reclaim):
                 preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
                 if preempted >= self.cfg.max_preemptions_per_round:
-                    can_preempt = False  # storm guard: the rest waits for the next round
+                    # storm guard: the rest waits for the next round
+                    can_preempt = can_reclaim = False
                 continue
             if (
                 move_tries
@@ -881,7 +1048,7 @@ class _Round:
                 if self.try_move(j):
                     preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
                     if preempted >= self.cfg.max_preemptions_per_round:
-                        can_preempt = False
+                        can_preempt = can_reclaim = False
                     continue
             why = self.why_not(j) if self.include_waits else ""
             if self.reserved_for is None:
@@ -890,7 +1057,7 @@ class _Round:
                     why += "; nodes reserved for it so smaller jobs cannot starve it"
             failed[shape] = (self.idx.version, j.min_gang)
             self.wait(j, why)
-            if self.policy == "fifo" and self._fifo_blocks(j):
+            if self.policy == "fifo" and not guaranteed and self._fifo_blocks(j):
                 rest = True  # head-of-line blocking: see PolicyConfig.fifo_blocking
         self.grow()
         return self.decisions

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from .core import DEFAULT_CONFIG, PolicyConfig, _Round, _shape, order_key
 from .model import QueuedJob, QueueEntry, RunningJob, Snapshot
+from .quota import guaranteed_first
 
 # Without history: a job is assumed to run between 10 minutes and 4 hours.
 _PRIOR = (600.0, 3_600.0, 14_400.0)
@@ -102,7 +103,7 @@ def forward_starts(
     out: dict[str, list[float]] = {}
     left = len(want) if want is not None else -1
     inf = float("inf")
-    for j in sorted(snapshot.queue, key=order_key(policy, now, cfg)):
+    for j in _order(snapshot, now, policy, cfg):
         need = j.min_gang * (j.cpus_per_learner if by_cpu else j.gpus_per_learner)
         if need > total:
             res = [inf] * len(qs)
@@ -128,6 +129,14 @@ def forward_starts(
             if not left:
                 break
     return out
+
+
+def _order(snapshot: Snapshot, now: float, policy: str, cfg: PolicyConfig) -> list[QueuedJob]:
+    """The order a round considers the queue in (with team quotas: guaranteed jobs first)."""
+    order = sorted(snapshot.queue, key=order_key(policy, now, cfg))
+    if snapshot.quotas:
+        order = guaranteed_first(order, snapshot.running, snapshot.quotas)
+    return order
 
 
 def _counterfactual(rnd: _Round, j: QueuedJob) -> str:
@@ -184,7 +193,7 @@ def queue_report(
     started = {d.job_id for d in decisions if d.action == "start"}
     causes = {d.job_id: d.cause for d in decisions if d.action == "wait"}
     fwd = forward_starts(snapshot, now, policy, model, (0.1, 0.9), cfg)
-    order = sorted(snapshot.queue, key=order_key(policy, now, cfg))
+    order = _order(snapshot, now, policy, cfg)
     # Counterfactuals are checked against the cluster as it is now (the round's index was used).
     cf_round = _Round(snapshot, now, policy, cfg, include_waits=False)
     out = []

@@ -12,6 +12,7 @@ CPU-only jobs, learner-seconds), the quantity Tiresias' 2D-LAS discretizes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -63,7 +64,8 @@ class QueuedJob:
     `learners` is the size the user asked for; an elastic job (`min_learners < max_learners`)
     may be started with any count in [min_learners, learners]. `submit_time` is the ORIGINAL
     submission time, kept when a preempted job is requeued, so it gets its old position back.
-    `attained_service` and `preemptions` carry the history of a requeued job.
+    `attained_service` and `preemptions` carry the history of a requeued job. `team` names the
+    team whose quota it counts against ("" = no team: it never has a guarantee, only borrows).
     """
 
     job_id: str
@@ -81,6 +83,7 @@ class QueuedJob:
     attained_service: float = 0.0
     preemptions: int = 0
     last_preempted_time: float | None = None
+    team: str = ""
 
     @property
     def min_gang(self) -> int:
@@ -97,7 +100,8 @@ class QueuedJob:
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
-    """A gang that holds resources now. `start_time` is when its current run (re)started."""
+    """A gang that holds resources now. `start_time` is when its current run (re)started;
+    `team` as in QueuedJob."""
 
     job_id: str
     user: str
@@ -115,6 +119,7 @@ class RunningJob:
     memory_mb_per_learner: int | None = None
     placement: str = "pack"
     last_resize_time: float | None = None
+    team: str = ""
 
     @property
     def learners(self) -> int:
@@ -148,12 +153,28 @@ class RunningJob:
 
 
 @dataclass(frozen=True, slots=True)
+class TeamQuota:
+    """A team's guaranteed share of the cluster. A team may use more (it BORROWS idle capacity),
+    but what it borrows is taken back when another team needs its own guarantee (policy.quota).
+    A zero in a dimension guarantees nothing of it: every job that needs some is borrowed."""
+
+    gpus: int = 0
+    cpus: float = 0.0
+    memory_mb: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Everything one round may look at. `queue` order does not matter; the policy orders it."""
+    """Everything one round may look at. `queue` order does not matter; the policy orders it.
+
+    `quotas` maps team name -> TeamQuota. Empty (the default): no team has a guarantee and every
+    decision is exactly what it would be without teams (`team` on jobs is then ignored).
+    """
 
     nodes: tuple[Node, ...] | list[Node]
     running: tuple[RunningJob, ...] | list[RunningJob] = ()
     queue: tuple[QueuedJob, ...] | list[QueuedJob] = ()
+    quotas: Mapping[str, TeamQuota] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
