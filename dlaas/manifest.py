@@ -437,16 +437,19 @@ def parse_manifest(text: str | bytes) -> Manifest:
     """Parse and validate a YAML manifest; raise InvalidManifest listing every problem."""
     if len(text) > MAX_MANIFEST_BYTES:
         raise InvalidManifest([f"(manifest): larger than {MAX_MANIFEST_BYTES // 2**20} MiB"])
-    loader = _ManifestLoader(text)
+    loader = None
     try:
+        # The reader checks the characters as it is made: a control character raises here.
+        loader = _ManifestLoader(text)
         data = loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "not valid YAML"
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "not valid YAML"
         raise InvalidManifest([f"(manifest): malformed YAML{where}: {problem}"]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if not isinstance(data, dict):
         raise InvalidManifest(["(manifest): must be a YAML mapping of fields"])
     return manifest_from_dict(data)

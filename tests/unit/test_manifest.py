@@ -376,3 +376,9 @@ def test_many_problems_are_capped():
 def test_store_endpoints_and_buckets_are_checked(lines, path):
     found = problems(with_lines("data_stores:", "  - id: a", "    type: s3", *lines))
     assert any(p.startswith(f"{path}:") for p in found), found
+
+
+def test_a_control_character_is_a_clear_refusal_not_a_crash():
+    # Found by the API fuzzer: PyYAML's reader raised while the loader was being made.
+    with pytest.raises(InvalidManifest, match=r"malformed YAML.*special characters"):
+        parse_manifest("\x1f")
