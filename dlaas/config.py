@@ -26,6 +26,9 @@ class PlatformSettings(BaseSettings):
     s3_access_key: str
     s3_secret_key: SecretStr
     s3_bucket: str = "dlaas"
+    # Encrypts the passwords of users' own data stores in stored manifests (dlaas.secretbox);
+    # empty: such passwords are refused, never stored.
+    secrets_key: SecretStr = SecretStr("")
     # The Docker engine that runs learners ("unix:///var/run/docker.sock").
     docker_host: str = "unix:///var/run/docker.sock"
     # The S3 endpoint as containers reach it (the host through the bridge gateway).

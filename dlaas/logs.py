@@ -47,6 +47,7 @@ from dlaas.learner.paths import RUN_START_META
 from dlaas.locations import S3Location, job_locations
 from dlaas.manifest import parse_manifest
 from dlaas.s3 import client_for
+from dlaas.secretbox import SecretBox
 from dlaas.status import FINAL
 from dlaas.store.base import JobStore
 
@@ -192,7 +193,9 @@ class LogReader:
         """Learner `learner`'s log lines from line `offset` on; with `follow`, until the job
         is final and every line is out. Raise JobNotFound for an unknown job."""
         record = self.store.get(job_id)
-        _, results = job_locations(parse_manifest(record.manifest_yaml), self.settings, record.team)
+        box = SecretBox(self.settings.secrets_key.get_secret_value())
+        manifest = parse_manifest(box.open(record.manifest_yaml))
+        _, results = job_locations(manifest, self.settings, record.team)
         return self.stream(results, job_id, learner, offset=offset, follow=follow)
 
     def stream(

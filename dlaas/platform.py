@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlaas import firewall, jobspec, servers
+from dlaas import firewall, jobspec, secretbox, servers
 from dlaas.accounts import DEFAULT_TEAM, audit_entry
 from dlaas.nodes import NodeSpec, dump_nodes, machine_capacity
 
@@ -169,6 +169,7 @@ class StateDir:
             "s3_secret_key": lambda: secrets.token_urlsafe(32),
             "admin_token": lambda: secrets.token_urlsafe(32),
             "user_token": lambda: secrets.token_urlsafe(32),
+            "secrets_key": secretbox.new_key,
         }
         missing = [k for k in wanted if not data.get(k)]
         for key in missing:
@@ -719,6 +720,7 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
         "DLAAS_API_HOST": "127.0.0.1",
         "DLAAS_API_PORT": str(api_port),
         "DLAAS_API_ADMIN_TOKEN": creds["admin_token"],
+        "DLAAS_SECRETS_KEY": creds["secrets_key"],
     }
     _first_user(state.root / "jobs.db", creds["user_token"])
     if nodes_file is not None:

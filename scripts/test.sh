@@ -21,4 +21,8 @@ except ServerError as e:
     sys.exit(f'test: no Docker engine ({e}); Docker tests will be skipped')
 " "$state" || [ "${CI:-}" != "true" ]
 
+# Lint and format first: a minute of pytest is not spent on code that would not land.
+"$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check .
+
 exec "$VENV/bin/pytest" -q -ra -p no:cacheprovider --durations=15 "$@" </dev/null

@@ -37,6 +37,7 @@ from dlaas.errors import (
 from dlaas.locations import check_buckets, job_locations
 from dlaas.manifest import MAX_DEPTH, MAX_MANIFEST_BYTES, Manifest, check_shape, parse_manifest
 from dlaas.s3 import STORE_UNREACHABLE
+from dlaas.secretbox import SecretBox
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
 from services.api.app import Deps
@@ -486,7 +487,10 @@ def _tar_gz_stream(s3, bucket: str, objects: list[dict], strip: str) -> Iterator
 def job_results(job_id: str, deps: DepsDep, caller: CallerDep) -> StreamingResponse:
     """Download every result object of a job (model, logs, ...) as one tar.gz."""
     record = _owned(deps, caller, job_id)
-    _, results = job_locations(parse_manifest(record.manifest_yaml), deps.settings, record.team)
+    manifest = parse_manifest(SecretBox(deps.settings.secrets_key.get_secret_value()).open(
+        record.manifest_yaml
+    ))  # fmt: skip
+    _, results = job_locations(manifest, deps.settings, record.team)
     s3 = deps.s3_for(results)
     prefix = results.prefix + jobspec.results_prefix(job_id)
     objects: list[dict] = []

@@ -32,6 +32,7 @@ from dlaas.manifest import Manifest, parse_manifest, resolve_image
 from dlaas.namespace import job_policy
 from dlaas.nodes import NodeSpec
 from dlaas.sdk import SchedulerClient
+from dlaas.secretbox import SecretBox
 from dlaas.status import Status
 from dlaas.store.base import JobRecord, JobStore
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc, scheduler_pb2
@@ -84,6 +85,7 @@ class Lcm:
         )
         self._s3 = s3
         self._last_sweep = 0.0
+        self.box = SecretBox(settings.secrets_key.get_secret_value())
         self.keeper = keeper
         self.store = store
         if isinstance(deployers, Deployer):
@@ -131,7 +133,8 @@ class Lcm:
             job_id=job_id,
             user=user,
             name=manifest.name,
-            manifest_yaml=manifest_yaml,
+            # A user's store password is kept encrypted (or the job refused): never in clear.
+            manifest_yaml=self.box.seal(manifest_yaml),
             created_at=now,
             updated_at=now,
             code_key=code_key,
@@ -547,7 +550,7 @@ class Lcm:
         try:
             deployer = self.deployers[node]
             record = self.store.get(job_id)
-            manifest = parse_manifest(record.manifest_yaml)
+            manifest = parse_manifest(self.box.open(record.manifest_yaml))
             # Containers reach the platform's S3 through their own engine's bridge.
             s = self.settings
             spec = {n.name: n for n in self.nodes}.get(node)

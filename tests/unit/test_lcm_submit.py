@@ -90,3 +90,20 @@ def test_a_submission_that_fails_after_the_store_leaves_nothing(
     lcm.scheduler = FakeScheduler()
     keeper.fail_create = False
     assert lcm.submit("job-2", "alice", MANIFEST, "")[0] == "QUEUED"
+
+
+def test_a_connection_password_is_stored_encrypted(job_store):
+    from dlaas.secretbox import SecretBox, new_key
+
+    key = new_key()
+    settings = PlatformSettings(s3_access_key="k", s3_secret_key="s", secrets_key=key)
+    lcm = Lcm(settings, FakeKeeper(), job_store, {"local": FakeDeployer()}, FakeScheduler(), [])
+    text = MANIFEST + (
+        "data_stores:\n  - id: own\n    type: s3\n    training_data: {container: data}\n"
+        "    connection: {auth_url: 'http://10.1.2.3:9000', user_name: u, password: Pw-7x-unique}\n"
+    )
+    lcm.submit("job-s", "alice", text, "", team="vision")
+    stored = job_store.get("job-s")
+    assert "Pw-7x-unique" not in stored.manifest_yaml
+    assert "Pw-7x-unique" in SecretBox(key).open(stored.manifest_yaml)
+    assert stored.team == "vision"
