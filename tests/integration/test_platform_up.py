@@ -216,3 +216,32 @@ def test_down_stops_everything_and_is_idempotent(up_state):
     # The machine's Docker engine was not started by up, so down leaves it alone.
     assert servers.docker_answers()
     assert platform.down(state_dir, progress=lambda _: None) == []
+
+
+def test_accounts_and_revocations_survive_down_and_up(up_state):
+    state_dir, _, _ = up_state
+    info = platform.up(state_dir, progress=lambda _: None, build_images=False)
+    admin = json.loads((state_dir / "admin.json").read_text())["admin_token"]
+    as_admin = {"Authorization": f"Bearer {admin}"}
+    made = httpx.post(
+        f"{info.api_url}/v1/users",
+        json={"name": "zed", "team": "ops"},
+        headers=as_admin,
+        timeout=10,
+    ).json()
+    gone = httpx.post(
+        f"{info.api_url}/v1/users/zed/tokens", json={}, headers=as_admin, timeout=10
+    ).json()["token"]
+    httpx.post(f"{info.api_url}/v1/revoke", json={"who": gone}, headers=as_admin, timeout=10)
+    platform.down(state_dir, progress=lambda _: None)
+    info = platform.up(state_dir, progress=lambda _: None, build_images=False)
+
+    def me(token: str) -> httpx.Response:
+        auth = {"Authorization": f"Bearer {token}"}
+        return httpx.get(f"{info.api_url}/v1/me", headers=auth, timeout=10)
+
+    assert me(made["token"]).json() == {"user": "zed", "team": "ops", "admin": False}
+    assert me(gone).status_code == 401
+    assert me(_client(state_dir)["token"]).json()["user"] == "user"
+    # The store file holds the tokens' hashes only.
+    assert made["token"].encode() not in (state_dir / "jobs.db").read_bytes()
