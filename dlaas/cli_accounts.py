@@ -87,6 +87,10 @@ def _quota(q: dict) -> str:
     return f"{q['gpus']} GPUs, {q['cpus']:g} CPUs, {q['memory_mb']} MiB"
 
 
+def _filled(amounts: dict) -> dict:
+    return {k: amounts.get(k, 0) for k in ("gpus", "cpus", "memory_mb")}
+
+
 @teams_app.command("list")
 @reports_errors
 def teams_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False):
@@ -105,9 +109,9 @@ def teams_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json
         borrowed = u.get("borrowed") or {}
         table.add_row(
             t["name"], _quota(t["quota"]),
-            _quota({"gpus": used.get("gpus", 0), "cpus": used.get("cpus", 0),
-                    "memory_mb": used.get("memory_mb", 0)}) if u else "-",
-            str(borrowed.get("gpus", 0)) + " GPUs" if u else "-",
+            _quota(_filled(used)) if u else "-",
+            # All three amounts: a team may borrow CPUs or memory as well as GPUs.
+            _quota(_filled(borrowed)) if u else "-",
             str(u.get("queued", "-")),
         )  # fmt: skip
     console.print(table)
