@@ -117,14 +117,17 @@ def teams_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json
     console.print(table)
 
 
+# The options of a guaranteed share, shared by `teams add` and `teams set-quota`.
+TeamName = Annotated[str, typer.Argument(help="team name")]
+Gpus = Annotated[int, typer.Option(min=0, help="guaranteed GPUs")]
+Cpus = Annotated[float, typer.Option(min=0, help="guaranteed CPUs")]
+MemoryMb = Annotated[int, typer.Option(min=0, help="guaranteed memory, MiB")]
+
+
 @teams_app.command("add")
 @reports_errors
 def teams_add(
-    ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="team name")],
-    gpus: Annotated[int, typer.Option(min=0)] = 0,
-    cpus: Annotated[float, typer.Option(min=0)] = 0,
-    memory_mb: Annotated[int, typer.Option(min=0)] = 0,
+    ctx: typer.Context, name: TeamName, gpus: Gpus = 0, cpus: Cpus = 0, memory_mb: MemoryMb = 0
 ) -> None:
     """Add a team with a guaranteed share."""
     t = _admin(ctx).add_team(name, gpus, cpus, memory_mb)
@@ -134,11 +137,7 @@ def teams_add(
 @teams_app.command("set-quota")
 @reports_errors
 def teams_set_quota(
-    ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="team name")],
-    gpus: Annotated[int, typer.Option(min=0)] = 0,
-    cpus: Annotated[float, typer.Option(min=0)] = 0,
-    memory_mb: Annotated[int, typer.Option(min=0)] = 0,
+    ctx: typer.Context, name: TeamName, gpus: Gpus = 0, cpus: Cpus = 0, memory_mb: MemoryMb = 0
 ) -> None:
     """Set a team's guaranteed share."""
     t = _admin(ctx).set_quota(name, gpus, cpus, memory_mb)
