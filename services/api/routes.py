@@ -24,7 +24,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import UploadFile
 
-from dlaas import jobspec
+from dlaas import jobspec, purge
 from dlaas.accounts import audit_entry
 from dlaas.errors import (
     DlaasError,
@@ -42,6 +42,7 @@ from services.api.archive import normalize_archive
 from services.api.auth import Caller
 from services.api.errors import NoResults
 from services.api.models import (
+    DeleteReply,
     JobList,
     JobPublic,
     QueueReply,
@@ -383,15 +384,51 @@ def scale_job(job_id: str, body: ScaleRequest, deps: DepsDep, caller: CallerDep)
     return ScaleReply(job_id=job_id, status=status, learners=body.learners)
 
 
-@router.delete("/jobs/{job_id}", status_code=204)
-def delete_job(job_id: str, deps: DepsDep, caller: CallerDep) -> Response:
-    """Delete a job that has ended: its record, containers and uploaded code."""
+@router.delete("/jobs/{job_id}")
+def delete_job(
+    job_id: str,
+    deps: DepsDep,
+    caller: CallerDep,
+    purge_results: Annotated[
+        bool,
+        Query(alias="purge", description="also delete the job's results (by the worker)"),
+    ] = False,
+) -> DeleteReply:
+    """Delete a job: its record, containers and uploaded code; its results stay unless `purge`."""
     record = _owned(deps, caller, job_id)
-    deps.lcm.delete(job_id, record.user)
+    _, results = job_locations(parse_manifest(record.manifest_yaml), deps.settings, record.team)
+    prefix = results.prefix + jobspec.results_prefix(job_id)
+    if not purge_results:
+        deps.lcm.delete(job_id, record.user)
+        own = "" if results.platform else results.endpoint
+        text = purge.kept_text(results.bucket, prefix, own)
+    else:
+        if not results.platform:
+            raise InvalidRequest(
+                f"purge: the results are in your own object store ({results.endpoint}); "
+                "the platform deletes nothing there. Nothing was deleted"
+            )
+        # Queued first: the record goes only once the purge is safe in Redis (503 and
+        # nothing deleted otherwise). The worker waits for the record to be gone.
+        request_id = deps.tasks.enqueue_purge(
+            purge.PurgeRequest(results.bucket, prefix, results.endpoint, job_id)
+        )
+        try:
+            deps.lcm.delete(job_id, record.user)
+        except BaseException:
+            deps.tasks.cancel_purge(request_id)
+            raise
+        text = purge.queued_text(results.bucket, prefix)
     if record.code_key:
         _delete_code(deps, record.code_key)
-    audit(deps, caller, "delete", job_id)
-    return Response(status_code=204)
+    audit(deps, caller, "delete", job_id, "results purge queued" if purge_results else text)
+    return DeleteReply(
+        job_id=job_id,
+        results=text,
+        bucket=results.bucket,
+        prefix=prefix,
+        purge_queued=purge_results,
+    )
 
 
 # --------------------------------------------------------------------------- logs, results

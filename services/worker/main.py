@@ -1,0 +1,75 @@
+"""Entrypoint of the worker: `python -m services.worker.main`.
+
+Configuration: the platform settings (`DLAAS_*`: the Redis broker `DLAAS_REDIS_URL`, the
+platform's S3 and key, the job store, `DLAAS_RESULTS_RETENTION_DAYS`,
+`DLAAS_RETENTION_SWEEP_S`, `DLAAS_WORKER_VISIBILITY_TIMEOUT_S`). Runs a Celery worker
+in this process: the solo pool, one task at a time (purges are I/O bound and rare; a
+pool of children would only cost memory). With a retention set, Celery beat runs
+embedded and queues the retention sweep every `retention_sweep_s`; its schedule file is
+in the working directory (the state dir under `dlaas up`). Stops on SIGTERM (Celery's
+warm shutdown: a purge under way finishes, or stays queued for the next worker).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import redis
+from pydantic import ValidationError
+
+from dlaas.config import PlatformSettings
+from dlaas.errors import TemporaryError
+from dlaas.grpc_server import configure_logging
+from dlaas.purge import cancel_key
+from dlaas.s3 import platform_client
+from dlaas.store import open_store
+from services.worker.tasks import make_app
+
+BEAT_SCHEDULE_FILE = "worker-beat-schedule"
+
+
+def worker_argv(settings: PlatformSettings, workdir: Path) -> list[str]:
+    argv = [
+        "worker", "--pool=solo", "--concurrency=1", "--loglevel=INFO",
+        # No chatter between workers: there is one, and it needs nothing from its peers.
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+        f"--hostname=dlaas-worker-{os.getpid()}@%h",
+    ]  # fmt: skip
+    if settings.results_retention_days > 0:
+        argv += ["--beat", f"--schedule={workdir / BEAT_SCHEDULE_FILE}"]
+    return argv
+
+
+def main() -> None:
+    log = configure_logging("worker")
+    try:
+        settings = PlatformSettings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        sys.exit(f"worker: bad configuration: {problems}")
+    store = open_store(settings.store_url)
+    s3 = platform_client(settings)
+    broker = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+
+    def cancelled(request_id: str) -> bool:
+        try:
+            return bool(broker.exists(cancel_key(request_id)))
+        except redis.RedisError as exc:
+            raise TemporaryError(f"redis: cannot read the purge's cancel mark: {exc}") from exc
+
+    app = make_app(settings, store, s3, cancelled)
+    retention = settings.results_retention_days
+    log.info("worker on %s; retention %s", settings.redis_url.split("@")[-1],
+             f"{retention:g} days" if retention > 0 else "off (results kept)")  # fmt: skip
+    try:
+        app.worker_main(worker_argv(settings, Path.cwd()))
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    main()
