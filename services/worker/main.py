@@ -3,8 +3,10 @@
 Configuration: the platform settings (`DLAAS_*`: the Redis broker `DLAAS_REDIS_URL`, the
 platform's S3 and key, the job store, `DLAAS_RESULTS_RETENTION_DAYS`,
 `DLAAS_RETENTION_SWEEP_S`, `DLAAS_WORKER_VISIBILITY_TIMEOUT_S`). Runs a Celery worker
-in this process: the solo pool, one task at a time (purges are I/O bound and rare; a
-pool of children would only cost memory). With a retention set, Celery beat runs
+in this process: one task at a time, on a thread (purges are I/O bound and rare; a pool
+of child processes would only cost memory). A thread and not the solo pool: the solo
+pool runs the task inside the event loop, which then sends its acknowledgement only once
+the task returned whatever `acks_late` says. With a retention set, Celery beat runs
 embedded and queues the retention sweep every `retention_sweep_s`; its schedule file is
 in the working directory (the state dir under `dlaas up`). Stops on SIGTERM (Celery's
 warm shutdown: a purge under way finishes, or stays queued for the next worker).
@@ -32,7 +34,7 @@ BEAT_SCHEDULE_FILE = "worker-beat-schedule"
 
 def worker_argv(settings: PlatformSettings, workdir: Path) -> list[str]:
     argv = [
-        "worker", "--pool=solo", "--concurrency=1", "--loglevel=INFO",
+        "worker", "--pool=threads", "--concurrency=1", "--loglevel=INFO",
         # No chatter between workers: there is one, and it needs nothing from its peers.
         "--without-gossip", "--without-mingle", "--without-heartbeat",
         f"--hostname=dlaas-worker-{os.getpid()}@%h",

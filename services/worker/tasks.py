@@ -67,7 +67,8 @@ def make_app(
     )
     retry = {
         "acks_late": True,
-        # A pool child that dies mid-task puts the task back instead of dropping it.
+        # Under a process pool, a child that dies mid-task puts the task back instead of
+        # dropping it (the worker runs threads: there a dead worker leaves it unacked).
         "reject_on_worker_lost": True,
         "retry_backoff": True,
         "retry_backoff_max": purge.retry_backoff_max(vt),
