@@ -446,9 +446,10 @@ class _Up:
         self.save_config()
         address = f"127.0.0.1:{server.port}"
         self.state.write_pid(
-            # Its data dir is on its command line: a pid reused by another redis won't match.
+            # Redis rewrites its command line to "redis-server 127.0.0.1:PORT": the address
+            # it serves tells it from a process that reused the pid.
             "redis",
-            {"pid": server.pid, "match": str(self.state.root / "redis"), "address": address},
+            {"pid": server.pid, "match": address, "address": address},
         )
         self.progress(f"redis: started on {address} (pid {server.pid})")
         return server.url

@@ -151,8 +151,9 @@ def test_retention_purges_ended_jobs_past_the_limit_and_marks_them(
 class Worker:
     """A real worker process on the test's Redis, S3 and job store."""
 
-    def __init__(self, settings: PlatformSettings, workdir: Path):
+    def __init__(self, settings: PlatformSettings, workdir: Path, **extra: str):
         self.env = {
+            **extra,
             **os.environ,
             "PYTHONPATH": str(REPO),
             "DLAAS_REDIS_URL": settings.redis_url,
@@ -292,6 +293,34 @@ def test_a_purge_survives_a_worker_killed_in_the_middle_of_it(
     finally:
         worker.stop()
         proxy.close()
+
+
+def test_the_worker_applies_retention_on_its_own(s3_server, redis_server, s3_client, tmp_path):
+    settings = settings_for(s3_server, f"sqlite:///{tmp_path / 'jobs.db'}", redis_server.url)
+    from dlaas.store import open_store
+
+    store = open_store(settings.store_url)
+    team = "ret-" + os.urandom(4).hex()
+    bucket = team_bucket(team, DEFAULT_RESULTS)
+    s3_client.create_bucket(Bucket=bucket)
+    manifest = "name: n\nframework: {name: python, version: '3.11', command: x}\n"
+    add_job(store, "job-old", Status.COMPLETED, time.time() - 10 * purge.DAY_S, manifest, team)
+    add_job(store, "job-new", Status.COMPLETED, time.time(), manifest, team)
+    put(s3_client, bucket, "job-old/model.bin", "job-new/model.bin")
+    worker = Worker(
+        settings, tmp_path, DLAAS_RESULTS_RETENTION_DAYS="7", DLAAS_RETENTION_SWEEP_S="1"
+    )
+    try:
+        worker.start()  # with Celery beat inside, queueing the sweep every second
+        servers.wait_until(
+            lambda: purge.PURGED_INFO in store.get("job-old").info, WAIT_S, "the sweep",
+            log=worker.log,
+        )  # fmt: skip
+        assert keys(s3_client, bucket) == ["job-new/model.bin"]
+        assert purge.PURGED_INFO not in store.get("job-new").info
+    finally:
+        worker.stop()
+        store.close()
 
 
 def test_a_cancelled_purge_deletes_nothing(worker_env, s3_client, s3_bucket):
