@@ -61,9 +61,6 @@ def make_app(
         # One task at a time, taken one at a time: a small, predictable worker.
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
-        beat_schedule={}
-        if settings.results_retention_days <= 0
-        else {"retention": {"task": purge.RETENTION_TASK, "schedule": settings.retention_sweep_s}},
     )
     retry = {
         "acks_late": True,

@@ -311,7 +311,7 @@ def test_the_worker_applies_retention_on_its_own(s3_server, redis_server, s3_cli
         settings, tmp_path, DLAAS_RESULTS_RETENTION_DAYS="7", DLAAS_RETENTION_SWEEP_S="1"
     )
     try:
-        worker.start()  # with Celery beat inside, queueing the sweep every second
+        worker.start()  # it queues the sweep for itself every second
         servers.wait_until(
             lambda: purge.PURGED_INFO in store.get("job-old").info, WAIT_S, "the sweep",
             log=worker.log,
