@@ -484,10 +484,16 @@ def scale(
 
 @app.command()
 @reports_errors
-def delete(ctx: typer.Context, job: Annotated[str, typer.Argument(help="job id")]) -> None:
-    """Delete a job that has ended."""
-    ctx.obj.client().delete(job)
-    console.print(f"{job}: deleted", markup=False)
+def delete(
+    ctx: typer.Context,
+    job: Annotated[str, typer.Argument(help="job id")],
+    purge: Annotated[
+        bool, typer.Option("--purge", help="also delete its results (model, logs, checkpoints)")
+    ] = False,
+) -> None:
+    """Delete a job that has ended; its results are kept unless --purge."""
+    reply = ctx.obj.client().delete(job, purge=purge)
+    console.print(f"{job}: deleted; results {reply['results']}", markup=False)
 
 
 @app.command()

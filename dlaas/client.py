@@ -213,8 +213,10 @@ class DlaasClient:
     def scale(self, job_id: str, learners: int) -> dict:
         return self._request("POST", f"/v1/jobs/{job_id}/scale", json={"learners": learners}).json()
 
-    def delete(self, job_id: str) -> None:
-        self._request("DELETE", f"/v1/jobs/{job_id}")
+    def delete(self, job_id: str, purge: bool = False) -> dict:
+        """Delete the job; the reply says where its results stay, or that a purge is queued."""
+        params = {"purge": "true"} if purge else {}
+        return self._request("DELETE", f"/v1/jobs/{job_id}", params=params).json()
 
     # --- accounts (administrators) and data ----------------------------------------
 

@@ -6,7 +6,7 @@ default. Nothing here is read at import time.
 
 from __future__ import annotations
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -47,6 +47,16 @@ class PlatformSettings(BaseSettings):
     # A nodes file (YAML/JSON, see dlaas.nodes) listing every node; when set, node_* above
     # are not used. `dlaas up --nodes N` writes one.
     nodes_file: str = ""
+    # The broker of the asynchronous work (services/worker): result purges, retention.
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # Results of jobs that ended (COMPLETED/FAILED) more than this many days ago are
+    # purged by the worker; 0 keeps them forever.
+    results_retention_days: float = Field(0, ge=0)
+    # How often the worker looks for results past their retention.
+    retention_sweep_s: float = Field(3600, gt=0)
+    # A task a worker took but never acknowledged (it died) is handed out again after
+    # this long. Purges are idempotent, so a task redelivered while still running is safe.
+    worker_visibility_timeout_s: float = Field(300, gt=0)
 
     def etcd_hostports(self) -> list[tuple[str, int]]:
         out = []

@@ -10,6 +10,7 @@ Everything lives in a state directory ($DLAAS_HOME or ~/.dlaas):
     engines/<node>/ the data root (image cache) and log of each extra Docker engine
     jobs.db        the job store (embedded SQLite)
     etcd/ s3/      server data
+    redis/         the worker's queue (Redis, append-only file: queued purges survive it)
     logs/<name>.log, pids/<name>.json
 
 `up` is idempotent: a component whose recorded PID is alive, still runs the expected
@@ -64,8 +65,8 @@ LCM_NAMES = tuple(f"lcm-{i}" for i in range(LCM_REPLICAS))
 API_REPLICAS = 2
 API_NAMES = tuple(f"api-{i}" for i in range(API_REPLICAS))
 API_PROBES = 24  # a live replica is missed by all of them with odds (1/2) ** 24
-SERVICES = ("scheduler", *LCM_NAMES, "jobmonitor", *API_NAMES)
-SERVERS = ("etcd", "s3")
+SERVICES = ("scheduler", *LCM_NAMES, "jobmonitor", "worker", *API_NAMES)
+SERVERS = ("etcd", "s3", "redis")
 # With `--etcd-members 3` etcd runs as a real three-member cluster: "etcd" plus these.
 EXTRA_ETCD = ("etcd-1", "etcd-2")
 USER_NAME = "user"
@@ -170,6 +171,7 @@ class StateDir:
             "admin_token": lambda: secrets.token_urlsafe(32),
             "user_token": lambda: secrets.token_urlsafe(32),
             "secrets_key": secretbox.new_key,
+            "redis_password": lambda: secrets.token_hex(24),
         }
         missing = [k for k in wanted if not data.get(k)]
         for key in missing:
@@ -424,6 +426,34 @@ class _Up:
         )
         self.progress(f"s3: started SeaweedFS on {server.endpoint} (pid {server.pid})")
         return server.endpoint
+
+    # -- Redis: the worker's broker (queued purges), persisted in the state dir
+    def redis(self) -> str:
+        """The broker's URL (with its password: for the services' environment only)."""
+        record = self.state.read_pid("redis")
+        port = self.config.get("redis_port")
+        if _record_alive(record) and port:
+            self.progress(f"redis: running on {record['address']}")
+            return f"redis://:{self.creds['redis_password']}@127.0.0.1:{port}/0"
+        self._stop_stale("redis", record)
+        server = servers.start_redis(
+            self.state.root / "redis",
+            port=_keep_or_new_port(port),
+            log=self.state.logs / "redis.log",
+            persist=True,
+            password=self.creds["redis_password"],
+        )
+        self.config.update(redis_port=server.port)
+        self.save_config()
+        address = f"127.0.0.1:{server.port}"
+        self.state.write_pid(
+            # Redis rewrites its command line to "redis-server 127.0.0.1:PORT": the address
+            # it serves tells it from a process that reused the pid.
+            "redis",
+            {"pid": server.pid, "match": address, "address": address},
+        )
+        self.progress(f"redis: started on {address} (pid {server.pid})")
+        return server.url
 
     # -- the host firewall fencing job containers in (dlaas.firewall)
     def firewall(self, platform_id: str, s3_port: int) -> None:
@@ -682,6 +712,7 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
         run.config["etcd_members"] = members
     etcd_endpoint = run.etcd_cluster(members) if members > 1 else run.etcd()
     s3_endpoint = run.s3()
+    redis_url = run.redis()
     bucket = os.environ.get("DLAAS_S3_BUCKET", "dlaas")
     run.bucket(s3_endpoint, bucket)
     run.images()
@@ -714,6 +745,7 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
         "DLAAS_S3_BUCKET": bucket,
         "DLAAS_S3_ENDPOINT_FOR_CONTAINERS": f"http://{gateway}:{s3_port}",
         "DLAAS_DOCKER_HOST": run.docker_host,
+        "DLAAS_REDIS_URL": redis_url,
         # Every replica: clients fail over between them.
         "DLAAS_LCM_ADDR": ",".join(f"127.0.0.1:{p}" for p in lcm_ports.values()),
         "DLAAS_SCHEDULER_ADDR": f"127.0.0.1:{scheduler_port}",
@@ -730,6 +762,7 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
         "scheduler": env["DLAAS_SCHEDULER_ADDR"],
         **{name: f"127.0.0.1:{port}" for name, port in lcm_ports.items()},
         "jobmonitor": "",
+        "worker": "",
         **{name: api_url for name in API_NAMES},
     }
     # A platform from before the API was replicated ran one "api" on the port, alone.
@@ -739,6 +772,10 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
         own = {"DLAAS_LCM_LISTEN": addresses[name]} if _kind(name) == "lcm" else {}
         if _kind(name) == "api":
             own = {"DLAAS_API_REPLICA": name}
+        if _kind(name) == "worker":
+            # In its fingerprint: a new retention restarts the worker with it.
+            days = os.environ.get("DLAAS_RESULTS_RETENTION_DAYS", "0")
+            own = {"DLAAS_RESULTS_RETENTION_DAYS": days}
         run.service(name, {**env, **own}, addresses[name])
     run.supervisor()
 
@@ -852,7 +889,7 @@ def _stop_recorded(state: StateDir, name: str, progress: Progress) -> bool:
     running = _record_alive(record)
     if running:
         # SeaweedFS's graceful stop hangs (see servers.S3Server.stop); dockerd needs
-        # time to stop its containers.
+        # time to stop its containers; the worker may finish a purge (or leave it queued).
         grace = {"s3": 3.0, "dockerd": 30.0}.get(name, 10.0)
         servers.stop_pid(int(record["pid"]), timeout=grace)
         progress(f"{name}: stopped (pid {record['pid']})")

@@ -1,6 +1,6 @@
 """Shared test fixtures: real servers on free ports, started once per session.
 
-etcd, SeaweedFS S3 and the Docker engine are the real things (dlaas.servers starts them);
+etcd, SeaweedFS S3, Redis and the Docker engine are the real things (dlaas.servers starts them);
 each is stopped by PID in teardown, also when tests fail. The Docker engine is the
 machine's engine and is left running (it holds the image cache). Tests stay independent
 through unique names: a key prefix per test in etcd, a bucket per test in S3.
@@ -96,6 +96,28 @@ def s3_bucket(s3_client) -> str:
     name = f"t-{uuid.uuid4().hex[:16]}"
     s3_client.create_bucket(Bucket=name)
     return name
+
+
+# --------------------------------------------------------------------------- Redis
+
+
+@pytest.fixture
+def redis_server(tmp_path_factory) -> Iterator[servers.RedisServer]:
+    """A Redis of this test's own (.url with its password), stopped after.
+
+    Per test, not per session: a broker holds queued and unacknowledged tasks, which
+    must not leak from one test into the next.
+    """
+    server = _start_or_skip(
+        "Redis",
+        lambda: servers.start_redis(
+            tmp_path_factory.mktemp("redis"), password=secrets.token_hex(12)
+        ),
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 # --------------------------------------------------------------------------- Docker

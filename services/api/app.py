@@ -91,6 +91,7 @@ class Deps:
     tokens: Authenticator
     logs: LogReader
     metrics: Metrics
+    tasks: Any = None  # services.api.tasks.TaskQueue: work queued for the worker
 
     def s3_for(self, loc: S3Location):
         """The platform's client for the platform's S3, a fresh one for a user's own store."""
@@ -213,6 +214,7 @@ def create_app(
     s3: Any = None,
     docker: Any = None,
     scheduler: Any = None,
+    tasks: Any = None,
     log_poll_s: float = 0.5,
 ) -> FastAPI:
     """The API app; real adapters are built from `settings` for any not given.
@@ -242,6 +244,11 @@ def create_app(
     metrics = Metrics()
     deps = Deps(settings, api_settings, store, lcm, s3, scheduler, tokens, None, metrics)  # type: ignore[arg-type]
     deps.logs = LogReader(store, settings, docker, deps.s3_for, poll_s=log_poll_s)
+    if tasks is None:
+        from services.api.tasks import CeleryTaskQueue
+
+        tasks = CeleryTaskQueue(settings.redis_url, settings.worker_visibility_timeout_s)
+    deps.tasks = tasks
 
     app = FastAPI(
         title="dlaas",

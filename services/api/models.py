@@ -83,6 +83,16 @@ class JobList(BaseModel):
     limit: int
 
 
+class DeleteReply(BaseModel):
+    """A deleted job, and what happens to its results."""
+
+    job_id: str
+    results: str  # "kept in bucket X under prefix Y" or "purge queued: ..."
+    bucket: str
+    prefix: str
+    purge_queued: bool
+
+
 class StatusReply(BaseModel):
     """A job's status after a change asked through the API (halt, resume)."""
 

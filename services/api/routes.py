@@ -25,7 +25,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import UploadFile
 
-from dlaas import jobspec
+from dlaas import jobspec, purge
 from dlaas.accounts import audit_entry
 from dlaas.errors import (
     DlaasError,
@@ -36,6 +36,7 @@ from dlaas.errors import (
 )
 from dlaas.locations import check_buckets, job_locations
 from dlaas.manifest import MAX_DEPTH, MAX_MANIFEST_BYTES, Manifest, check_shape, parse_manifest
+from dlaas.namespace import user_bucket
 from dlaas.s3 import STORE_UNREACHABLE
 from dlaas.secretbox import SecretBox
 from dlaas.status import Status
@@ -45,6 +46,7 @@ from services.api.archive import normalize_archive
 from services.api.auth import Caller
 from services.api.errors import NoResults
 from services.api.models import (
+    DeleteReply,
     JobList,
     JobPublic,
     QueueReply,
@@ -392,15 +394,53 @@ def scale_job(job_id: str, body: ScaleRequest, deps: DepsDep, caller: CallerDep)
     return ScaleReply(job_id=job_id, status=status, learners=body.learners)
 
 
-@router.delete("/jobs/{job_id}", status_code=204)
-def delete_job(job_id: str, deps: DepsDep, caller: CallerDep) -> Response:
-    """Delete a job that has ended: its record, containers and uploaded code."""
+@router.delete("/jobs/{job_id}")
+def delete_job(
+    job_id: str,
+    deps: DepsDep,
+    caller: CallerDep,
+    purge_results: Annotated[
+        bool,
+        Query(alias="purge", description="also delete the job's results (by the worker)"),
+    ] = False,
+) -> DeleteReply:
+    """Delete a job: its record, containers and uploaded code; its results stay unless `purge`."""
     record = _owned(deps, caller, job_id)
-    deps.lcm.delete(job_id, record.user)
+    _, results = job_locations(parse_manifest(record.manifest_yaml), deps.settings, record.team)
+    prefix = results.prefix + jobspec.results_prefix(job_id)
+    # The bucket as the user names it (inside the team's namespace).
+    shown = user_bucket(record.team, results.bucket) if results.platform else results.bucket
+    if not purge_results:
+        deps.lcm.delete(job_id, record.user)
+        own = "" if results.platform else results.endpoint
+        text = purge.kept_text(shown, prefix, own)
+    else:
+        if not results.platform:
+            raise InvalidRequest(
+                f"purge: the results are in your own object store ({results.endpoint}); "
+                "the platform deletes nothing there. Nothing was deleted"
+            )
+        # Queued first: the record goes only once the purge is safe in Redis (503 and
+        # nothing deleted otherwise). The worker waits for the record to be gone.
+        request_id = deps.tasks.enqueue_purge(
+            purge.PurgeRequest(results.bucket, prefix, results.endpoint, job_id)
+        )
+        try:
+            deps.lcm.delete(job_id, record.user)
+        except BaseException:
+            deps.tasks.cancel_purge(request_id)
+            raise
+        text = purge.queued_text(shown, prefix)
     if record.code_key:
         _delete_code(deps, record.code_key)
-    audit(deps, caller, "delete", job_id)
-    return Response(status_code=204)
+    audit(deps, caller, "delete", job_id, "results purge queued" if purge_results else text)
+    return DeleteReply(
+        job_id=job_id,
+        results=text,
+        bucket=shown,
+        prefix=prefix,
+        purge_queued=purge_results,
+    )
 
 
 # --------------------------------------------------------------------------- logs, results

@@ -30,6 +30,7 @@ from dlaas.errors import (
 from dlaas.grpc_errors import translate_errors
 from dlaas.grpc_server import start_server
 from dlaas.manifest import parse_manifest
+from dlaas.purge import PurgeRequest
 from dlaas.sdk import LcmClient, SchedulerClient
 from dlaas.servers import free_port
 from dlaas.status import FINAL, Status, Transition
@@ -37,6 +38,7 @@ from dlaas.store.base import JobRecord
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from services.api.app import create_app
 from services.api.archive import normalize_archive
+from services.api.tasks import CeleryTaskQueue, TaskQueue
 
 ALICE, BOB, CAROL, ADMIN = "tok-alice", "tok-bob", "tok-carol", "tok-admin"
 CLUSTER_CPUS = 8.0  # the fake cluster: 8 CPUs in all
@@ -603,9 +605,105 @@ def test_halt_then_delete(env):
     assert history[-1]["reason"] == "halted by alice through the API"
     again = env.client.post(f"/v1/jobs/{job_id}/halt", headers=auth(ALICE))
     assert again.status_code == 409
-    assert env.client.delete(f"/v1/jobs/{job_id}", headers=auth(ALICE)).status_code == 204
+    r = env.client.delete(f"/v1/jobs/{job_id}", headers=auth(ALICE))
+    assert r.status_code == 200, r.text
+    prefix = jobspec.results_prefix(job_id)
+    assert r.json() == {
+        "job_id": job_id,
+        "results": f"kept in bucket {env.results} under prefix {prefix}",
+        "bucket": env.results,
+        "prefix": prefix,
+        "purge_queued": False,
+    }
     assert env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).status_code == 404
     assert env.code_objects() == []
+
+
+class FakeTaskQueue(TaskQueue):
+    """FAKE task queue: records what the API queued and called off; queues nothing."""
+
+    def __init__(self):
+        self.queued: list[PurgeRequest] = []
+        self.cancelled: list[str] = []
+
+    def enqueue_purge(self, req: PurgeRequest) -> str:
+        request_id = f"req-{len(self.queued)}"
+        self.queued.append(req)
+        return request_id
+
+    def cancel_purge(self, request_id: str) -> None:
+        self.cancelled.append(request_id)
+
+
+def _store_result(env, job_id: str) -> str:
+    key = jobspec.results_prefix(job_id) + "model.bin"
+    env.s3.put_object(Bucket=env.results, Key=key, Body=b"weights")
+    return key
+
+
+def test_delete_with_purge_queues_it_and_then_deletes_the_record(env):
+    queue = env.client.app.state.deps.tasks = FakeTaskQueue()
+    job_id = env.submit().json()["job_id"]
+    env.finish(job_id)
+    r = env.client.delete(f"/v1/jobs/{job_id}", params={"purge": "true"}, headers=auth(ALICE))
+    assert r.status_code == 200, r.text
+    prefix = jobspec.results_prefix(job_id)
+    assert r.json()["purge_queued"] is True
+    assert r.json()["results"] == (
+        f"purge queued: every object in bucket {env.results} under prefix {prefix} will be deleted"
+    )
+    assert queue.queued == [
+        PurgeRequest(env.results, prefix, env.settings.s3_endpoint, job_id=job_id)
+    ]
+    assert queue.cancelled == []
+    assert env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).status_code == 404
+
+
+def test_a_purge_whose_delete_is_refused_is_called_off(env):
+    queue = env.client.app.state.deps.tasks = FakeTaskQueue()
+    job_id = env.submit().json()["job_id"]  # still QUEUED: the (fake) LCM refuses
+    r = env.client.delete(f"/v1/jobs/{job_id}", params={"purge": "true"}, headers=auth(ALICE))
+    assert (r.status_code, r.json()["error"]) == (409, "invalid_transition")
+    assert len(queue.queued) == 1 and queue.cancelled == ["req-0"]
+    assert env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).status_code == 200
+
+
+def test_a_purge_with_the_queue_down_is_503_and_deletes_nothing(env):
+    # The real adapter, on a port where no Redis listens.
+    env.client.app.state.deps.tasks = CeleryTaskQueue(
+        f"redis://127.0.0.1:{free_port()}/0", visibility_timeout_s=60, timeout_s=1
+    )
+    job_id = env.submit(code=tar_gz({"train.py": b"x"})).json()["job_id"]
+    env.finish(job_id)
+    key = _store_result(env, job_id)
+    r = env.client.delete(f"/v1/jobs/{job_id}", params={"purge": "true"}, headers=auth(ALICE))
+    assert r.status_code == 503, r.text
+    assert r.json()["error"] == "unavailable"
+    assert "Redis" in r.json()["message"] and "nothing was deleted" in r.json()["message"]
+    assert "Retry-After" in r.headers
+    assert env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).status_code == 200
+    assert env.code_objects() != []
+    assert env.s3.get_object(Bucket=env.results, Key=key)["Body"].read() == b"weights"
+
+
+def test_purge_refused_for_results_in_the_users_own_store(env, s3_server):
+    queue = env.client.app.state.deps.tasks = FakeTaskQueue()
+    own = env.manifest().replace(
+        "      access_key: someone\n      password: s3cr3t-never-shown\n",
+        f"      endpoint: {s3_server.endpoint}\n      access_key: someone\n"
+        "      password: s3cr3t-never-shown\n",
+    )
+    assert "endpoint:" in own
+    job_id = env.submit(manifest=own).json()["job_id"]
+    env.finish(job_id)
+    r = env.client.delete(f"/v1/jobs/{job_id}", params={"purge": "true"}, headers=auth(ALICE))
+    assert r.status_code == 422, r.text
+    assert r.json()["problems"][0].startswith("purge: the results are in your own object store")
+    assert queue.queued == []
+    assert env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).status_code == 200
+    # Without --purge the reply names the store the results stay in.
+    r = env.client.delete(f"/v1/jobs/{job_id}", headers=auth(ALICE))
+    assert r.json()["results"].endswith(f" at {s3_server.endpoint}")
 
 
 # --------------------------------------------------------------------------- resume, scale

@@ -29,6 +29,7 @@ PURE_FILES = [
     "services/lcm/plan.py",
     "services/jobmonitor/decide.py",
     "services/api/rules.py",
+    "dlaas/purge.py",
 ]
 PURE_GLOBS = ["services/scheduler/policy/**/*.py"]
 

@@ -194,7 +194,11 @@ def test_halt_delete_and_errors(server, manifest_file):
     assert r.exit_code == 1 and "invalid_transition" in r.output and "HTTP 409" in r.output
     r = server.cli("halt", job_id)
     assert r.exit_code == 0 and "HALTED" in r.output
-    assert server.cli("delete", job_id).exit_code == 0
+    r = server.cli("delete", job_id)
+    assert r.exit_code == 0
+    assert f"{job_id}: deleted; results kept in bucket {server.results} under prefix {job_id}/" in (
+        r.output.replace("\n", "")
+    )
     r = server.cli("show", job_id)
     assert r.exit_code == 1 and "not found" in r.output and "Traceback" not in r.output
 

@@ -1,0 +1,1 @@
+"""The worker: asynchronous work on a Redis broker (result purges, retention)."""

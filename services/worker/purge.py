@@ -1,0 +1,59 @@
+"""Delete a job's results from S3: the core of the worker's purge task, with no broker.
+
+`purge_prefix` lists and deletes every object under a prefix, a page (up to 1000 keys)
+at a time. It is idempotent: what is gone stays gone, a missing bucket is nothing to do,
+and a run that stopped halfway (a crash, an S3 error) is finished by the next one. Errors
+other than "no such bucket" are raised for the task to retry.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from botocore.exceptions import ClientError
+
+log = logging.getLogger(__name__)
+
+MISSING_BUCKET = "NoSuchBucket"
+
+
+def purge_prefix(s3, bucket: str, prefix: str) -> int:
+    """Delete every object in `bucket` under `prefix`; how many this call deleted."""
+    # The request model refuses empty and unterminated prefixes already; this is the last
+    # line before a delete that would reach other jobs' results.
+    if not prefix or not prefix.endswith("/"):
+        raise ValueError(f"purge: prefix {prefix!r} must be non-empty and end in '/'")
+    deleted = 0
+    seen: set[str] = set()
+    try:
+        while True:
+            # Always the first page again: the previous page's keys are gone, and a
+            # continuation token would skip objects written meanwhile.
+            page = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1000)
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if not keys:
+                return deleted
+            if all(k["Key"] in seen for k in keys):
+                # Deleted without an error yet still listed: stop rather than loop.
+                raise ClientError(
+                    {"Error": {"Code": "StillListed",
+                               "Message": f"{keys[0]['Key']} is listed after its delete"}},
+                    "DeleteObjects",
+                )  # fmt: skip
+            seen.update(k["Key"] for k in keys)
+            reply = s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+            errors = reply.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise ClientError(
+                    {"Error": {"Code": first.get("Code", "DeleteFailed"),
+                               "Message": f"{len(errors)} object(s) not deleted, first "
+                                          f"{first.get('Key')}: {first.get('Message', '')}"}},
+                    "DeleteObjects",
+                )  # fmt: skip
+            deleted += len(keys)
+            log.info("purged %d object(s) from %s/%s", len(keys), bucket, prefix)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == MISSING_BUCKET:
+            return deleted
+        raise
