@@ -345,7 +345,18 @@ def targets(w: World) -> dict:
     ]
     s3_port = w.config["s3_port"]
     ports = {name: port for name, port in platform_ports(w.home).items() if port != s3_port}
-    ports.update({"docker-tcp-2375": 2375, "docker-tls-2376": 2376, "kubelet-10250": 10250})
+    # Named as well, should the listing above miss them.
+    ports.update(
+        {
+            "s3-grpc": w.config["s3_grpc_port"],
+            "etcd": w.config["etcd_client_port"],
+            "api": w.config["api_port"],
+            "scheduler": w.config["scheduler_port"],
+            "docker-tcp-2375": 2375,
+            "docker-tls-2376": 2376,
+            "kubelet-10250": 10250,
+        }
+    )
     return {
         "s3_port": s3_port,
         "host_ports": ports,
@@ -567,9 +578,10 @@ def own_store_job(world):
     while (j := job(w.bob, job_id))["status"] not in FINAL and time.monotonic() < deadline:
         time.sleep(0.25)
     lap(f"bob's own-store job: {j['status']}")
-    yield job_id, j, "\n".join(logs(w.bob, job_id))
+    text = "\n".join(logs(w.bob, job_id))
     if j["status"] not in FINAL:
         w.bob.post(f"/v1/jobs/{job_id}/halt")  # its capacity back for the tests after
+    return job_id, j, text
 
 
 def test_a_manifest_naming_the_platform_s3_as_its_own_store_gets_none_of_alices_data(
