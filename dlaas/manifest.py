@@ -314,8 +314,16 @@ class Manifest(_Model):
         return self.data_stores[0] if self.data_stores else None
 
     def normalized(self) -> dict[str, Any]:
-        """The manifest as the platform understood it, with secrets masked."""
+        """The manifest as the platform understood it, with credentials masked.
+
+        The access key is masked too: with the password it is the credential of the user's
+        store, and a job's page is no place for either.
+        """
         data = self.model_dump(mode="json", exclude_none=True)
+        for store in data.get("data_stores") or []:
+            conn = store.get("connection") or {}
+            if conn.get("access_key"):
+                conn["access_key"] = "**********"
         return data
 
 

@@ -1,7 +1,7 @@
 """Secrets in stored manifests, encrypted at rest.
 
-A manifest's `connection` block may carry the password (secret key) of a user's own data
-store. The LCM seals it before the job is stored: the value becomes `dlaas-enc:v1:<Fernet
+A manifest's `connection` block may carry the credentials (key id and password) of a user's
+own data store. The LCM seals it before the job is stored: the value becomes `dlaas-enc:v1:<Fernet
 token>` (AES-128-CBC + HMAC-SHA256, from the `cryptography` package) under the platform's
 key (DLAAS_SECRETS_KEY; `dlaas up` keeps it in the state directory's secrets.json, 0600).
 Only the code that hands the store's credentials on (the deploy, the API reading a user's
@@ -18,7 +18,8 @@ from cryptography.fernet import Fernet, InvalidToken
 from dlaas.errors import InvalidManifest
 
 PREFIX = "dlaas-enc:v1:"
-SECRET_FIELDS = ("password", "secret_key")
+# The store's credentials: the password and, with it, the key id (FfDL's and our names).
+SECRET_FIELDS = ("password", "secret_key", "user_name", "access_key")
 NO_KEY = (
     "data_stores[0].connection.secret_key: this platform has no key to keep secrets with "
     "(DLAAS_SECRETS_KEY); it stores no password"

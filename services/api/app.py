@@ -94,11 +94,13 @@ class Deps:
     tasks: Any = None  # services.api.tasks.TaskQueue: work queued for the worker
 
     def s3_for(self, loc: S3Location):
-        """The platform's client for the platform's S3, a fresh one for a user's own store."""
-        if (
-            loc.endpoint == self.settings.s3_endpoint
-            and loc.access_key == self.settings.s3_access_key
-        ):
+        """The platform's client for the platform's S3, a fresh one for a user's own store.
+
+        Only a location that IS the platform's (`platform`, resolved in the team namespace)
+        gets the platform's key: a manifest naming the platform's endpoint and key id as its
+        "own" store still signs with the key it gave.
+        """
+        if loc.platform:
             return self.s3
         try:
             return client_for(loc)  # short timeouts: the store is the user's, maybe a tarpit

@@ -630,6 +630,10 @@ class Lcm:
             results=(results.bucket, jobspec.results_prefix(job_id)) if results.platform else None,
             code=(code.bucket, code.prefix) if code is not None else None,
         )
+        if not policy["Statement"]:
+            # Nothing of the job is in the platform's S3 (its own store, no code): it needs no
+            # identity here (and the store refuses an empty policy).
+            return data, results, code
         key, secret = self.identities.issue(job_id, policy)
 
         def scoped(loc: S3Location | None) -> S3Location | None:

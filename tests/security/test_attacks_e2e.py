@@ -595,24 +595,12 @@ def test_a_manifest_naming_the_platform_s3_as_its_own_store_gets_none_of_alices_
     assert reply.status_code != 200 and digest.encode() not in reply.content
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: GET /v1/jobs/{id}/results of a job whose own store refuses the user's keys "
-    "answers 500 (the ClientError is not mapped; should be a 4xx naming the store)",
-)
 def test_results_of_a_store_that_refuses_its_keys_is_a_clear_4xx(world, own_store_job):
     job_id, _, _ = own_store_job
     reply = world.bob.get(f"/v1/jobs/{job_id}/results")
     assert 400 <= reply.status_code < 500, reply.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: a job whose data store has an endpoint and that brings no code gets an "
-    "empty IAM policy; SeaweedFS refuses it (MalformedPolicyDocument), the LCM retries "
-    "forever and the job stays PENDING holding its capacity (services/lcm/service.py "
-    "_job_access: no identity is needed when job_policy has no statement)",
-)
 def test_a_job_with_its_own_store_and_no_code_ends_instead_of_pinning_capacity(own_store_job):
     _, j, _ = own_store_job
     assert j["status"] in FINAL, history(j)
@@ -823,11 +811,6 @@ def test_no_secret_in_job_logs_and_status_messages(world, surfaces):
             assert not grep({j: text.encode()}, secret_values(w))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: GET /v1/jobs/{id} and `dlaas show` print the connection's access_key "
-    "(Manifest.normalized() masks secret_key only)",
-)
 def test_the_connections_access_key_is_not_shown(surfaces):
     hits = grep({**surfaces["api"], **surfaces["cli"]}, {"connection access_key": CONN_KEY})
     assert not hits, hits
@@ -840,11 +823,6 @@ def test_no_secret_in_store_rows_but_the_manifest(world, surfaces):
     assert not hits, hits
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: the jobs table keeps the manifest as sent (manifest_yaml), with the "
-    "connection's access_key and password in clear",
-)
 def test_no_connection_credential_in_store_rows(surfaces):
     hits = grep(
         surfaces["rows"], {"connection access_key": CONN_KEY, "connection password": CONN_SECRET}
