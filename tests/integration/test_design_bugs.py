@@ -1,0 +1,115 @@
+"""Bugs found by reading the design, each pinned by a test on the real adapters.
+
+etcd, the SQLite job store and SeaweedFS S3 are the real ones. The container engine is a
+FAKE where a test needs no containers (`NoEngine`: every image is present, no job has
+containers); the scheduler is the real service over gRPC, or an address nobody listens on.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import uuid
+
+import pyetcd
+import pytest
+from fastapi.testclient import TestClient
+
+from dlaas.accounts import TokenRecord, User, token_hash
+from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.etcd_status import StatusKeeper
+from dlaas.grpc_server import start_server
+from dlaas.sdk import LcmClient, SchedulerClient
+from dlaas.servers import free_port
+from dlaas.v1 import lcm_pb2_grpc
+from services.api.app import create_app
+from services.lcm.service import Lcm, LcmServicer
+
+ADMIN, ALICE = "tok-admin", "tok-alice"
+
+
+class NoEngine:
+    """FAKE container engine: every image is present, no job has containers."""
+
+    def image_present(self, image: str) -> bool:
+        return True
+
+    def containers(self, job_id: str) -> list:
+        return []
+
+    def remove_job(self, job_id: str) -> None:
+        pass
+
+
+@pytest.fixture
+def etcd(etcd_server, etcd_prefix):
+    client = pyetcd.client(host=etcd_server.host, port=etcd_server.port, timeout=5)
+    yield client
+    client.delete_prefix(etcd_prefix + "/")
+    client.close()
+
+
+def tar_gz(files: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+# --------------------------------------------------------------- 2: submit, scheduler down
+
+
+def test_a_submit_while_the_scheduler_is_down_is_a_503_and_leaves_nothing(
+    etcd, etcd_prefix, job_store, s3_server, s3_client
+):
+    """API -> gRPC -> the real Lcm (real etcd, real store) -> a scheduler nobody runs."""
+    settings = PlatformSettings(
+        s3_endpoint=s3_server.endpoint,
+        s3_access_key=s3_server.access_key,
+        s3_secret_key=s3_server.secret_key,
+        s3_bucket=f"plat-{uuid.uuid4().hex[:12]}",
+        etcd_prefix=etcd_prefix,
+    )
+    down = SchedulerClient(f"127.0.0.1:{free_port()}", timeout=2)
+    lcm = Lcm(settings, StatusKeeper(etcd, job_store, etcd_prefix), job_store,
+              {"local": NoEngine()}, down, [])  # fmt: skip
+    addr = f"127.0.0.1:{free_port()}"
+    server = start_server(
+        addr,
+        lambda s: lcm_pb2_grpc.add_LifecycleManagerServicer_to_server(LcmServicer(lcm), s),
+        ["dlaas.v1.LifecycleManager"],
+    )
+    job_store.add_user(User("alice", "", False, 1.0))
+    job_store.add_token(TokenRecord(token_hash(ALICE), "alice", ALICE[:6], 1.0))
+    app = create_app(settings, ApiSettings(admin_token=ADMIN), store=job_store,
+                     lcm=LcmClient(addr, timeout=20), s3=s3_client, docker=False,
+                     scheduler=down)  # fmt: skip
+    manifest = (
+        "name: j\nframework: {name: python, version: '3.11', command: python3 train.py}\n"
+        "data_stores:\n  - id: s\n    type: s3\n    training_data: {container: digits-data}\n"
+        "    training_results: {container: digits-results}\n"
+    )
+    files = {
+        "manifest": ("m.yml", manifest, "application/yaml"),
+        "code": ("c.tar.gz", tar_gz({"train.py": b"print(1)\n"}), "application/gzip"),
+    }
+    try:
+        with TestClient(app) as client:
+            r = client.post("/v1/jobs", files=files, headers={"Authorization": f"Bearer {ALICE}"})
+            listed = client.get("/v1/jobs", headers={"Authorization": f"Bearer {ALICE}"})
+    finally:
+        server.stop(0)
+    assert r.status_code == 503, r.text
+    assert r.json()["error"] == "unavailable" and "Retry-After" in r.headers
+    # No job record, no status key in etcd, no code archive: nothing QUEUED without a queue.
+    assert job_store.list(user="alice") == ([], 0)
+    assert listed.json()["total"] == 0
+    assert list(etcd.get_prefix(etcd_prefix + "/")) == []
+    objects = s3_client.list_objects_v2(Bucket=settings.s3_bucket)
+    assert objects.get("KeyCount", 0) == 0
+    # The id the API made is nowhere either (the audit log has no submit of it).
+    entries, _ = job_store.list_audit()
+    assert not [e for e in entries if e.action == "submit"]
