@@ -113,3 +113,68 @@ def test_a_submit_while_the_scheduler_is_down_is_a_503_and_leaves_nothing(
     # The id the API made is nowhere either (the audit log has no submit of it).
     entries, _ = job_store.list_audit()
     assert not [e for e in entries if e.action == "submit"]
+
+
+# --------------------------------------------------------------- 3: resize races a release
+
+
+class WriteHook:
+    """Passes every call to the real etcd client; runs `before_write` once, just before the
+    first write (a put or a transaction): another replica's call landing in between."""
+
+    def __init__(self, etcd, before_write):
+        self._etcd, self._before = etcd, before_write
+
+    def __getattr__(self, name):
+        return getattr(self._etcd, name)
+
+    def _hook(self):
+        before, self._before = self._before, None
+        if before is not None:
+            before()
+
+    def put(self, *args, **kw):
+        self._hook()
+        return self._etcd.put(*args, **kw)
+
+    def transaction(self, *args, **kw):
+        self._hook()
+        return self._etcd.transaction(*args, **kw)
+
+
+def test_a_release_between_the_read_and_the_write_of_a_resize_stays_released(etcd, etcd_prefix):
+    from services.scheduler.policy import Allocation, QueuedJob
+    from services.scheduler.service import SchedulerState
+
+    other = SchedulerState(etcd, etcd_prefix)  # the LCM's release, through another replica
+    job = QueuedJob(job_id="el", user="u", learners=2, gpus_per_learner=0, cpus_per_learner=1.0,
+                    memory_mb_per_learner=256, min_learners=1, max_learners=2)  # fmt: skip
+    allocs = [
+        Allocation(learner=i, node="local", gpu_indices=(), cpus=1.0, memory_mb=256)
+        for i in range(2)
+    ]
+    assert other.enqueue(job) and other.start(job, allocs, now=1.0)
+
+    racing = SchedulerState(WriteHook(etcd, lambda: other.release("el")), etcd_prefix)
+    assert racing.resize("el", tuple(allocs[:1]), now=2.0) is False
+    assert other.running_job("el") is None  # not resurrected: its GPUs stay free
+    assert other.running() == [] and other.queue() == []
+
+
+def test_a_resize_with_no_race_writes_the_new_allocation(etcd, etcd_prefix):
+    from services.scheduler.policy import Allocation, QueuedJob
+    from services.scheduler.service import SchedulerState
+
+    state = SchedulerState(etcd, etcd_prefix)
+    job = QueuedJob(job_id="el", user="u", learners=2, gpus_per_learner=0, cpus_per_learner=1.0,
+                    memory_mb_per_learner=256, min_learners=1, max_learners=2)  # fmt: skip
+    allocs = [
+        Allocation(learner=i, node="local", gpu_indices=(), cpus=1.0, memory_mb=256)
+        for i in range(2)
+    ]
+    assert state.enqueue(job) and state.start(job, allocs, now=1.0)
+    assert state.resize("el", (allocs[1],), now=2.0) is True
+    resized = state.running_job("el")
+    assert resized is not None and resized.learners == 1 and resized.last_resize_time == 2.0
+    assert [a.learner for a in resized.allocations] == [0]
+    assert state.running_entries()["el"][1] == job  # the original request is kept
