@@ -57,6 +57,8 @@ PENDING_STALE_S = 20.0
 PENDING_CHECK_S = 5.0
 # How often the leader revokes the S3 identities of jobs whose containers are gone.
 IDENTITY_SWEEP_S = 5.0
+# A requeue whose teardown failed is tried again after this long, doubling up to MAX_BACKOFF_S.
+TEARDOWN_RETRY_S = 1.0
 
 
 def backoff_s(restart: int) -> float:
@@ -267,21 +269,45 @@ class Lcm:
 
         `keep`: a restart keeps the scheduler's allocation through its backoff, so the gang
         comes back on its own GPUs at once instead of queueing behind jobs that took them.
+
+        A failure (the engine, etcd or the scheduler not answering) is retried with backoff
+        until it succeeds, the job moves on (halted, deleted, placed) or the LCM stops: the
+        leader's reconcile runs once per term, so it cannot be what finishes the requeue
+        while this replica lives. Every step is idempotent; a crash leaves it to the next
+        leader's reconcile.
         """
-        try:
-            self._teardown(job_id)
-            if not keep:
-                self.scheduler.release(job_id)
-            if self._leading.is_set():
-                self._due[job_id] = not_before
-                self._wake.set()
+        delay, torn_down = TEARDOWN_RETRY_S, False
+        while True:
+            try:
+                if not torn_down:  # once: a later release could free a new allocation
+                    self._teardown(job_id)
+                    if not keep:
+                        self.scheduler.release(job_id)
+                    torn_down = True
+                if self._leading.is_set():
+                    self._due[job_id] = not_before
+                    self._wake.set()
+                    return
+                # A standby replica took the request: only the leader's loop reads `_due`, so
+                # this replica waits out the backoff and finishes the requeue itself.
+                if self._stop.wait(max(0.0, not_before - self.clock())):
+                    return
+                self._requeue_due(job_id)
                 return
-            # A standby replica took the request: only the leader's loop reads `_due`, so
-            # this replica waits out the backoff and finishes the requeue itself (idempotent).
-            self._stop.wait(max(0.0, not_before - self.clock()))
-            self._requeue_due(job_id)
-        except Exception:
-            log.exception("requeue of %s; the leader's reconcile finishes it", job_id)
+            except Exception:  # broad on purpose: whatever failed is logged and tried again
+                log.exception("requeue of %s failed; trying again in %.0f s", job_id, delay)
+            if self._stop.wait(delay) or not self._still_queued(job_id):
+                return
+            delay = min(MAX_BACKOFF_S, delay * 2)
+
+    def _still_queued(self, job_id: str) -> bool:
+        """Whether the job is QUEUED (True too if etcd cannot say: the caller tries again)."""
+        try:
+            state = self.keeper.get(job_id)
+        except Exception:  # broad on purpose: etcd's client raises several kinds; logged
+            log.warning("requeue of %s: its status cannot be read now", job_id, exc_info=True)
+            return True
+        return state is not None and state.status == Status.QUEUED
 
     def _held_allocation(self, job_id: str) -> list[dict]:
         """The allocation the scheduler still holds for the job (its running entry), or []."""

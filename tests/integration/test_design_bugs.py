@@ -8,6 +8,7 @@ containers); the scheduler is the real service over gRPC, or an address nobody l
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 import uuid
 
@@ -19,11 +20,15 @@ from dlaas.accounts import TokenRecord, User, token_hash
 from dlaas.config import ApiSettings, PlatformSettings
 from dlaas.etcd_status import StatusKeeper
 from dlaas.grpc_server import start_server
+from dlaas.nodes import NodeSpec
 from dlaas.sdk import LcmClient, SchedulerClient
 from dlaas.servers import free_port
-from dlaas.v1 import lcm_pb2_grpc
+from dlaas.status import Status
+from dlaas.v1 import lcm_pb2_grpc, scheduler_pb2_grpc
 from services.api.app import create_app
+from services.lcm import service as lcm_service
 from services.lcm.service import Lcm, LcmServicer
+from services.scheduler.service import SchedulerService, SchedulerState
 
 ADMIN, ALICE = "tok-admin", "tok-alice"
 
@@ -49,6 +54,63 @@ def etcd(etcd_server, etcd_prefix):
     client.close()
 
 
+MANIFEST = (
+    "name: j\nframework: {name: python, version: '3.11', command: python3 train.py}\n"
+    "data_stores:\n  - id: s\n    type: s3\n    training_data: {container: digits-data}\n"
+    "    training_results: {container: digits-results}\n"
+)
+
+
+def platform_settings(etcd_prefix, s3_server) -> PlatformSettings:
+    return PlatformSettings(
+        s3_endpoint=s3_server.endpoint,
+        s3_access_key=s3_server.access_key,
+        s3_secret_key=s3_server.secret_key,
+        s3_bucket=f"plat-{uuid.uuid4().hex[:12]}",
+        etcd_prefix=etcd_prefix,
+        platform_id=f"t{etcd_prefix}",
+    )
+
+
+@pytest.fixture
+def make_lcm(etcd, etcd_prefix, job_store, s3_server):
+    """An Lcm (the leader) over `engine` with the real scheduler service behind gRPC."""
+    servers = []
+
+    def make(engine, store=None) -> Lcm:
+        store = store or job_store
+        nodes = [NodeSpec(name="local", cpus=2, memory_mb=2048)]
+        sched = SchedulerService(SchedulerState(etcd, etcd_prefix), nodes, "fifo")
+        addr = f"127.0.0.1:{free_port()}"
+        servers.append(
+            start_server(
+                addr,
+                lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(sched, s),
+                ["dlaas.v1.Scheduler"],
+            )
+        )
+        settings = platform_settings(etcd_prefix, s3_server)
+        lcm = Lcm(settings, StatusKeeper(etcd, store, etcd_prefix), store, {"local": engine},
+                  SchedulerClient(addr), nodes)  # fmt: skip
+        lcm._leading.set()  # the tests drive the leader's loop steps by hand
+        return lcm
+
+    yield make
+    for server in servers:
+        server.stop(0)
+
+
+def running_job(lcm: Lcm, job_id: str = "job-1") -> str:
+    """Submit `job_id`, let the scheduler place it, and record it as running there."""
+    lcm.submit(job_id, "alice", MANIFEST, "")
+    [decision] = lcm.scheduler.schedule()
+    placement = [{"learner": a.learner, "node": a.node, "gpu_indices": []}
+                 for a in decision.allocations]  # fmt: skip
+    lcm.keeper.etcd.put(lcm._placement_key(job_id), json.dumps(placement))
+    lcm.keeper.walk_to(job_id, Status.PROCESSING, "deployed")
+    return job_id
+
+
 def tar_gz(files: dict[str, bytes]) -> bytes:
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w:gz") as tar:
@@ -66,13 +128,7 @@ def test_a_submit_while_the_scheduler_is_down_is_a_503_and_leaves_nothing(
     etcd, etcd_prefix, job_store, s3_server, s3_client
 ):
     """API -> gRPC -> the real Lcm (real etcd, real store) -> a scheduler nobody runs."""
-    settings = PlatformSettings(
-        s3_endpoint=s3_server.endpoint,
-        s3_access_key=s3_server.access_key,
-        s3_secret_key=s3_server.secret_key,
-        s3_bucket=f"plat-{uuid.uuid4().hex[:12]}",
-        etcd_prefix=etcd_prefix,
-    )
+    settings = platform_settings(etcd_prefix, s3_server)
     down = SchedulerClient(f"127.0.0.1:{free_port()}", timeout=2)
     lcm = Lcm(settings, StatusKeeper(etcd, job_store, etcd_prefix), job_store,
               {"local": NoEngine()}, down, [])  # fmt: skip
@@ -87,13 +143,8 @@ def test_a_submit_while_the_scheduler_is_down_is_a_503_and_leaves_nothing(
     app = create_app(settings, ApiSettings(admin_token=ADMIN), store=job_store,
                      lcm=LcmClient(addr, timeout=20), s3=s3_client, docker=False,
                      scheduler=down)  # fmt: skip
-    manifest = (
-        "name: j\nframework: {name: python, version: '3.11', command: python3 train.py}\n"
-        "data_stores:\n  - id: s\n    type: s3\n    training_data: {container: digits-data}\n"
-        "    training_results: {container: digits-results}\n"
-    )
     files = {
-        "manifest": ("m.yml", manifest, "application/yaml"),
+        "manifest": ("m.yml", MANIFEST, "application/yaml"),
         "code": ("c.tar.gz", tar_gz({"train.py": b"print(1)\n"}), "application/gzip"),
     }
     try:
@@ -178,3 +229,55 @@ def test_a_resize_with_no_race_writes_the_new_allocation(etcd, etcd_prefix):
     assert resized is not None and resized.learners == 1 and resized.last_resize_time == 2.0
     assert [a.learner for a in resized.allocations] == [0]
     assert state.running_entries()["el"][1] == job  # the original request is kept
+
+
+# --------------------------------------------------------------- 4: a failed requeue teardown
+
+
+class FlakyEngine(NoEngine):
+    """FAKE container engine whose job removal fails `fails` times, then works; `on_fail`
+    runs at each failure (another replica acting meanwhile)."""
+
+    def __init__(self, fails: int, on_fail=lambda: None):
+        self.fails, self.on_fail, self.removals = fails, on_fail, 0
+
+    def remove_job(self, job_id: str) -> None:
+        self.removals += 1
+        if self.removals <= self.fails:
+            self.on_fail()
+            raise ConnectionError("the engine did not answer")
+
+
+def test_a_requeue_whose_teardown_fails_is_retried_until_the_job_is_queued(make_lcm, monkeypatch):
+    monkeypatch.setattr(lcm_service, "TEARDOWN_RETRY_S", 0.01)
+    engine = FlakyEngine(fails=2)
+    lcm = make_lcm(engine)
+    job_id = running_job(lcm)
+    lcm.keeper.transition(job_id, Status.QUEUED, "its node is being drained")
+
+    lcm._requeue_finish(job_id, not_before=0.0, keep=False)  # what requeue's thread runs
+
+    assert engine.removals == 3  # failed, failed, removed
+    assert lcm._due == {job_id: 0.0}  # the leader's loop queues it once its backoff is over
+    lcm._enqueue_due()
+    assert [e.job_id for e in lcm.scheduler.queue()] == [job_id]
+    assert lcm._held_allocation(job_id) == []  # its old allocation was given back
+
+
+def test_a_failing_requeue_stops_retrying_once_the_job_moved_on(make_lcm, monkeypatch):
+    monkeypatch.setattr(lcm_service, "TEARDOWN_RETRY_S", 0.01)
+    holder = {}
+    engine = FlakyEngine(
+        fails=10**6,
+        on_fail=lambda: (
+            engine.removals == 2
+            and holder["lcm"].keeper.transition("job-1", Status.HALTED, "halted by the user")
+        ),
+    )
+    lcm = holder["lcm"] = make_lcm(engine)
+    job_id = running_job(lcm)
+    lcm.keeper.transition(job_id, Status.QUEUED, "its node is being drained")
+
+    lcm._requeue_finish(job_id, not_before=0.0, keep=False)  # returns: the job was halted
+
+    assert engine.removals == 2 and lcm._due == {}
