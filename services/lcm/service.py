@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
 
 import botocore.exceptions
+import pyetcd.exceptions
+import pymongo.errors
 import requests
 
 from dlaas import errors, jobspec
@@ -59,6 +62,19 @@ PENDING_CHECK_S = 5.0
 IDENTITY_SWEEP_S = 5.0
 # A requeue whose teardown failed is tried again after this long, doubling up to MAX_BACKOFF_S.
 TEARDOWN_RETRY_S = 1.0
+
+
+# Failures of the platform's own services while deploying, which pass: the engine not
+# answering (docker's APIError is a requests error; its 4xx refusals are DeployRefused by
+# then), the job store (a locked SQLite, MongoDB away), etcd, S3 and the network.
+INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
+    requests.exceptions.RequestException,
+    sqlite3.OperationalError,
+    pymongo.errors.PyMongoError,
+    pyetcd.exceptions.Etcd3Exception,
+    botocore.exceptions.BotoCoreError,
+    OSError,
+)
 
 
 def backoff_s(restart: int) -> float:
@@ -610,12 +626,17 @@ class Lcm:
         except errors.TemporaryError as exc:
             log.warning("deploy %s: %s; will retry", job_id, exc.message)
             return
-        except requests.exceptions.RequestException as exc:
-            # The engine stopped answering mid-deploy: an infrastructure failure, not the
-            # job's. The job stays PENDING: deployed again, or requeued if the node is lost.
-            log.warning("deploy %s: engine %s not answering (%s); will retry", job_id, node, exc)
+        except INFRASTRUCTURE_ERRORS as exc:
+            # The platform's own trouble, not the job's (the engine stopped answering, the
+            # store is locked, etcd or S3 is away): the job stays PENDING, deployed again
+            # by `redeploy_stale`, or requeued if its node is lost.
+            log.warning(
+                "deploy %s on %s: %s: %s; will retry", job_id, node, type(exc).__name__, exc
+            )
             return
         except Exception as exc:
+            # Neither the job's known faults nor known infrastructure trouble: a bug here
+            # would fail every redeploy too, so the job ends instead of holding its GPUs.
             log.exception("deploy %s failed", job_id)
             self._fail(job_id, f"deployment failed: {type(exc).__name__}", "deploy_failed")
             return

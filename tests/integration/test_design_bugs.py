@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import tarfile
+import time
 import uuid
 
 import pyetcd
@@ -18,12 +20,14 @@ from fastapi.testclient import TestClient
 
 from dlaas.accounts import TokenRecord, User, token_hash
 from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.errors import DeployRefused
 from dlaas.etcd_status import StatusKeeper
 from dlaas.grpc_server import start_server
 from dlaas.nodes import NodeSpec
 from dlaas.sdk import LcmClient, SchedulerClient
 from dlaas.servers import free_port
 from dlaas.status import Status
+from dlaas.store.sqlite import SqliteJobStore
 from dlaas.v1 import lcm_pb2_grpc, scheduler_pb2_grpc
 from services.api.app import create_app
 from services.lcm import service as lcm_service
@@ -281,3 +285,71 @@ def test_a_failing_requeue_stops_retrying_once_the_job_moved_on(make_lcm, monkey
     lcm._requeue_finish(job_id, not_before=0.0, keep=False)  # returns: the job was halted
 
     assert engine.removals == 2 and lcm._due == {}
+
+
+# --------------------------------------------------------------- 5: deploy meets a locked store
+
+
+class DeployingEngine(NoEngine):
+    """FAKE container engine: deploys by naming the plan's containers, or raises `refuse`."""
+
+    def __init__(self, refuse: Exception | None = None):
+        self.refuse, self.deployed = refuse, 0
+
+    def deploy(self, plan) -> list[str]:
+        if self.refuse is not None:
+            raise self.refuse
+        self.deployed += 1
+        return [c.name for c in plan.containers]
+
+
+class LockedOnceStore(SqliteJobStore):
+    """The real SQLite store, whose first read of a job while `locked` fails as a store held
+    locked by another writer does (sqlite3.OperationalError)."""
+
+    locked = False
+
+    def get(self, job_id: str):
+        if self.locked:
+            self.locked = False
+            raise sqlite3.OperationalError("database is locked")
+        return super().get(job_id)
+
+
+def placed(lcm: Lcm, job_id: str = "job-1") -> str:
+    """Submit `job_id` and carry out the scheduler's start: PENDING, then deployed."""
+    lcm.submit(job_id, "alice", MANIFEST, "")
+    [decision] = lcm.scheduler.schedule()
+    lcm._carry_out(decision)
+    return job_id
+
+
+def test_a_locked_store_during_deploy_leaves_the_job_pending_and_it_is_deployed_again(
+    make_lcm, tmp_path
+):
+    store = LockedOnceStore(tmp_path / "locked.db")
+    engine = DeployingEngine()
+    lcm = make_lcm(engine, store=store)
+    lcm.submit("job-1", "alice", MANIFEST, "")
+    [decision] = lcm.scheduler.schedule()
+    store.locked = True
+    lcm._carry_out(decision)  # PENDING, then the deploy's read of the job fails
+
+    assert lcm.keeper.get("job-1").status == Status.PENDING  # not FAILED
+    assert engine.deployed == 0 and lcm._held_allocation("job-1")  # it keeps its GPUs
+
+    # The leader's stale-PENDING check deploys it again, once PENDING_STALE_S has passed.
+    lcm.clock = lambda: time.time() + lcm_service.PENDING_STALE_S + 1
+    lcm.redeploy_stale()
+    assert engine.deployed == 1
+    assert lcm.keeper.get("job-1").status == Status.DOWNLOADING
+    assert store.get("job-1").status == Status.DOWNLOADING
+
+
+def test_the_jobs_own_fault_during_deploy_still_fails_it(make_lcm):
+    engine = DeployingEngine(refuse=DeployRefused("the container engine refused the job: x"))
+    lcm = make_lcm(engine)
+    job_id = placed(lcm)
+    state = lcm.keeper.get(job_id)
+    assert state.status == Status.FAILED and state.error_code == "deploy_refused"
+    assert lcm._held_allocation(job_id) == []
