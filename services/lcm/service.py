@@ -60,6 +60,8 @@ PENDING_STALE_S = 20.0
 PENDING_CHECK_S = 5.0
 # How often the leader revokes the S3 identities of jobs whose containers are gone.
 IDENTITY_SWEEP_S = 5.0
+# How often the leader mirrors into the job store transitions it missed (see repair_mirrors).
+MIRROR_CHECK_S = 30.0
 # A requeue whose teardown failed is tried again after this long, doubling up to MAX_BACKOFF_S.
 TEARDOWN_RETRY_S = 1.0
 
@@ -123,6 +125,7 @@ class Lcm:
         self._unhealthy: set[str] = set()
         self._last_probe = 0.0
         self._last_pending_check = 0.0
+        self._last_mirror_check = 0.0
         self._lock = threading.Lock()
 
     @property
@@ -473,6 +476,7 @@ class Lcm:
                     reconciled = True
                 self._enqueue_due()
                 self.redeploy_stale()
+                self.repair_mirrors()
                 self.place_round()
                 self.sweep_identities()
             except errors.TemporaryError as exc:
@@ -747,10 +751,18 @@ class Lcm:
     def reconcile(self) -> None:
         """Finish what a crashed leader left half done; every step is idempotent.
 
+        First the job store gets every transition etcd has and it missed, for every job.
         PENDING: redeploy. QUEUED: remove containers left from a requeue; after its backoff
         it restarts on the allocation the scheduler still holds for it (a restart, or a start
         granted just before a crash), or is queued again (enqueue keeps its position).
         """
+        self._last_mirror_check = self.clock()
+        try:
+            for job_id in self.keeper.repair_mirrors():  # every job, ended ones included
+                log.warning("job %s: the store missed its last transition; mirrored again", job_id)
+        except Exception:  # broad on purpose: logged; the periodic check does it all again
+            log.exception("reconcile: repairing the job store's mirror")
+            self._last_mirror_check = 0.0  # the next periodic check looks at every job
         for job_id, state in self.keeper.active_jobs().items():
             try:
                 if state.status == Status.PENDING:
@@ -761,6 +773,18 @@ class Lcm:
                     self._due[job_id] = float(record.info.get("not_before", 0.0))
             except Exception:
                 log.exception("reconcile %s", job_id)
+
+    def repair_mirrors(self) -> None:
+        """Mirror into the job store what etcd has and it lacks (leader only, periodically):
+        active jobs, and jobs that changed since the last check (a period of slack for the
+        writers' clocks). The reconcile checked every job when this leader was elected."""
+        now = self.clock()
+        if now - self._last_mirror_check < MIRROR_CHECK_S:
+            return
+        since = self._last_mirror_check - MIRROR_CHECK_S
+        self._last_mirror_check = now
+        for job_id in self.keeper.repair_mirrors(since=since):
+            log.warning("job %s: the store missed its last transition; mirrored again", job_id)
 
     def redeploy_stale(self) -> None:
         """Deploy again every job PENDING for longer than PENDING_STALE_S (leader only)."""

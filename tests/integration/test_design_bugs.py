@@ -353,3 +353,70 @@ def test_the_jobs_own_fault_during_deploy_still_fails_it(make_lcm):
     state = lcm.keeper.get(job_id)
     assert state.status == Status.FAILED and state.error_code == "deploy_refused"
     assert lcm._held_allocation(job_id) == []
+
+
+# --------------------------------------------------------------- 7: the store's mirror repaired
+
+
+class MirrorLostStore(SqliteJobStore):
+    """The real SQLite store, whose next status mirror fails while `lose` is set (as a crash,
+    or a locked store, between etcd's write and the store's would)."""
+
+    lose = False
+
+    def record_transition(self, job_id, seq, t):
+        if self.lose:
+            self.lose = False
+            raise sqlite3.OperationalError("database is locked")
+        return super().record_transition(job_id, seq, t)
+
+
+def lose_mirror(lcm: Lcm, job_id: str, target: Status, **kw) -> None:
+    """Move the job in etcd while the store's mirror of it fails."""
+    lcm.store.lose = True
+    with pytest.raises(sqlite3.OperationalError):
+        lcm.keeper.transition(job_id, target, f"to {target}", **kw)
+    assert lcm.store.get(job_id).status != target  # the store is behind etcd now
+
+
+def in_sync(lcm: Lcm, job_id: str) -> bool:
+    record, state = lcm.store.get(job_id), lcm.keeper.get(job_id)
+    return record.status == state.status and record.history[-1] == state.transition()
+
+
+def test_a_new_leaders_reconcile_mirrors_what_the_store_missed(make_lcm, tmp_path):
+    lcm = make_lcm(NoEngine(), store=MirrorLostStore(tmp_path / "m.db"))
+    job_id = running_job(lcm)
+    lose_mirror(lcm, job_id, Status.FAILED, error_code="learner_failed", exit_code=3)
+
+    lcm.reconcile()
+
+    assert in_sync(lcm, job_id)
+    record = lcm.store.get(job_id)
+    assert (record.status, record.error_code, record.exit_code) == (
+        Status.FAILED,
+        "learner_failed",
+        3,
+    )
+    assert [t.status for t in record.history] == [
+        Status.QUEUED, Status.PENDING, Status.DOWNLOADING, Status.PROCESSING, Status.FAILED
+    ]  # fmt: skip
+
+
+def test_the_leader_mirrors_what_the_store_missed_periodically(make_lcm, tmp_path):
+    lcm = make_lcm(NoEngine(), store=MirrorLostStore(tmp_path / "m.db"))
+    lcm.reconcile()  # elected: every job checked (none yet)
+    for job_id in ("job-1", "job-2"):
+        lcm.submit(job_id, "alice", MANIFEST, "")
+    lose_mirror(lcm, "job-1", Status.PENDING)  # active
+    lose_mirror(lcm, "job-2", Status.FAILED, error_code="capacity_exceeded")  # just ended
+    assert not in_sync(lcm, "job-1") and not in_sync(lcm, "job-2")
+
+    lcm.repair_mirrors()  # within MIRROR_CHECK_S of the reconcile: not yet
+    assert not in_sync(lcm, "job-1")
+    lcm.clock = lambda: time.time() + lcm_service.MIRROR_CHECK_S + 1
+    lcm.repair_mirrors()
+
+    assert in_sync(lcm, "job-1") and in_sync(lcm, "job-2")
+    assert lcm.keeper.repair_mirrors() == []  # nothing left behind; a replay adds nothing
+    assert [t.status for t in lcm.store.get("job-1").history] == [Status.QUEUED, Status.PENDING]
