@@ -2,6 +2,8 @@
 
 `PermanentError`s are the caller's or the job's fault and are never retried;
 `TemporaryError`s are infrastructure trouble and may be retried after `delay_s`.
+Every class has its own `code`: it names the error on the wire (`by_code` finds the class
+again), so the codes on these classes are the one table of error codes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ class DlaasError(Exception):
 
 
 class PermanentError(DlaasError):
-    pass
+    code = "permanent"
 
 
 class TemporaryError(DlaasError):
@@ -85,3 +87,15 @@ class Conflict(TemporaryError):
     """A compare-and-swap lost a race; re-read and try again."""
 
     code = "conflict"
+
+
+def by_code() -> dict[str, type[DlaasError]]:
+    """Every domain error class loaded in this process, by its code (walks the class tree,
+    so errors defined by a service, such as the API's, are found once imported)."""
+    found: dict[str, type[DlaasError]] = {}
+    todo: list[type[DlaasError]] = [DlaasError]
+    while todo:
+        cls = todo.pop()
+        found.setdefault(cls.code, cls)  # a subclass that keeps its parent's code is the parent
+        todo.extend(cls.__subclasses__())
+    return found

@@ -4,7 +4,8 @@ The adapter between the pure state machine (dlaas.status) and etcd. A transition
 the current state with its mod revision, asks the state machine for the next state, and
 writes it in a transaction that succeeds only if nobody wrote in between; the winner
 then mirrors the transition (with its sequence number, so a replay is harmless) into
-the job store.
+the job store. A mirror lost to a crash or a store error is replayed by `repair_mirrors`,
+which the LCM leader runs when elected and periodically.
 """
 
 from __future__ import annotations
@@ -122,11 +123,42 @@ class StatusKeeper:
                 return None
         return state
 
-    def repair_mirror(self, job_id: str) -> None:
-        """Mirror the live state again (idempotent), after a crash between etcd and the store."""
+    def repair_mirror(self, job_id: str) -> bool:
+        """Mirror the live state again (idempotent), after a crash between etcd and the store;
+        True if the store lacked it."""
         state = self.get(job_id)
-        if state is not None:
-            self.store.record_transition(job_id, state.seq, state.transition())
+        return state is not None and self._mirror(job_id, state)
+
+    def repair_mirrors(self, since: float | None = None) -> list[str]:
+        """Mirror again every job whose store record lacks its live state; the jobs repaired.
+
+        A transition is written to etcd first and mirrored after, so a crash (or a store
+        error) in between leaves the store behind etcd until this replays it. `since`: only
+        active jobs and those whose state changed at or after `since` (a periodic check);
+        None: every job etcd holds, ended ones included (a new leader's first round).
+        """
+        repaired = []
+        for value, meta in self.etcd.get_prefix(self.jobs_prefix):
+            key = meta.key.decode()
+            if not key.endswith("/status"):
+                continue
+            state = JobState.from_dict(json.loads(value))
+            if since is not None and state.final and state.at < since:
+                continue
+            job_id = key[len(self.jobs_prefix) : -len("/status")]
+            if self._mirror(job_id, state):
+                repaired.append(job_id)
+        return repaired
+
+    def _mirror(self, job_id: str, state: JobState) -> bool:
+        """Record `state` in the store unless it is the store's latest entry already."""
+        try:
+            record = self.store.get(job_id)
+        except JobNotFound:  # being submitted (the record comes first) or deleted: no mirror
+            return False
+        if record.history and record.history[-1] == state.transition():
+            return False
+        return self.store.record_transition(job_id, state.seq, state.transition())
 
     def delete(self, job_id: str) -> None:
         self.etcd.delete_prefix(f"{self.prefix}/jobs/{job_id}/")

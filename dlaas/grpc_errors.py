@@ -1,9 +1,11 @@
 """Domain errors across gRPC, mapped in one place.
 
 Servers wrap their handlers with `translate_errors`: a DlaasError becomes a gRPC status
-with the error's code and problems in trailing metadata, so the client raises the same
-domain error again (`raise_from_rpc`). Anything else is an internal error whose details
-stay in the server log, never in the reply.
+(`STATUS_FOR`, the one table for this transport) with the error's code and its fields
+(`problems`, `job_id`, `delay_s`, ...) in trailing metadata, so the client raises the same
+domain error again, with the same message and fields (`raise_from_rpc`). The code names
+the class (dlaas.errors.by_code), so no code is spelled here. Anything else is an internal
+error whose details stay in the server log, never in the reply.
 """
 
 from __future__ import annotations
@@ -18,27 +20,41 @@ from dlaas import errors
 
 log = logging.getLogger(__name__)
 
-_STATUS = {
-    "invalid_manifest": grpc.StatusCode.INVALID_ARGUMENT,
-    "invalid_request": grpc.StatusCode.INVALID_ARGUMENT,
-    "payload_too_large": grpc.StatusCode.INVALID_ARGUMENT,
-    "not_found": grpc.StatusCode.NOT_FOUND,
-    "already_exists": grpc.StatusCode.ALREADY_EXISTS,
-    "invalid_transition": grpc.StatusCode.FAILED_PRECONDITION,
-    "capacity_exceeded": grpc.StatusCode.FAILED_PRECONDITION,
-    "image_unavailable": grpc.StatusCode.FAILED_PRECONDITION,
-    "unavailable": grpc.StatusCode.UNAVAILABLE,
-    "conflict": grpc.StatusCode.ABORTED,
+# Domain error -> gRPC status. A class not listed takes its nearest listed ancestor's.
+STATUS_FOR: dict[type[errors.DlaasError], grpc.StatusCode] = {
+    errors.InvalidManifest: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.PayloadTooLarge: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.JobNotFound: grpc.StatusCode.NOT_FOUND,
+    errors.JobExists: grpc.StatusCode.ALREADY_EXISTS,
+    errors.PermanentError: grpc.StatusCode.FAILED_PRECONDITION,
+    # A lost compare-and-swap: ABORTED, which the channel does not retry by itself.
+    errors.Conflict: grpc.StatusCode.ABORTED,
+    # Transport failures are UNAVAILABLE too: the channel's retry policy retries both.
+    errors.TemporaryError: grpc.StatusCode.UNAVAILABLE,
+    errors.DlaasError: grpc.StatusCode.UNKNOWN,
 }
 
-_CLASSES: dict[str, type[errors.DlaasError]] = {
-    "invalid_request": errors.InvalidRequest,
-    "payload_too_large": errors.PayloadTooLarge,
-    "already_exists": errors.JobExists,
-    "invalid_transition": errors.InvalidTransition,
-    "capacity_exceeded": errors.CapacityExceeded,
-    "image_unavailable": errors.ImageUnavailable,
-}
+_CODE_KEY = "dlaas-error"
+_FIELDS_KEY = "dlaas-fields"
+
+
+def status_for(exc: errors.DlaasError) -> grpc.StatusCode:
+    return next(STATUS_FOR[c] for c in type(exc).__mro__ if c in STATUS_FOR)
+
+
+def _fields(exc: errors.DlaasError) -> dict:
+    """The error's own attributes beyond its message (JSON-able ones: they cross the wire)."""
+    out = {}
+    for name, value in vars(exc).items():
+        if name == "message" or name.startswith("_"):
+            continue
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        out[name] = value
+    return out
 
 
 def translate_errors(method):
@@ -49,13 +65,11 @@ def translate_errors(method):
         try:
             return method(self, request, context)
         except errors.DlaasError as exc:
-            meta = [("dlaas-error", exc.code)]
-            if isinstance(exc, errors.InvalidManifest):
-                meta.append(("dlaas-problems", json.dumps(exc.problems)))
-            if isinstance(exc, errors.JobNotFound):
-                meta.append(("dlaas-job", exc.job_id))
-            context.set_trailing_metadata(meta)
-            context.abort(_STATUS.get(exc.code, grpc.StatusCode.UNKNOWN), exc.message)
+            # ASCII JSON: metadata values other than "-bin" ones must be printable ASCII.
+            context.set_trailing_metadata(
+                [(_CODE_KEY, exc.code), (_FIELDS_KEY, json.dumps(_fields(exc)))]
+            )
+            context.abort(status_for(exc), exc.message)
         except Exception:
             log.exception("internal error in %s", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, "internal error; see the service log")
@@ -63,17 +77,31 @@ def translate_errors(method):
     return wrapper
 
 
+def rebuild(code: str, message: str, fields: dict) -> errors.DlaasError:
+    """The domain error `code` names, with `message` and `fields` as the server had them.
+
+    Built without its class's constructor: constructors take different arguments
+    (`problems`, `job_id`) and derive the message from them, while the wire carries the
+    finished message and every field, which is all a constructor would have set.
+    """
+    cls = errors.by_code().get(code, errors.DlaasError)
+    exc = cls.__new__(cls)
+    errors.DlaasError.__init__(exc, message)
+    vars(exc).update(fields)
+    return exc
+
+
 def raise_from_rpc(exc: grpc.RpcError, service: str) -> None:
     """Raise the domain error a gRPC failure stands for."""
     meta = dict(exc.trailing_metadata() or ()) if hasattr(exc, "trailing_metadata") else {}
-    code = meta.get("dlaas-error")
+    code = meta.get(_CODE_KEY)
     message = exc.details() or str(exc.code())
-    if code == "invalid_manifest":
-        raise errors.InvalidManifest(json.loads(meta.get("dlaas-problems", "[]"))) from None
-    if code == "not_found":
-        raise errors.JobNotFound(meta.get("dlaas-job", "?")) from None
-    if code in _CLASSES:
-        raise _CLASSES[code](message) from None
+    if code is not None:
+        try:
+            fields = json.loads(meta.get(_FIELDS_KEY) or "{}")
+        except ValueError:
+            fields = {}
+        raise rebuild(code, message, fields if isinstance(fields, dict) else {}) from None
     if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         raise errors.TemporaryError(f"{service} is not answering: {message}") from None
     raise errors.DlaasError(f"{service} failed: {message}") from None

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
 
 import botocore.exceptions
+import pyetcd.exceptions
+import pymongo.errors
 import requests
 
 from dlaas import errors, jobspec
@@ -57,6 +60,23 @@ PENDING_STALE_S = 20.0
 PENDING_CHECK_S = 5.0
 # How often the leader revokes the S3 identities of jobs whose containers are gone.
 IDENTITY_SWEEP_S = 5.0
+# How often the leader mirrors into the job store transitions it missed (see repair_mirrors).
+MIRROR_CHECK_S = 30.0
+# A requeue whose teardown failed is tried again after this long, doubling up to MAX_BACKOFF_S.
+TEARDOWN_RETRY_S = 1.0
+
+
+# Failures of the platform's own services while deploying, which pass: the engine not
+# answering (docker's APIError is a requests error; its 4xx refusals are DeployRefused by
+# then), the job store (a locked SQLite, MongoDB away), etcd, S3 and the network.
+INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
+    requests.exceptions.RequestException,
+    sqlite3.OperationalError,
+    pymongo.errors.PyMongoError,
+    pyetcd.exceptions.Etcd3Exception,
+    botocore.exceptions.BotoCoreError,
+    OSError,
+)
 
 
 def backoff_s(restart: int) -> float:
@@ -105,6 +125,7 @@ class Lcm:
         self._unhealthy: set[str] = set()
         self._last_probe = 0.0
         self._last_pending_check = 0.0
+        self._last_mirror_check = 0.0
         self._lock = threading.Lock()
 
     @property
@@ -267,21 +288,45 @@ class Lcm:
 
         `keep`: a restart keeps the scheduler's allocation through its backoff, so the gang
         comes back on its own GPUs at once instead of queueing behind jobs that took them.
+
+        A failure (the engine, etcd or the scheduler not answering) is retried with backoff
+        until it succeeds, the job moves on (halted, deleted, placed) or the LCM stops: the
+        leader's reconcile runs once per term, so it cannot be what finishes the requeue
+        while this replica lives. Every step is idempotent; a crash leaves it to the next
+        leader's reconcile.
         """
-        try:
-            self._teardown(job_id)
-            if not keep:
-                self.scheduler.release(job_id)
-            if self._leading.is_set():
-                self._due[job_id] = not_before
-                self._wake.set()
+        delay, torn_down = TEARDOWN_RETRY_S, False
+        while True:
+            try:
+                if not torn_down:  # once: a later release could free a new allocation
+                    self._teardown(job_id)
+                    if not keep:
+                        self.scheduler.release(job_id)
+                    torn_down = True
+                if self._leading.is_set():
+                    self._due[job_id] = not_before
+                    self._wake.set()
+                    return
+                # A standby replica took the request: only the leader's loop reads `_due`, so
+                # this replica waits out the backoff and finishes the requeue itself.
+                if self._stop.wait(max(0.0, not_before - self.clock())):
+                    return
+                self._requeue_due(job_id)
                 return
-            # A standby replica took the request: only the leader's loop reads `_due`, so
-            # this replica waits out the backoff and finishes the requeue itself (idempotent).
-            self._stop.wait(max(0.0, not_before - self.clock()))
-            self._requeue_due(job_id)
-        except Exception:
-            log.exception("requeue of %s; the leader's reconcile finishes it", job_id)
+            except Exception:  # broad on purpose: whatever failed is logged and tried again
+                log.exception("requeue of %s failed; trying again in %.0f s", job_id, delay)
+            if self._stop.wait(delay) or not self._still_queued(job_id):
+                return
+            delay = min(MAX_BACKOFF_S, delay * 2)
+
+    def _still_queued(self, job_id: str) -> bool:
+        """Whether the job is QUEUED (True too if etcd cannot say: the caller tries again)."""
+        try:
+            state = self.keeper.get(job_id)
+        except Exception:  # broad on purpose: etcd's client raises several kinds; logged
+            log.warning("requeue of %s: its status cannot be read now", job_id, exc_info=True)
+            return True
+        return state is not None and state.status == Status.QUEUED
 
     def _held_allocation(self, job_id: str) -> list[dict]:
         """The allocation the scheduler still holds for the job (its running entry), or []."""
@@ -431,6 +476,7 @@ class Lcm:
                     reconciled = True
                 self._enqueue_due()
                 self.redeploy_stale()
+                self.repair_mirrors()
                 self.place_round()
                 self.sweep_identities()
             except errors.TemporaryError as exc:
@@ -584,12 +630,17 @@ class Lcm:
         except errors.TemporaryError as exc:
             log.warning("deploy %s: %s; will retry", job_id, exc.message)
             return
-        except requests.exceptions.RequestException as exc:
-            # The engine stopped answering mid-deploy: an infrastructure failure, not the
-            # job's. The job stays PENDING: deployed again, or requeued if the node is lost.
-            log.warning("deploy %s: engine %s not answering (%s); will retry", job_id, node, exc)
+        except INFRASTRUCTURE_ERRORS as exc:
+            # The platform's own trouble, not the job's (the engine stopped answering, the
+            # store is locked, etcd or S3 is away): the job stays PENDING, deployed again
+            # by `redeploy_stale`, or requeued if its node is lost.
+            log.warning(
+                "deploy %s on %s: %s: %s; will retry", job_id, node, type(exc).__name__, exc
+            )
             return
         except Exception as exc:
+            # Neither the job's known faults nor known infrastructure trouble: a bug here
+            # would fail every redeploy too, so the job ends instead of holding its GPUs.
             log.exception("deploy %s failed", job_id)
             self._fail(job_id, f"deployment failed: {type(exc).__name__}", "deploy_failed")
             return
@@ -704,10 +755,18 @@ class Lcm:
     def reconcile(self) -> None:
         """Finish what a crashed leader left half done; every step is idempotent.
 
+        First the job store gets every transition etcd has and it missed, for every job.
         PENDING: redeploy. QUEUED: remove containers left from a requeue; after its backoff
         it restarts on the allocation the scheduler still holds for it (a restart, or a start
         granted just before a crash), or is queued again (enqueue keeps its position).
         """
+        self._last_mirror_check = self.clock()
+        try:
+            for job_id in self.keeper.repair_mirrors():  # every job, ended ones included
+                log.warning("job %s: the store missed its last transition; mirrored again", job_id)
+        except Exception:  # broad on purpose: logged; the periodic check does it all again
+            log.exception("reconcile: repairing the job store's mirror")
+            self._last_mirror_check = 0.0  # the next periodic check looks at every job
         for job_id, state in self.keeper.active_jobs().items():
             try:
                 if state.status == Status.PENDING:
@@ -718,6 +777,18 @@ class Lcm:
                     self._due[job_id] = float(record.info.get("not_before", 0.0))
             except Exception:
                 log.exception("reconcile %s", job_id)
+
+    def repair_mirrors(self) -> None:
+        """Mirror into the job store what etcd has and it lacks (leader only, periodically):
+        active jobs, and jobs that changed since the last check (a period of slack for the
+        writers' clocks). The reconcile checked every job when this leader was elected."""
+        now = self.clock()
+        if now - self._last_mirror_check < MIRROR_CHECK_S:
+            return
+        since = self._last_mirror_check - MIRROR_CHECK_S
+        self._last_mirror_check = now
+        for job_id in self.keeper.repair_mirrors(since=since):
+            log.warning("job %s: the store missed its last transition; mirrored again", job_id)
 
     def redeploy_stale(self) -> None:
         """Deploy again every job PENDING for longer than PENDING_STALE_S (leader only)."""

@@ -209,17 +209,27 @@ class SchedulerState:
         return queued if ok else None
 
     def resize(self, job_id: str, allocations: tuple[Allocation, ...], now: float) -> bool:
-        """Give a running job a new allocation (shrink or grow); it restarts with it."""
-        entry = self.running_entries().get(job_id)
-        if entry is None:
+        """Give a running job a new allocation (shrink or grow); it restarts with it.
+
+        False if the job is no longer running as read: the write is guarded on the entry's
+        mod revision, so a release landing in between is not undone by a resurrected entry.
+        """
+        rk = self.running_prefix + job_id
+        value, meta = self.etcd.get(rk)
+        if value is None:
             return False
-        running, request = entry
+        data = json.loads(value)
+        running = _running_from(data["running"])
         resized = replace(running, allocations=_renumbered(list(allocations)), last_resize_time=now)
-        self.etcd.put(
-            self.running_prefix + job_id,
-            json.dumps({"running": asdict(resized), "request": asdict(request)}),
+        tx = self.etcd.transactions
+        ok, _ = self.etcd.transaction(
+            compare=[tx.mod(rk) == meta.mod_revision],
+            success=[
+                tx.put(rk, json.dumps({"running": asdict(resized), "request": data["request"]}))
+            ],
+            failure=[],
         )
-        return True
+        return ok
 
     def release(self, job_id: str) -> RunningJob | None:
         """Forget the job; the running entry it had, if any (its run time feeds the ETAs)."""

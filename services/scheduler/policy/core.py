@@ -38,8 +38,10 @@ from __future__ import annotations
 import gc
 import heapq
 import itertools
+import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -1080,14 +1082,39 @@ def schedule(
         raise ValueError(
             f"policy: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}"
         )
-    # A round allocates many small objects (allocations, decisions, keys) and makes no
-    # reference cycles, yet each allocation burst lets the cyclic collector walk every job and
-    # node of the snapshot: 40 % of a 10,000-node round, growing faster than the round. It is
-    # paused for the round and put back as it was (anything cyclic is collected afterwards).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         return _Round(snapshot, now, policy, config or DEFAULT_CONFIG, include_waits).run()
+
+
+# A round allocates many small objects (allocations, decisions, keys) and makes no reference
+# cycles, yet each allocation burst lets the cyclic collector walk every job and node of the
+# snapshot: 40 % of a 10,000-node round, growing faster than the round. So the collector is
+# paused for the round. It is the whole process's switch and the scheduler serves on many
+# threads (a Schedule round beside a Queue report), so pauses are counted: the first round in
+# turns it off, the last one out puts it back as the first found it. A round ending never
+# cuts another's pause short, and overlapping rounds never leave it off.
+_gc_lock = threading.Lock()
+_gc_rounds = 0  # rounds in a pause now
+_gc_was_enabled = False  # the collector's state when the first of them began
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for the block (nests and overlaps across threads).
+
+    Code that needs the collector off while rounds may run pauses it through here too: a
+    plain gc.disable() during a round is undone when the round ends.
+    """
+    global _gc_rounds, _gc_was_enabled
+    with _gc_lock:
+        if _gc_rounds == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_rounds += 1
+    try:
+        yield
     finally:
-        if enabled:
-            gc.enable()
+        with _gc_lock:
+            _gc_rounds -= 1
+            if _gc_rounds == 0 and _gc_was_enabled:
+                gc.enable()
