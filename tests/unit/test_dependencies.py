@@ -15,6 +15,7 @@ the extras (`test`, `examples`).
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import sys
 import tomllib
@@ -124,12 +125,17 @@ def problems(
     return out
 
 
+@functools.cache
+def _installed_packages() -> Mapping[str, list[str]]:
+    return importlib.metadata.packages_distributions()  # reads every installed dist: once
+
+
 def installed_distributions_of(
     packages: Mapping[str, list[str]] | None = None,
 ) -> Callable[[str], list[str]]:
     """distributions_of() over what is installed. A top-level name several distributions share
     (a namespace package such as `google`) is narrowed to those whose files hold the module."""
-    packages = importlib.metadata.packages_distributions() if packages is None else packages
+    packages = _installed_packages() if packages is None else packages
 
     def distributions_of(module: str) -> list[str]:
         dists = packages.get(module.split(".")[0], [])
