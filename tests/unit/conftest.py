@@ -2,8 +2,9 @@
 
 A unit test that asks, even through another fixture, for one of the real servers of
 tests/conftest.py stops the run at collection, naming the test: it belongs in
-tests/integration. Subprocesses that are not servers (the learner wrapper, protoc,
-docker-compose's config check) and SQLite on a temporary file are fine here.
+tests/integration. A short subprocess that is not a server (the learner wrapper, protoc)
+and SQLite on a temporary file are fine here; docker-compose's config check is not (six
+runs of a Python program were a third of the layer's time): it is an integration test.
 """
 
 from __future__ import annotations
