@@ -15,9 +15,15 @@ import threading
 import time
 from collections.abc import Callable
 
+import grpc
 import pyetcd
+import pyetcd.exceptions
 
 log = logging.getLogger(__name__)
+
+# What a pyetcd call raises when etcd does not answer or refuses: its own exceptions for
+# the gRPC codes it knows, the gRPC error itself for the rest.
+ETCD_ERRORS = (pyetcd.exceptions.Etcd3Exception, grpc.RpcError)
 
 
 class LeaderElection:
@@ -66,7 +72,7 @@ class LeaderElection:
         if self._lease is not None:
             try:
                 self._lease.revoke()
-            except Exception as exc:  # noqa: BLE001 - best effort: the lease expires anyway
+            except ETCD_ERRORS as exc:  # best effort: the lease expires anyway
                 log.info("could not revoke the leadership lease: %s", exc)
 
     def _campaign(self) -> bool:
@@ -87,6 +93,8 @@ class LeaderElection:
         log.warning("%s is no longer the leader", self.identity)
         try:
             self.on_lost()
+        # Broad: the callback is the service's, and whatever it raises, the election
+        # thread must go on (the trace is logged).
         except Exception:
             log.exception("on_lost failed")
 
@@ -102,7 +110,7 @@ class LeaderElection:
                         log.info("%s is the leader", self.identity)
                         try:
                             self.on_elected()
-                        except Exception:
+                        except Exception:  # broad, as for on_lost in _step_down
                             log.exception("on_elected failed")
                     else:
                         self._stop.wait(self.poll_s)
@@ -114,8 +122,18 @@ class LeaderElection:
                     self._step_down()
                     continue
                 last_refresh = time.monotonic()
-            except Exception as exc:  # noqa: BLE001 - etcd unreachable: retry, step down if late
-                log.warning("election: %s", exc)
-                if self._leading.is_set() and time.monotonic() - last_refresh > refresh_every * 2:
-                    self._step_down()
-                self._stop.wait(self.poll_s)
+            except ETCD_ERRORS as exc:  # etcd unreachable: retry, step down if late
+                log.warning("election: etcd: %s", exc)
+                self._after_failure(last_refresh, refresh_every)
+            # Broad: this thread must not die. A dead one would leave `_leading` set with
+            # nobody refreshing the lease, so this replica would go on leading after its key
+            # expired and a standby took over. Anything else is a bug: logged with its trace.
+            except Exception:
+                log.exception("election step failed")
+                self._after_failure(last_refresh, refresh_every)
+
+    def _after_failure(self, last_refresh: float, refresh_every: float) -> None:
+        """Step down once the lease may have lapsed, then wait before trying again."""
+        if self._leading.is_set() and time.monotonic() - last_refresh > refresh_every * 2:
+            self._step_down()
+        self._stop.wait(self.poll_s)

@@ -474,9 +474,11 @@ class _Up:
         client = servers.make_s3_client(
             s3_endpoint, self.creds["s3_access_key"], self.creds["s3_secret_key"]
         )
+        from botocore.exceptions import BotoCoreError, ClientError
+
         try:
             client.head_bucket(Bucket=bucket)
-        except Exception:  # noqa: BLE001 - missing (404) is the common case; create tells more
+        except (ClientError, BotoCoreError):  # missing (404) is the common case; create tells more
             client.create_bucket(Bucket=bucket)
             self.progress(f"s3: created bucket {bucket}")
 

@@ -142,16 +142,20 @@ def wait_until(
 ) -> None:
     """Poll `check` until it returns True; raise ServerError after `timeout` or if `alive` fails."""
     deadline = time.monotonic() + timeout
+    last = ""  # why the last check failed, for the error
     while True:
         try:
             if check():
                 return
-        except Exception:  # noqa: BLE001, S110 - "not answering yet" takes many forms
-            pass
+        # Broad: the checks are any callables (a socket, an HTTP GET, an etcd or boto3 or
+        # Docker call), and "not answering yet" takes as many forms; the last one is named
+        # in the error if the server never answers.
+        except Exception as exc:  # noqa: BLE001
+            last = f" (last check: {type(exc).__name__}: {exc})"
         if alive is not None and not alive():
-            raise ServerError(f"{what} exited before it answered{_log_hint(log)}")
+            raise ServerError(f"{what} exited before it answered{last}{_log_hint(log)}")
         if time.monotonic() >= deadline:
-            raise ServerError(f"{what} did not answer within {timeout:.0f}s{_log_hint(log)}")
+            raise ServerError(f"{what} did not answer within {timeout:.0f}s{last}{_log_hint(log)}")
         time.sleep(interval)
 
 
@@ -217,7 +221,7 @@ def _started(
     """Wait for `mp` to answer; stop it (by PID) if it does not, then re-raise."""
     try:
         wait_until(check, timeout, what, alive=mp.alive, log=mp.log)
-    except BaseException:
+    except BaseException:  # whatever ends the wait (Ctrl-C too) must not leave it running
         mp.stop()
         raise
     return mp
@@ -546,15 +550,17 @@ def start_redis(
 
 def docker_answers(docker_host: str = DEFAULT_DOCKER_HOST, timeout: float = 3.0) -> bool:
     """True if a Docker engine answers a ping on `docker_host`."""
-    try:
-        import docker
+    import docker
 
+    from dlaas.docker_calls import ENGINE_UNREACHABLE
+
+    try:
         client = docker.DockerClient(base_url=docker_host, timeout=timeout)
         try:
             return bool(client.ping())
         finally:
             client.close()
-    except Exception:  # noqa: BLE001 - any failure means "no engine here"
+    except ENGINE_UNREACHABLE:
         return False
 
 
@@ -872,7 +878,7 @@ def _start_engine(
             lambda: docker_answers(docker_host), timeout, f"Docker engine {name} ({docker_host})",
             alive=mp.alive, log=log,
         )  # fmt: skip
-    except BaseException:
+    except BaseException:  # whatever ends the wait (Ctrl-C too) must not leave it running
         engine.stop()
         raise
     return engine
@@ -921,9 +927,11 @@ def _taken_networks() -> list[str]:
                 taken.append(record["pool"])
     taken.extend(_host_routes())
     taken.extend(_machine_engine_pools())
-    try:
-        import docker
+    import docker
 
+    from dlaas.docker_calls import ENGINE_UNREACHABLE
+
+    try:
         client = docker.DockerClient(base_url=DEFAULT_DOCKER_HOST, timeout=10)
         try:
             for net in client.networks.list():
@@ -933,8 +941,8 @@ def _taken_networks() -> list[str]:
                         taken.append(subnet)
         finally:
             client.close()
-    except Exception:  # noqa: BLE001, S110 - no machine engine: its networks take nothing
-        pass
+    except ENGINE_UNREACHABLE:
+        pass  # no machine engine: its networks take nothing
     return taken
 
 

@@ -152,7 +152,9 @@ class Supervisor:
         log.info("dead: %s; restarting", pids)
         try:
             self.up()
-        except Exception as exc:  # noqa: BLE001 - any failure: log it, try again later
+        # Broad: the supervisor is what restarts the platform, so no failure of a restart
+        # may end it; each is logged with its cause and retried after a growing delay.
+        except Exception as exc:  # noqa: BLE001
             self._failures += 1
             delay = retry_delay(self._failures)
             self._not_before = self.clock() + delay

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the platform and its tests need on a Debian 12 machine (as root), idempotently:
 # the servers from Debian's archive (Docker engine, etcd, Redis, docker-compose, debootstrap,
-# iptables), then a virtualenv in .venv with the project installed editable with its test extras.
+# iptables), then a virtualenv in .venv with the project installed editable with its test and
+# examples extras.
 # A second run changes nothing and takes a second: packages present are not reinstalled and
 # pip runs again only when pyproject.toml changed.
 set -euo pipefail
@@ -65,8 +66,8 @@ fi
 stamp="$VENV/.dlaas-installed"
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" -c 'import dlaas' 2>/dev/null; then
-  log "pip install -e '.[test]'"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]' </dev/null
+  log "pip install -e '.[test,examples]'"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,examples]' </dev/null
   echo "$want" > "$stamp"
 else
   log "python packages up to date"

@@ -17,12 +17,15 @@ Stdlib only: this runs on Debian's python3.11 inside the job image.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import re
 from pathlib import Path
 
 from dlaas.jobspec import CHECKPOINT_DIR
+
+log = logging.getLogger(__name__)
 
 DEFAULT_KEEP = 3
 _NAME_RE = re.compile(r"^ckpt-(\d{1,12})\.(pkl|bin)$")
@@ -87,8 +90,12 @@ def load_latest(directory: str | os.PathLike | None = None) -> tuple[int, dict |
         try:
             data = path.read_bytes()
             state = pickle.loads(data) if path.suffix == ".pkl" else data
-        except Exception:  # noqa: BLE001, S112 - any damage means "not usable"
-            continue  # unreadable (should not happen with atomic saves): try an older one
+        # Broad: unpickling damaged bytes raises nearly anything (UnpicklingError, EOFError,
+        # ValueError, AttributeError, ...), and any damage means "not usable". Unreadable
+        # should not happen with atomic saves: say so (on stderr without logging set up).
+        except Exception as exc:  # noqa: BLE001
+            log.warning("checkpoint %s is unreadable (%r); trying an older one", path.name, exc)
+            continue
         return step, state
     return None
 

@@ -163,7 +163,7 @@ class SqliteJobStore(JobStore):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
-            except BaseException:
+            except BaseException:  # whatever ends the block early undoes it, then goes on
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")

@@ -210,7 +210,8 @@ def _submit(deps: Deps, caller: Caller, text: str, manifest: Manifest, code: byt
     try:
         result = deps.lcm.submit(job_id, caller.user, text, key, team=caller.team)
     except BaseException:
-        # Nothing half-created: a refused job leaves no archive behind.
+        # Nothing half-created: a job refused or failed for whatever reason leaves no
+        # archive behind (the error goes on to the caller).
         if key:
             _delete_code(deps, key)
         raise
@@ -221,6 +222,8 @@ def _submit(deps: Deps, caller: Caller, text: str, manifest: Manifest, code: byt
 def _delete_code(deps: Deps, key: str) -> None:
     try:
         deps.s3.delete_object(Bucket=deps.settings.s3_bucket, Key=key)
+    # Broad: this runs while the submit's own error is on its way to the caller; a failure
+    # here must not replace it (the caller would get a 500 instead of the refusal).
     except Exception:
         log.warning("could not delete code archive %s", key, exc_info=True)
 
@@ -470,8 +473,9 @@ def job_logs(
         try:
             for line in deps.logs.lines(job_id, learner, offset=offset, follow=follow):
                 yield line + "\n"
+        # Broad: the status line is already sent, so whatever breaks the stream, all that
+        # is left is to end it; the trace is kept here.
         except Exception:
-            # The status line is already sent; end the stream and keep the trace here.
             log.exception("log stream of %s learner %d broke", job_id, learner)
 
     return StreamingResponse(lines(), media_type="text/plain; charset=utf-8")
@@ -561,6 +565,8 @@ def health(deps: DepsDep) -> dict[str, str]:
     """Liveness: the API answers and can read its job store."""
     try:
         deps.store.list(limit=1)
+    # Broad: any failure of the store to answer (SQLite or Mongo, each with its own errors)
+    # means not healthy; the cause is logged.
     except Exception:
         log.warning("health: job store not answering", exc_info=True)
         raise TemporaryError("the job store is not answering") from None

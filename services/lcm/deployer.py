@@ -31,7 +31,7 @@ import docker.errors
 from docker.types import DeviceRequest
 
 from dlaas import jobspec
-from dlaas.docker_calls import quiet
+from dlaas.docker_calls import ENGINE_UNREACHABLE, quiet
 from dlaas.errors import DeployRefused, ImageUnavailable, TemporaryError
 from services.lcm.plan import ContainerSpec, DeploymentPlan
 
@@ -88,7 +88,8 @@ class Deployer:
         """Whether the engine answers now."""
         try:
             return bool(self.client.ping())
-        except Exception:  # noqa: BLE001 - any failure to answer means not healthy
+        except ENGINE_UNREACHABLE as exc:
+            log.debug("engine ping failed: %s", exc)  # the LCM counts and reports lost nodes
             return False
 
     def managed_jobs(self, platform_id: str) -> set[str]:
@@ -205,7 +206,9 @@ class Deployer:
         """The new container's id, or what stopped its creation."""
         try:
             return self._create(spec, plan)
-        except Exception as exc:  # noqa: BLE001 - deploy() sorts the failures out
+        # Broad, and not swallowed: carried back so that _deploy removes the gang's other
+        # containers before it raises this, and deploy() maps what it can.
+        except Exception as exc:  # noqa: BLE001
             return exc
 
     @staticmethod
@@ -249,6 +252,9 @@ class Deployer:
         failures = [out for out in outcomes if isinstance(out, Exception)]
         if failures:
             self._remove_ids([out for out in outcomes if isinstance(out, str)])
+            for other in failures[1:]:  # the first is raised; the others would be lost
+                reason = redact(f"{type(other).__name__}: {other}", plan)
+                log.info("%s: another container failed too: %s", plan.job_id, reason)
             raise failures[0]
         existing = self._existing(plan)
         to_start = [c for c in existing.values() if c.status == "created"]
@@ -289,8 +295,8 @@ class Deployer:
                 c.wait(timeout=timeout_s)
             except docker.errors.NotFound:
                 pass
-            except Exception:  # noqa: BLE001 - the engine's read timeout: give up waiting
-                log.warning("helper of %s did not exit within %.0f s", job_id, timeout_s)
+            except ENGINE_UNREACHABLE as exc:  # the engine's read timeout, or no engine
+                log.warning("helper of %s: no exit seen within %.0f s (%s)", job_id, timeout_s, exc)
                 return False
         return True
 

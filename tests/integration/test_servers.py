@@ -222,6 +222,16 @@ def test_a_server_that_exits_early_names_its_log(tmp_path):
         servers._started(mp, lambda: False, 10, "failer")
 
 
+def test_a_check_that_keeps_failing_is_named_in_the_error():
+    def check():
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    with pytest.raises(servers.ServerError) as err:
+        servers.wait_until(check, 0.2, "refuser", interval=0.05)
+    assert "refuser did not answer within" in str(err.value)
+    assert "(last check: ConnectionRefusedError: [Errno 111] Connection refused)" in str(err.value)
+
+
 def test_seaweedfs_requires_credentials(tmp_path):
     with pytest.raises(servers.ServerError, match="access_key and secret_key"):
         servers.start_seaweedfs(tmp_path, "", "")

@@ -4,23 +4,17 @@ The pure parts (the line cursor, the run-start mark) and the reader's round logi
 scripted sources: `ScriptedReader` replaces only the four adapter methods (container,
 its lines, S3 object, job status) with an in-memory world that moves one step each
 time the reader sleeps; that is a fake, named as such, because the point here is the
-line arithmetic across sources. The last test runs the real reader against the real
-engine and SeaweedFS across a restart.
+line arithmetic across sources. The real reader against the real engine and SeaweedFS
+across a restart is in tests/integration/test_logs_live.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import time
 from dataclasses import dataclass, field
 
-import docker.errors
 import pytest
 
-from dlaas import jobspec
 from dlaas.learner.paths import RUN_START_META
-from dlaas.locations import S3Location
 from dlaas.logs import LineCursor, LogReader, S3Log, run_start, split_lines
 
 RUN1 = [f"run1 line {i}" for i in range(5)]
@@ -189,74 +183,3 @@ def test_lines_lost_with_a_dead_node_do_not_swallow_the_next_run():
         World(None, (3, RUN1[:3] + RUN2), final=True),
     ]
     assert ScriptedReader(worlds).read(follow=True) == RUN1 + RUN2
-
-
-# --------------------------------------------------------------------------- real engine
-
-
-class RealReader(LogReader):
-    """The real reader on the real engine and S3; the job's status is the test's."""
-
-    def __init__(self, docker_client, s3_client):
-        super().__init__(None, None, docker_client, lambda _loc: s3_client, poll_s=0.05)
-        self.final = threading.Event()
-
-    def _final(self, job_id):
-        return self.final.is_set()
-
-
-@pytest.mark.docker
-def test_a_live_stream_spans_a_restart_without_gap_or_duplicate(
-    docker_client, learner_image, s3_client, s3_bucket
-):
-    job_id = "l" + str(time.monotonic_ns())[-10:]
-    name, key = jobspec.learner_name(job_id, 0), jobspec.log_object_key(job_id, 0)
-    labels = {jobspec.LABEL_MANAGED: "test-logs", jobspec.LABEL_JOB: job_id}
-
-    def learner(lines: list[str], wait_s: float):
-        script = (
-            f"import time\ntime.sleep({wait_s})\n"
-            f"for line in {lines!r}:\n    print(line, flush=True)\n    time.sleep(0.05)\n"
-        )
-        return docker_client.containers.run(
-            learner_image, ["python3", "-c", script], name=name, labels=labels,
-            detach=True, init=True,
-        )  # fmt: skip
-
-    def helper_upload(lines: list[str], start: int) -> None:
-        body = "".join(line + "\n" for line in lines).encode()
-        s3_client.put_object(
-            Bucket=s3_bucket, Key=key, Body=body, Metadata={RUN_START_META: str(start)}
-        )
-
-    reader = RealReader(docker_client, s3_client)
-    got: list[str] = []
-    follower = threading.Thread(
-        target=lambda: got.extend(
-            reader.stream(S3Location("", "", "", s3_bucket), job_id, 0, offset=2, follow=True)
-        ),
-        daemon=True,
-    )
-    containers = []
-    try:
-        containers.append(learner(RUN1, 0))
-        follower.start()
-        deadline = time.monotonic() + 20
-        while len(got) < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        containers[0].wait(timeout=20)
-        helper_upload(RUN1, 0)  # run 1's helper stores the log, then it is removed
-        containers[0].remove(force=True)
-        containers.append(learner(RUN2, 1.0))  # run 2 waits for its helper's data_ready
-        time.sleep(0.3)
-        helper_upload(RUN1, 5)  # ... who restored the log and marked where run 2 starts
-        containers[1].wait(timeout=20)
-        helper_upload(RUN1 + RUN2, 5)  # run 2's final upload
-        reader.final.set()
-        follower.join(timeout=20)
-    finally:
-        for c in containers:
-            with contextlib.suppress(docker.errors.APIError):
-                c.remove(force=True)
-    assert not follower.is_alive()
-    assert got == (RUN1 + RUN2)[2:]
