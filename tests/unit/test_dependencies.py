@@ -38,9 +38,6 @@ ALLOWED_UNIMPORTED = {
     "grpcio-tools": "protoc for the stubs",
     # FastAPI imports it itself to parse the multipart form of POST /v1/jobs.
     "python-multipart": "FastAPI's form parser",
-    # The Celery worker is being added on another branch (it imports celery); until it lands
-    # nothing here imports it. Remove this entry when the worker is merged.
-    "celery": "the coming worker",
 }
 
 
