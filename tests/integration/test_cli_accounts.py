@@ -1,0 +1,61 @@
+"""`dlaas users`, `dlaas teams`, `dlaas audit` and `dlaas data` against the API (over the
+fakes of test_api.py, with the real store and the real S3)."""
+
+from __future__ import annotations
+
+import json
+
+from test_cli import server  # noqa: F401 - a fixture
+
+from dlaas.namespace import team_bucket
+
+
+def test_users_add_list_revoke(server):  # noqa: F811
+    made = server.cli("users", "add", "dave", "--team", "nlp")
+    assert made.exit_code == 0, made.output
+    token = made.stdout.splitlines()[1].strip()
+    assert token.startswith("dlt_")
+    me = server.cli("--token", token, "teams", "list", "--json")
+    assert [t["name"] for t in json.loads(me.stdout)] == ["nlp"]
+    listing = server.cli("users", "list", "--json")
+    assert {u["name"]: u["valid_tokens"] for u in json.loads(listing.stdout)}["dave"] == 1
+    revoked = server.cli("users", "revoke", "dave")
+    assert revoked.exit_code == 0 and "revoked 1 token(s)" in revoked.stdout
+    refused = server.cli("--token", token, "list")
+    assert refused.exit_code != 0 and "revoked" in refused.output
+    # A user's token cannot manage users: a clear refusal, no traceback.
+    denied = server.cli("--token", "tok-alice", "users", "add", "eve")
+    assert denied.exit_code != 0 and "administrators only" in denied.output
+    assert "Traceback" not in denied.output
+
+
+def test_teams_quota_and_audit(server):  # noqa: F811
+    assert server.cli("teams", "add", "vision", "--gpus", "8", "--cpus", "16").exit_code == 0
+    r = server.cli("teams", "set-quota", "vision", "--gpus", "4")
+    assert r.exit_code == 0 and "4 GPUs" in r.stdout
+    table = server.cli("teams", "list")
+    assert table.exit_code == 0 and "vision" in table.stdout
+    audit = server.cli("audit", "--json")
+    actions = [e["action"] for e in json.loads(audit.stdout)["entries"]]
+    assert actions[:2] == ["set-quota", "add-team"]
+    bad = server.cli("teams", "add", "Bad_Name")
+    assert bad.exit_code != 0 and "name:" in bad.output
+
+
+def test_data_upload_and_ls_stay_in_the_team_namespace(server, tmp_path):  # noqa: F811
+    made = server.cli("users", "add", "carl", "--team", "vision")
+    token = made.stdout.splitlines()[1].strip()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.npz").write_bytes(b"AAA")
+    up = server.cli("--token", token, "data", "upload", "mnist", str(tmp_path / "d"))
+    assert up.exit_code == 0, up.output
+    assert "uploaded mnist/a.npz (3 bytes)" in up.stdout
+    real = team_bucket("vision", "mnist")
+    assert server.s3.get_object(Bucket=real, Key="a.npz")["Body"].read() == b"AAA"
+    ls = server.cli("--token", token, "data", "ls", "mnist", "--json")
+    assert [o["key"] for o in json.loads(ls.stdout)["objects"]] == ["a.npz"]
+    assert "mnist" in server.cli("--token", token, "data", "ls").stdout
+    other = server.cli("--token", token, "data", "ls", "nlp--mnist")
+    assert other.exit_code != 0 and "team 'nlp'" in other.output
+    missing = server.cli("--token", token, "data", "upload", "mnist", str(tmp_path / "nope"))
+    assert missing.exit_code != 0 and "no such file" in missing.output
