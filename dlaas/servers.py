@@ -460,7 +460,15 @@ def start_seaweedfs(
         # volumes, and tests create many buckets.
         "-master.volumeSizeLimitMB=256", "-volume.max=0",
     ]  # fmt: skip
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": access_key,
+        "AWS_SECRET_ACCESS_KEY": secret_key,
+        # A new bucket (collection) grows 1 volume, not SeaweedFS's default 7: with 7, the
+        # volume slots of this disk ran out at the 44th bucket (PutObject: InternalError,
+        # "No writable volumes"), and every team namespace and job results bucket is one.
+        "WEED_MASTER_VOLUME_GROWTH_COPY_1": "1",
+    }
     mp = spawn("seaweedfs", argv, log or root / "seaweedfs.log", env=env, cwd=root)
     endpoint = f"http://127.0.0.1:{s3}"
 

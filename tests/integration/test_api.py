@@ -261,6 +261,8 @@ def env(s3_server, s3_client, job_store, tmp_path):
         docker=False,
         scheduler=SchedulerClient(addr),
         log_poll_s=0.05,
+        # No Redis here: purges are recorded (a test that wants the real adapter sets its own).
+        tasks=FakeTaskQueue(),
     )
     try:
         with TestClient(app) as client:
