@@ -26,6 +26,7 @@ from dlaas.grpc_errors import translate_errors
 from dlaas.nodes import NodeSpec
 from dlaas.v1 import scheduler_pb2, scheduler_pb2_grpc
 from services.scheduler.policy import (
+    DEFAULT_POLICY,
     Allocation,
     DurationModel,
     Node,
@@ -34,6 +35,7 @@ from services.scheduler.policy import (
     Snapshot,
     TeamQuota,
     can_ever_fit,
+    policy_problem,
     queue_report,
     schedule,
     team_usage,
@@ -244,9 +246,12 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self,
         state: SchedulerState,
         nodes: list[NodeSpec],
-        policy: str = "fifo",
+        policy: str = DEFAULT_POLICY,
         clock: Callable[[], float] = time.time,
     ):
+        problem = policy_problem(policy)
+        if problem:
+            raise ValueError(problem)
         self.state = state
         self.nodes = [
             Node(n.name, n.gpus, n.cpus, n.memory_mb, n.gpu_type, dict(n.labels)) for n in nodes

@@ -48,6 +48,17 @@ from .model import Allocation, Decision, Node, QueuedJob, RunningJob, Snapshot
 from .placement import FreeIndex
 
 POLICIES: tuple[str, ...] = ("fifo", "priority", "las", "fair", "default")
+# The one default: the live scheduler (DLAAS_SCHEDULER_POLICY unset, hence `dlaas up`), the
+# simulator, the benchmarks and `schedule()` itself all use it, with DEFAULT_CONFIG. It is the
+# policy whose figures the README reports.
+DEFAULT_POLICY = "default"
+
+
+def policy_problem(policy: str) -> str:
+    """Why `policy` is not a policy name ("" if it is); the message names the field."""
+    if policy in POLICIES:
+        return ""
+    return f"policy: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}"
 
 
 @dataclass(frozen=True)
@@ -1066,7 +1077,7 @@ class _Round:
 def schedule(
     snapshot: Snapshot,
     now: float,
-    policy: str = "default",
+    policy: str = DEFAULT_POLICY,
     config: PolicyConfig | None = None,
     include_waits: bool = True,
 ) -> list[Decision]:
@@ -1076,10 +1087,9 @@ def schedule(
     start it makes room for). `include_waits=False` skips the per-job "wait" decisions (the
     simulator does not need them; `queue_report` explains waiting jobs on demand).
     """
-    if policy not in POLICIES:
-        raise ValueError(
-            f"policy: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}"
-        )
+    problem = policy_problem(policy)
+    if problem:
+        raise ValueError(problem)
     # A round allocates many small objects (allocations, decisions, keys) and makes no
     # reference cycles, yet each allocation burst lets the cyclic collector walk every job and
     # node of the snapshot: 40 % of a 10,000-node round, growing faster than the round. It is
