@@ -475,7 +475,8 @@ def scale(
     job: Annotated[str, typer.Argument(help="job id")],
     learners: Annotated[int, typer.Argument(help="new learner count, within the job's range")],
 ) -> None:
-    """Rescale an elastic job: its gang restarts from its checkpoint with LEARNERS learners."""
+    """Set an elastic job's target: its gang restarts from its checkpoint with LEARNERS
+    learners, unless it runs with that many already (then nothing restarts)."""
     reply = ctx.obj.client().scale(job, learners)
     console.print(
         f"{reply['job_id']}: {_status(reply['status'])}, scaling to {reply['learners']} learners"

@@ -25,6 +25,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    StrictBool,
     ValidationError,
     field_validator,
     model_validator,
@@ -212,6 +213,19 @@ class Checkpoint(_Model):
     )
 
 
+class Elastic(_Model):
+    """How an elastic job (min_learners < max_learners) may be resized by the platform.
+
+    The job's target is `learners` (or the user's last `dlaas scale N`): the scheduler shrinks
+    it below that only for a job of a higher class, and grows it back to it. With `auto_grow`
+    it may also grow past the target, toward max_learners, into idle resources; those learners
+    are lent and given back (a checkpoint, then a restart at the target) when a queued job
+    needs them. Off by default: a job runs at the size its user asked for.
+    """
+
+    auto_grow: StrictBool = False
+
+
 class Manifest(_Model):
     name: str
     description: str = Field(default="", max_length=MAX_TEXT)
@@ -226,6 +240,7 @@ class Manifest(_Model):
     evaluation_metrics: dict[str, Any] | None = None
     min_learners: int | None = Field(default=None, ge=1, le=1024)
     max_learners: int | None = Field(default=None, ge=1, le=1024)
+    elastic: Elastic = Field(default_factory=Elastic)
     priority: int = Field(default=0, ge=-INT32_MAX - 1, le=INT32_MAX)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     max_restarts: int = Field(default=0, ge=0, le=100)
@@ -300,13 +315,17 @@ class Manifest(_Model):
         if hi < self.learners:
             raise ValueError(f"max_learners ({hi}) must not be below learners ({self.learners})")
         self.min_learners, self.max_learners = lo, hi
+        if self.elastic.auto_grow and hi == self.learners:
+            raise ValueError(
+                f"elastic.auto_grow: needs max_learners above learners ({self.learners}) to grow into"
+            )
         ids = [s.id for s in self.data_stores]
         if len(ids) != len(set(ids)):
             raise ValueError("data_stores: ids must be unique")
         return self
 
     @property
-    def elastic(self) -> bool:
+    def is_elastic(self) -> bool:
         return self.min_learners != self.max_learners
 
     def data_store(self) -> DataStore | None:

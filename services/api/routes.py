@@ -59,7 +59,7 @@ from services.api.models import (
     queue_entry,
     queue_info,
 )
-from services.api.rules import check_scale
+from services.api.rules import check_scale, learners_with_logs
 
 log = logging.getLogger(__name__)
 
@@ -463,9 +463,10 @@ def job_logs(
     """Stream a learner's log as text, one line per line; `follow` waits for the job's end."""
     record = _owned(deps, caller, job_id)
     try:
-        learners = parse_manifest(record.manifest_yaml).learners
+        requested = parse_manifest(record.manifest_yaml).learners
     except InvalidManifest:
-        learners = 1
+        requested = 1
+    learners = learners_with_logs(requested, record.info)
     if learner >= learners:
         raise InvalidRequest(f"learner: the job has learners 0..{learners - 1}, not {learner}")
 

@@ -7,6 +7,8 @@ without a round trip.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dlaas.errors import InvalidRequest
 from dlaas.manifest import Manifest
 
@@ -14,7 +16,7 @@ from dlaas.manifest import Manifest
 def check_scale(manifest: Manifest, learners: int, job_id: str) -> None:
     """Raise InvalidRequest naming `learners` unless the job may run with that many learners."""
     lo, hi = manifest.min_learners, manifest.max_learners
-    if not manifest.elastic:
+    if not manifest.is_elastic:
         raise InvalidRequest(
             f"learners: job {job_id} is not elastic (it runs exactly {manifest.learners} "
             "learner(s)); set min_learners < max_learners in its manifest to allow scaling"
@@ -23,3 +25,16 @@ def check_scale(manifest: Manifest, learners: int, job_id: str) -> None:
         raise InvalidRequest(
             f"learners: {learners} is outside the job's elastic range; allowed {lo} to {hi}"
         )
+
+
+def learners_with_logs(requested: int, info: dict[str, Any]) -> int:
+    """How many learners (0..n-1) of a job may have logs: the most of its size as submitted,
+    its target (the user's last scale) and its current deployment (an elastic job grown past
+    its target runs learners the manifest does not count)."""
+    deployed = info.get("learners")
+    now = len(deployed) if isinstance(deployed, list) else 0
+    try:
+        target = int(info.get("learners_target") or 0)
+    except (TypeError, ValueError):  # the store holds what the LCM wrote; be safe all the same
+        target = 0
+    return max(requested, target, now, 1)

@@ -188,7 +188,11 @@ class Lcm:
     @staticmethod
     def _gang(record: JobRecord, m: Manifest) -> scheduler_pb2.GangRequest:
         # A requeued job keeps its original submit time: it gets its old queue position back.
+        # `learners` is the job's target (the manifest's, or the user's last scale). The
+        # scheduler grows a job past it only up to max_learners, so max is the target unless
+        # the manifest allows growth (`elastic: {auto_grow: true}`).
         learners = int(record.info.get("learners_target") or m.learners)
+        grow_to = (m.max_learners or learners) if m.elastic.auto_grow else learners
         return scheduler_pb2.GangRequest(
             job_id=record.job_id,
             user=record.user,
@@ -199,7 +203,7 @@ class Lcm:
             gpu_type=m.gpu_type or "",
             priority=m.priority,
             min_learners=min(m.min_learners or learners, learners),
-            max_learners=max(m.max_learners or learners, learners),
+            max_learners=max(grow_to, learners),
             submit_time=record.created_at,
             team=record.team,
         )
@@ -362,7 +366,10 @@ class Lcm:
         self._enqueue(self.store.get(job_id))
 
     def scale(self, job_id: str, user: str, learners: int) -> str:
-        """Change an elastic job's learner count (a running gang restarts from its checkpoint)."""
+        """Set an elastic job's target learner count. A running gang of another size restarts
+        from its checkpoint with it; one already at that size keeps running (the target is
+        recorded, its learners become its own); a job whose target it is already is left as
+        it is (the scheduler grows a shrunk job back to its target by itself)."""
         record = self._owned(job_id, user)
         manifest = parse_manifest(record.manifest_yaml)
         lo, hi = (
@@ -378,6 +385,15 @@ class Lcm:
         state = self._state(job_id)
         if state.final:
             raise errors.InvalidTransition(f"job {job_id} has already ended ({state.status})")
+        target = int(record.info.get("learners_target") or manifest.learners)
+        if learners == target:
+            return state.status.value
+        running = state.status in RUNNING
+        if running and len(self._held_allocation(job_id)) == learners:
+            self.store.update_info(job_id, {"learners_target": learners})
+            # The scheduler takes an Enqueue of a running job as its new target: no restart.
+            self.scheduler.enqueue(self._gang(self.store.get(job_id), manifest))
+            return state.status.value
         self.store.update_info(job_id, {"learners_target": learners})
         if state.status == Status.QUEUED:
             self.scheduler.release(job_id)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+
+from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dlaas.config import PlatformSettings
@@ -9,6 +12,7 @@ from dlaas.etcd_status import connect
 from dlaas.grpc_server import configure_logging, start_server, wait_for_termination
 from dlaas.nodes import nodes_or_exit
 from dlaas.v1 import scheduler_pb2_grpc
+from services.scheduler.policy import DEFAULT_POLICY, policy_problem
 from services.scheduler.service import SchedulerService, SchedulerState
 
 
@@ -16,15 +20,37 @@ class SchedulerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DLAAS_SCHEDULER_", extra="ignore")
 
     # fifo | priority | las | fair | default (see services/scheduler/policy). The LCM
-    # carries out every decision (start, preempt, shrink, grow). "priority" preempts only
-    # for a higher priority, which is what users of a shared cluster expect by default.
-    policy: str = "priority"
+    # carries out every decision (start, preempt, shrink, grow). One default everywhere
+    # (policy.DEFAULT_POLICY): the live platform runs the policy the simulator measures.
+    policy: str = DEFAULT_POLICY
+
+    @field_validator("policy")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        # Checked at start-up: a typo must stop the service, not fail every round later.
+        problem = policy_problem(v)
+        if problem:
+            raise ValueError(problem.removeprefix("policy: "))
+        return v
+
+
+def load_settings() -> SchedulerSettings:
+    """The scheduler's settings; exits naming DLAAS_SCHEDULER_POLICY if it is not a policy."""
+    try:
+        return SchedulerSettings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"DLAAS_SCHEDULER_{'.'.join(str(p) for p in e['loc']).upper()}: "
+            f"{e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        sys.exit(f"scheduler: bad configuration: {problems}")
 
 
 def main() -> None:
     log = configure_logging("scheduler")
     settings = PlatformSettings()
-    sched = SchedulerSettings()
+    sched = load_settings()
     etcd = connect(settings.etcd_hostports())
     service = SchedulerService(
         SchedulerState(etcd, settings.etcd_prefix),

@@ -26,6 +26,7 @@ from dlaas.grpc_errors import translate_errors
 from dlaas.nodes import NodeSpec
 from dlaas.v1 import scheduler_pb2, scheduler_pb2_grpc
 from services.scheduler.policy import (
+    DEFAULT_POLICY,
     Allocation,
     DurationModel,
     Node,
@@ -34,6 +35,7 @@ from services.scheduler.policy import (
     Snapshot,
     TeamQuota,
     can_ever_fit,
+    policy_problem,
     queue_report,
     schedule,
     team_usage,
@@ -176,11 +178,36 @@ class SchedulerState:
             memory_mb_per_learner=job.memory_mb_per_learner,
             placement=job.placement,
             team=job.team,
+            target_learners=job.learners,
+            auto_grow=job.auto_grow,
         )
         entry = {"running": asdict(running), "request": asdict(job)}
         ok, _ = self.etcd.transaction(
             compare=[tx.version(qk) > 0, tx.version(rk) == 0],
             success=[tx.delete(qk), tx.put(rk, json.dumps(entry))],
+            failure=[],
+        )
+        return ok
+
+    def retarget(self, job: QueuedJob) -> bool:
+        """Record a RUNNING job's new target (and elastic range) without resizing it: a user's
+        `scale N` to the size it runs at. False if it is not running (or changed meanwhile)."""
+        rk = self.running_prefix + job.job_id
+        value, meta = self.etcd.get(rk)
+        if not value:
+            return False
+        entry = json.loads(value)
+        sizes = {
+            "min_learners": job.min_learners,
+            "max_learners": job.max_learners,
+            "auto_grow": job.auto_grow,
+        }
+        entry["request"].update(sizes, learners=job.learners)
+        entry["running"].update(sizes, target_learners=job.learners)
+        tx = self.etcd.transactions
+        ok, _ = self.etcd.transaction(
+            compare=[tx.mod(rk) == meta.mod_revision],
+            success=[tx.put(rk, json.dumps(entry))],
             failure=[],
         )
         return ok
@@ -254,9 +281,12 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self,
         state: SchedulerState,
         nodes: list[NodeSpec],
-        policy: str = "fifo",
+        policy: str = DEFAULT_POLICY,
         clock: Callable[[], float] = time.time,
     ):
+        problem = policy_problem(policy)
+        if problem:
+            raise ValueError(problem)
         self.state = state
         self.nodes = [
             Node(n.name, n.gpus, n.cpus, n.memory_mb, n.gpu_type, dict(n.labels)) for n in nodes
@@ -286,6 +316,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             # The LCM deploys a gang on one Docker engine (one job network, one job volume).
             placement="node",
             team=request.team,
+            # The LCM sends max_learners above the target only for a manifest with
+            # `elastic: {auto_grow: true}` (else max = target): growth past it is allowed.
+            auto_grow=request.max_learners > request.learners,
         )
         problem = team_problem(job.team)
         if problem:
@@ -293,7 +326,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         fits, reason = can_ever_fit(job, self.nodes)
         if not fits:
             return scheduler_pb2.EnqueueReply(accepted=False, reason=reason)
-        self.state.enqueue(job)
+        # A job that runs already gets the request's size as its new target (a user's scale
+        # to the size it runs at: no restart); otherwise it is queued, once.
+        if not self.state.retarget(job):
+            self.state.enqueue(job)
         return scheduler_pb2.EnqueueReply(accepted=True)
 
     def _snapshot(self, now: float) -> Snapshot:
@@ -301,8 +337,13 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         unhealthy = self.state.unhealthy_nodes()
         nodes = [replace(n, healthy=n.name not in unhealthy) for n in self.nodes]
         running = [
-            replace(r, attained_service=r.attained_service + _served(r, now))
-            for r in self.state.running()
+            replace(
+                r,
+                attained_service=r.attained_service + _served(r, now),
+                # entries written before targets were kept: the request holds the target
+                target_learners=r.target_learners or req.learners,
+            )
+            for r, req in self.state.running_entries().values()
         ]
         return Snapshot(
             nodes=nodes, running=running, queue=self.state.queue(), quotas=self.state.quotas()

@@ -40,6 +40,7 @@ from datetime import datetime
 
 from services.scheduler.policy import (
     DEFAULT_CONFIG,
+    DEFAULT_POLICY,
     POLICIES,
     DurationModel,
     Node,
@@ -460,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--end", required=True, help="end of submits (exclusive), YYYY-MM-DD")
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--gpus-per-node", type=int, required=True)
-    p.add_argument("--policy", default="default", choices=POLICIES)
+    p.add_argument("--policy", default=DEFAULT_POLICY, choices=POLICIES)
     p.add_argument("--checkpoint-save-s", type=float, default=20.0)
     p.add_argument("--restore-s", type=float, default=30.0)
     p.add_argument(

@@ -855,6 +855,29 @@ def test_logs_of_a_learner_the_job_does_not_have(env):
     assert r.json()["message"].startswith("learner:")
 
 
+def test_logs_of_a_learner_an_elastic_job_grew_are_readable(env):
+    # 2 learners asked for; the LCM deployed 3 (grown past its target with auto_grow)
+    job_id = env.submit(manifest=env.manifest(learners=2, elastic=(1, 4))).json()["job_id"]
+    grown = [{"id": i, "node": "local", "container": f"c{i}", "state": "running"} for i in range(3)]
+    env.store.update_info(job_id, {"learners": grown})
+    put_log(env, job_id, 2, ["grown learner"])
+    env.finish(job_id)
+    r = env.client.get(f"/v1/jobs/{job_id}/logs?learner=2", headers=auth(ALICE))
+    assert (r.status_code, r.text) == (200, "grown learner\n")
+    r = env.client.get(f"/v1/jobs/{job_id}/logs?learner=3", headers=auth(ALICE))
+    assert r.status_code == 422
+    assert r.json()["message"] == "learner: the job has learners 0..2, not 3"
+
+
+def test_logs_of_the_learners_a_scaled_job_asked_for_are_readable(env):
+    job_id = env.submit(manifest=env.manifest(learners=1, elastic=(1, 4))).json()["job_id"]
+    env.store.update_info(job_id, {"learners_target": 4})  # `dlaas scale JOB 4`
+    put_log(env, job_id, 3, ["fourth"])
+    env.finish(job_id)
+    r = env.client.get(f"/v1/jobs/{job_id}/logs?learner=3", headers=auth(ALICE))
+    assert (r.status_code, r.text) == (200, "fourth\n")
+
+
 def test_results_download_is_a_tar_gz_of_the_results_prefix(env):
     job_id = env.submit().json()["job_id"]
     r = env.client.get(f"/v1/jobs/{job_id}/results", headers=auth(ALICE))

@@ -1,9 +1,10 @@
 """The LCM's resilience use cases against real etcd, Docker and a real scheduler service.
 
 Restarts count against max_restarts with backoff and are recorded in the history; resume
-continues a HALTED job; scale restarts an elastic gang with its new size; the scheduler's
-preempt, shrink and grow decisions are carried out (stop, requeue, restart with the new
-learner count); a crash in the
+continues a HALTED job; scale restarts an elastic gang with its new size (and nothing when it
+runs at that size already); the scheduler's preempt, shrink and grow decisions are carried out
+(stop, requeue, restart with the new learner count), learners grown past the target are lent
+to the next queued job; a crash in the
 middle of a requeue is finished by the next leader's reconcile; and of two replicas
 only the lease holder places jobs, the other taking over when the leader dies.
 """
@@ -191,6 +192,45 @@ def test_an_elastic_job_is_shrunk_for_a_higher_priority_and_grown_back(lcm_facto
     lcm.place_round()
     assert [env["NUM_LEARNERS"] for env in learner_env(docker_client, elastic)] == ["4"] * 4
     assert any(t.reason.startswith("grow: ") for t in lcm.store.get(elastic).history)
+
+
+def test_an_elastic_job_runs_at_its_size_and_scaling_to_it_restarts_nothing(lcm, docker_client):
+    job = new_id()
+    submit(lcm, job, learners=2, extra="min_learners: 1\nmax_learners: 3\n")
+    lcm.place_round()
+    lcm.place_round()  # the node has room for a third learner: without auto_grow it stays 2
+    before = {c.id for c in containers(docker_client, job)}
+    assert [env["NUM_LEARNERS"] for env in learner_env(docker_client, job)] == ["2"] * 2
+    history = lcm.store.get(job).history
+    assert lcm.scale(job, "alice", 2) == "DOWNLOADING"
+    assert {c.id for c in containers(docker_client, job)} == before
+    assert lcm.store.get(job).history == history
+
+
+def test_grown_learners_are_lent_to_a_queued_job_and_a_scale_to_the_size_keeps_them(
+    lcm, docker_client
+):
+    el, other = new_id(), new_id()
+    extra = "min_learners: 1\nmax_learners: 4\nelastic:\n  auto_grow: true\n"
+    submit(lcm, el, learners=1, extra=extra)
+    lcm.place_round()
+    lcm.place_round()  # idle: it grows past its target into the node's 2 CPUs
+    assert [env["NUM_LEARNERS"] for env in learner_env(docker_client, el)] == ["4"] * 4
+    grow = [t.reason for t in lcm.store.get(el).history if t.reason.startswith("grow: ")]
+    assert grow and "lent" in grow[0]
+    submit(lcm, other, learners=1)  # same priority; it needs one of the lent learners
+    lcm.place_round()
+    assert lcm.keeper.get(other).status == Status.DOWNLOADING
+    assert [env["NUM_LEARNERS"] for env in learner_env(docker_client, el)] == ["3"] * 3
+    shrink = [t.reason for t in lcm.store.get(el).history if t.reason.startswith("shrink: ")]
+    assert shrink and "gave back 1 lent learner(s)" in shrink[0]
+    # the user makes the 3 learners it runs with its own: recorded, no restart
+    before = {c.id for c in containers(docker_client, el)}
+    assert lcm.scale(el, "alice", 3) == "DOWNLOADING"
+    assert {c.id for c in containers(docker_client, el)} == before
+    assert lcm.store.get(el).info["learners_target"] == 3
+    running = lcm.keeper.etcd.get(f"{lcm.keeper.prefix}/sched/running/{el}")[0]
+    assert b'"target_learners": 3' in running
 
 
 def test_scaling_a_fixed_size_job_is_refused_naming_the_field(lcm):

@@ -314,3 +314,37 @@ def test_the_sdk_sets_and_lists_quotas_over_grpc(etcd):
                 client.set_team_quota("vision", -1, 0, 0)
     finally:
         server.stop(0)
+
+
+def test_what_an_elastic_job_grew_into_is_lent_to_the_next_queued_job(etcd):
+    # max above the target: the LCM sends that only for `elastic: {auto_grow: true}`
+    clock = Clock()
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "default", clock)
+    svc.Enqueue(prio_gang("el", 0, learners=1, lo=1, hi=2), Ctx())
+    assert [len(d.allocations) for d in started(svc).values()] == [1]  # its target, not its max
+    clock.now += 1
+    grow = started(svc)["el"]
+    assert grow.action == "grow" and "lent" in grow.cause
+    clock.now += 1  # well inside the thrash guard: lent learners are given back all the same
+    svc.Enqueue(prio_gang("w", 0, learners=1, submit_time=2.0), Ctx())
+    decisions = started(svc)
+    assert decisions["el"].action == "shrink" and "lent" in decisions["el"].cause
+    assert decisions["w"].action == "start"
+    running = {j.job_id: j for j in svc.state.running()}
+    assert (running["el"].learners, running["el"].target) == (1, 1)
+
+
+def test_enqueue_of_a_running_job_sets_its_target_without_a_restart(etcd):
+    clock = Clock()
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "default", clock)
+    svc.Enqueue(prio_gang("el", 0, learners=1, lo=1, hi=2), Ctx())
+    started(svc)
+    clock.now += 1
+    assert started(svc)["el"].action == "grow"
+    # the user scales it to the 2 learners it runs with: they are its own now
+    assert svc.Enqueue(prio_gang("el", 0, learners=2, lo=1, hi=2), Ctx()).accepted
+    assert started(svc) == {}  # no restart
+    assert [(j.job_id, j.learners, j.target) for j in svc.state.running()] == [("el", 2, 2)]
+    assert svc.state.queue() == []
+    svc.Enqueue(prio_gang("w", 0, learners=1, submit_time=2.0), Ctx())
+    assert started(svc) == {}  # nothing is lent any more: w waits

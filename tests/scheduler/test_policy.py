@@ -74,7 +74,13 @@ def test_node_placement_keeps_a_gang_on_one_node_even_to_grow():
     )
     # an elastic gang on n0 grows only where it runs, never onto the idle n1
     el = running(
-        "el", [("n0", (0,))], min_learners=1, max_learners=4, placement="node", gpus_per_learner=1
+        "el",
+        [("n0", (0,))],
+        min_learners=1,
+        max_learners=4,
+        placement="node",
+        gpus_per_learner=1,
+        auto_grow=True,
     )
     full = running("f", [("n0", (1, 2))])
     (grow,) = by_action(schedule(Snapshot(nodes(2), [el, full], []), 10_000, "default"), "grow")
@@ -178,8 +184,10 @@ def test_shrink_before_kill_and_never_below_min():
     assert by_action(ds, "shrink") == [] and len(by_action(ds, "preempt")[0].allocations) == 4
 
 
-def test_grow_into_idle_gpus_up_to_max():
-    elastic = running("el", [("n0", (0, 1))], min_learners=1, max_learners=3, gpus_per_learner=2)
+def test_auto_grow_grows_into_idle_gpus_up_to_max():
+    elastic = running(
+        "el", [("n0", (0, 1))], min_learners=1, max_learners=3, gpus_per_learner=2, auto_grow=True
+    )
     ds = schedule(Snapshot(nodes(1), [elastic], []), 10_000, "default")
     (grow,) = by_action(ds, "grow")
     assert len(grow.allocations) == 1 and grow.allocations[0].gpu_indices == (2, 3)

@@ -58,6 +58,9 @@ def snapshots(draw):
                     None,
                     lo,
                     len(allocs) + draw(st.integers(0, 2)),
+                    # a target below the size: the rest is lent (grown with auto_grow)
+                    target_learners=draw(st.integers(lo, len(allocs))),
+                    auto_grow=draw(st.booleans()),
                 )
             )
     queue = []
@@ -103,11 +106,15 @@ def test_no_decision_over_allocates(snap, policy, now):
             job = next(r for r in snap.running if r.job_id == d.job_id)
             rest = [a for a in held[d.job_id] if a not in d.allocations]
             assert len(rest) >= job.min_gang
+            if "lent" in d.cause:  # giving back lent learners never takes the job's own
+                assert len(rest) >= job.target
             held[d.job_id] = rest
         elif d.action == "grow":
             job = next(r for r in snap.running if r.job_id == d.job_id)
             held[d.job_id] += d.allocations
             assert len(held[d.job_id]) <= job.max_gang
+            if not job.auto_grow:  # growth past the user's target only when allowed
+                assert len(held[d.job_id]) <= job.target
         elif d.action == "start":
             j = queued.pop(d.job_id)
             assert j.min_gang <= len(d.allocations) <= j.learners

@@ -195,12 +195,12 @@ def test_env_values_become_strings():
 
 def test_elastic_range_defaults_to_the_fixed_size():
     m = parse_manifest(with_lines("learners: 3"))
-    assert (m.min_learners, m.max_learners, m.elastic) == (3, 3, False)
+    assert (m.min_learners, m.max_learners, m.is_elastic) == (3, 3, False)
 
 
 def test_elastic_range():
     m = parse_manifest(with_lines("learners: 2", "min_learners: 1", "max_learners: 4"))
-    assert (m.min_learners, m.learners, m.max_learners, m.elastic) == (1, 2, 4, True)
+    assert (m.min_learners, m.learners, m.max_learners, m.is_elastic) == (1, 2, 4, True)
 
 
 @pytest.mark.parametrize(
@@ -214,6 +214,29 @@ def test_elastic_range():
 def test_bad_elastic_range_is_refused(lines, word):
     found = problems(with_lines(*lines))
     assert any(word in p for p in found), found
+
+
+def test_auto_grow_is_off_unless_the_manifest_asks_for_it():
+    m = parse_manifest(with_lines("learners: 2", "min_learners: 1", "max_learners: 4"))
+    assert m.elastic.auto_grow is False
+    text = with_lines("learners: 2", "max_learners: 4", "elastic:", "  auto_grow: true")
+    assert parse_manifest(text).elastic.auto_grow is True
+    assert parse_manifest(text).normalized()["elastic"] == {"auto_grow": True}
+
+
+@pytest.mark.parametrize(
+    ("lines", "words"),
+    [
+        (["max_learners: 4", "elastic: {auto_grow: 'yes'}"], "elastic.auto_grow: "),
+        (["max_learners: 4", "elastic: {autogrow: true}"], "elastic.autogrow: unknown field"),
+        (["max_learners: 4", "elastic: true"], "elastic: "),
+        (["learners: 2", "elastic: {auto_grow: true}"], "elastic.auto_grow: needs max_learners"),
+    ],
+    ids=["not-a-boolean", "typo", "not-a-mapping", "no-room-to-grow"],
+)
+def test_bad_elastic_section_is_refused_naming_the_field(lines, words):
+    found = problems(with_lines(*lines))
+    assert any(words in p for p in found), found
 
 
 def test_priority_classes_and_numbers():

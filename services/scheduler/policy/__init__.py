@@ -4,7 +4,15 @@ No I/O and no clock reads here: callers pass `now`. The live scheduler service a
 trace-driven simulator both call `schedule()`.
 """
 
-from .core import DEFAULT_CONFIG, POLICIES, PolicyConfig, can_ever_fit, schedule
+from .core import (
+    DEFAULT_CONFIG,
+    DEFAULT_POLICY,
+    POLICIES,
+    PolicyConfig,
+    can_ever_fit,
+    policy_problem,
+    schedule,
+)
 from .model import (
     Allocation,
     Decision,
@@ -19,6 +27,7 @@ from .quota import TeamUsage, team_usage
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "DEFAULT_POLICY",
     "POLICIES",
     "Allocation",
     "Decision",
@@ -31,6 +40,7 @@ __all__ = [
     "TeamQuota",
     "TeamUsage",
     "can_ever_fit",
+    "policy_problem",
     "schedule",
     "team_usage",
 ]

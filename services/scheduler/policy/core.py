@@ -9,7 +9,13 @@ One round walks the queue in the policy's order and, for each gang:
   3. otherwise the first blocked gang gets a RESERVATION: the nodes it will drain are hidden from
      later (smaller) jobs for the rest of the round, so a stream of small jobs can backfill the rest
      of the cluster but never starve the big gang.
-Leftover idle GPUs then GROW elastic jobs back toward their max, if nobody waiting could use them.
+Leftover idle GPUs then GROW elastic jobs back toward their target (the size the user asked for),
+and past it toward their max only with `auto_grow`, if nobody waiting could use them.
+
+Elastic capacity is LENT, not owned: learners above a job's target are given back (the job
+SHRINKS toward its target; the LCM checkpoints it and restarts it smaller) before any queued job
+waits for them, under every policy, whatever the two jobs' classes and the thrash guard. This
+comes before preemption: a lent learner costs its job one restart, a preemption the whole run.
 
 Team quotas (only when the snapshot carries some; without them nothing below happens and every
 decision is as it was): the queue is walked twice in the policy's order. First the jobs that
@@ -50,6 +56,17 @@ from .model import Allocation, Decision, Node, QueuedJob, RunningJob, Snapshot
 from .placement import FreeIndex
 
 POLICIES: tuple[str, ...] = ("fifo", "priority", "las", "fair", "default")
+# The one default: the live scheduler (DLAAS_SCHEDULER_POLICY unset, hence `dlaas up`), the
+# simulator, the benchmarks and `schedule()` itself all use it, with DEFAULT_CONFIG. It is the
+# policy whose figures the README reports.
+DEFAULT_POLICY = "default"
+
+
+def policy_problem(policy: str) -> str:
+    """Why `policy` is not a policy name ("" if it is); the message names the field."""
+    if policy in POLICIES:
+        return ""
+    return f"policy: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}"
 
 
 @dataclass(frozen=True)
@@ -291,6 +308,20 @@ def _shape(j: QueuedJob) -> str:
     return f"{j.learners} x {res}" + (f" ({j.gpu_type})" if j.gpu_type else "")
 
 
+def _grow_cause(r: RunningJob, added: int) -> str:
+    n, t = r.learners + added, r.target
+    if n <= t:
+        return (
+            f"grown by {added} learner(s) back to {n} (its target {t}) into idle resources; "
+            "nobody waiting can use them"
+        )
+    return (
+        f"grown by {added} learner(s) to {n} (target {t}, max {r.max_gang}, auto_grow) into "
+        f"idle resources nobody waiting can use; the {n - t} above its target are lent: given "
+        "back as soon as a queued job needs them"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # the round
 
@@ -313,6 +344,7 @@ class _Round:
     _ranked_start: int = 0
     _compacted_at: int = 0
     _movable: dict[str, list[RunningJob]] | None = None
+    _lenders_cache: list[RunningJob] | None = None
     # team quotas (all empty/False without quotas)
     borrowed: set[str] = field(default_factory=set)  # running jobs on borrowed capacity
     used: dict[str, qt.Use] = field(default_factory=dict)  # per team, as the round goes
@@ -446,6 +478,90 @@ class _Round:
         first, _, rest = parts[0].partition(" by ")
         parts[0] = f"{first} borrowable {qt.unit(dim)} are held by {rest}"
         return f"{head}; " + ", ".join(parts)
+
+    # -- lent capacity --------------------------------------------------------------------
+    def _lenders(self) -> list[RunningJob]:
+        """Running jobs holding learners above their target, least important first."""
+        if self._lenders_cache is None:
+            self._lenders_cache = sorted(
+                (r for r in self.snapshot.running if r.lent and r.allocations),
+                key=lambda r: (r.priority, -r.lent, r.job_id),
+            )
+        return self._lenders_cache
+
+    def _lent_left(self) -> bool:
+        return any(r.job_id not in self.touched for r in self._lenders())
+
+    def _give_back_for(self, j: QueuedJob, want: int, lenders: list[RunningJob]):
+        """(shrinks, allocations) that start `want` learners of j out of lent learners
+        only, the fewest given back; None (the index untouched) if they cannot."""
+        shrinks: list[tuple[RunningJob, list[Allocation]]] = []
+        allocs = None
+        for r in lenders:
+            lent = sorted(r.allocations, key=lambda a: -a.learner)[: r.lent]
+            taken: list[Allocation] = []
+            for a in lent:
+                self.idx.give([a])
+                taken.append(a)
+                allocs = self._place(j, want)
+                if allocs is not None:
+                    break
+            shrinks.append((r, taken))
+            if allocs is not None:
+                break
+        if allocs is None:
+            for _, taken in shrinks:
+                self.idx.take(taken)
+            return None
+        # minimality: keep lent learners that were not needed (last given back first)
+        for _, taken in reversed(shrinks):
+            for a in list(reversed(taken)):
+                self.idx.take([a])
+                if self._place(j, want) is None:
+                    self.idx.give([a])
+                else:
+                    taken.remove(a)
+        allocs = self._place(j, want)
+        return [(r, t) for r, t in shrinks if t], allocs
+
+    def try_give_back(self, j: QueuedJob, below_min: bool) -> bool:
+        """Start j on learners other jobs hold above their target: lent capacity goes back
+        before j waits for it. First for j's whole size; for its minimum too if nothing of it
+        fits otherwise (`below_min`)."""
+        lenders = [r for r in self._lenders() if r.job_id not in self.touched]
+        lenders = [r for r in lenders if self._frees_for(r, j)]
+        if not lenders:
+            return False
+        wants = [j.learners]
+        if below_min and j.min_gang < j.learners:
+            wants.append(j.min_gang)
+        for want in wants:
+            found = self._give_back_for(j, want, lenders)
+            if found is None:
+                continue
+            shrinks, allocs = found
+            for r, taken in shrinks:
+                self.touched.add(r.job_id)
+                if self.quotas:
+                    self._account(r.team, taken, -1.0, r.job_id in self.borrowed)
+                self.decisions.append(
+                    Decision(
+                        r.job_id,
+                        "shrink",
+                        f"gave back {len(taken)} lent learner(s) (to {r.learners - len(taken)}, "
+                        f"its target {r.target}) for {j.job_id}: learners above the target are "
+                        "lent, not owned",
+                        taken,
+                    )
+                )
+            self.start(
+                j,
+                allocs,
+                f"started on learners given back by {', '.join(r.job_id for r, _ in shrinks)} "
+                f"({_shape(j)}, {len(allocs)} learner(s))",
+            )
+            return True
+        return False
 
     # -- preemption -----------------------------------------------------------------------
     def _ranked(self) -> list[tuple[tuple, RunningJob]]:
@@ -840,7 +956,7 @@ class _Round:
     def grow(self) -> None:
         if not self.cfg.grow:
             return
-        if not any(r.learners < r.max_gang for r in self.snapshot.running):
+        if not any(r.learners < r.grow_limit for r in self.snapshot.running):
             return
         for j in self.waiting:
             # A waiting job that could use idle GPUs has them first.
@@ -852,16 +968,24 @@ class _Round:
         elastic = [
             r
             for r in self.snapshot.running
-            if r.job_id not in self.touched and r.learners < r.max_gang and r.allocations
+            if r.job_id not in self.touched and r.learners < r.grow_limit and r.allocations
         ]
-        elastic.sort(key=lambda r: (r.learners / r.max_gang, r.start_time, r.job_id))
+        # jobs below their target first (those learners are theirs), then auto_grow lending
+        elastic.sort(
+            key=lambda r: (
+                r.learners >= r.target,
+                r.learners / r.grow_limit,
+                r.start_time,
+                r.job_id,
+            )
+        )
         for r in elastic:
             g, c, m = r.per_learner()
             gtype = r.gpu_type
             if not gtype:
                 nf = self.idx.nodes.get(r.allocations[0].node)
                 gtype = nf.node.gpu_type if nf is not None else ""
-            add = r.max_gang - r.learners
+            add = r.grow_limit - r.learners
             first = max(a.learner for a in r.allocations) + 1
             allocs = None
             while add > 0:
@@ -877,13 +1001,7 @@ class _Round:
                 self.idx.take(allocs)
                 self.touched.add(r.job_id)
                 self.decisions.append(
-                    Decision(
-                        r.job_id,
-                        "grow",
-                        f"grown by {len(allocs)} learner(s) to {r.learners + len(allocs)} "
-                        f"(max {r.max_gang}) into idle resources; nobody waiting can use them",
-                        allocs,
-                    )
+                    Decision(r.job_id, "grow", _grow_cause(r, len(allocs)), allocs)
                 )
 
     # -- main loop ------------------------------------------------------------------------
@@ -989,6 +1107,7 @@ class _Round:
                 and self.idx.total_free_gpus() == 0
                 and not self._may_preempt(cls, can_preempt)
                 and not (guaranteed and can_reclaim and self._may_reclaim(j))
+                and not self._lent_left()
             ):
                 if j.job_id in self.promoted or guaranteed:
                     # sorted ahead of its class (promoted), or before the borrowers (guaranteed):
@@ -1024,6 +1143,12 @@ class _Round:
             g = j.gpus_per_learner
             fits_gpus = g == 0 or self.idx.upper_capacity(g, j.gpu_type) >= j.min_gang
             allocs = self.try_start(j) if fits_gpus or self.reserved_for == j.job_id else None
+            if (
+                (allocs is None or len(allocs) < j.learners)
+                and self._lenders()
+                and self.try_give_back(j, allocs is None)
+            ):
+                continue
             if allocs is not None:
                 cause = f"fits now ({_shape(j)}, {len(allocs)} learner(s))"
                 if self.reserved_for is not None and self.reserved_for != j.job_id:
@@ -1068,7 +1193,7 @@ class _Round:
 def schedule(
     snapshot: Snapshot,
     now: float,
-    policy: str = "default",
+    policy: str = DEFAULT_POLICY,
     config: PolicyConfig | None = None,
     include_waits: bool = True,
 ) -> list[Decision]:
@@ -1078,10 +1203,9 @@ def schedule(
     start it makes room for). `include_waits=False` skips the per-job "wait" decisions (the
     simulator does not need them; `queue_report` explains waiting jobs on demand).
     """
-    if policy not in POLICIES:
-        raise ValueError(
-            f"policy: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}"
-        )
+    problem = policy_problem(policy)
+    if problem:
+        raise ValueError(problem)
     with gc_paused():
         return _Round(snapshot, now, policy, config or DEFAULT_CONFIG, include_waits).run()
 

@@ -61,8 +61,11 @@ class Allocation:
 class QueuedJob:
     """A gang waiting for resources. Every learner asks for the same per-learner resources.
 
-    `learners` is the size the user asked for; an elastic job (`min_learners < max_learners`)
-    may be started with any count in [min_learners, learners]. `submit_time` is the ORIGINAL
+    `learners` is the size the user asked for (its TARGET: the manifest's learners, or the last
+    `dlaas scale N`); an elastic job (`min_learners < max_learners`) may be started with any
+    count in [min_learners, learners]. Growth above the target, toward `max_learners`, happens
+    only with `auto_grow` (the manifest's `elastic: {auto_grow: true}`). `submit_time` is the
+    ORIGINAL
     submission time, kept when a preempted job is requeued, so it gets its old position back.
     `attained_service` and `preemptions` carry the history of a requeued job. `team` names the
     team whose quota it counts against ("" = no team: it never has a guarantee, only borrows).
@@ -84,6 +87,7 @@ class QueuedJob:
     preemptions: int = 0
     last_preempted_time: float | None = None
     team: str = ""
+    auto_grow: bool = False
 
     @property
     def min_gang(self) -> int:
@@ -101,7 +105,14 @@ class QueuedJob:
 @dataclass(frozen=True, slots=True)
 class RunningJob:
     """A gang that holds resources now. `start_time` is when its current run (re)started;
-    `team` as in QueuedJob."""
+    `team` as in QueuedJob.
+
+    `target_learners` is the size the job asked for (QueuedJob.learners; None: its current
+    size). Learners up to the target are the job's own: a job shrunk below it grows back into
+    idle resources. Learners ABOVE the target are LENT: only a job with `auto_grow` grows past
+    its target (toward max_learners), and it gives them back (a shrink toward the target) as
+    soon as a queued job needs them, whatever the classes of the two jobs.
+    """
 
     job_id: str
     user: str
@@ -120,10 +131,26 @@ class RunningJob:
     placement: str = "pack"
     last_resize_time: float | None = None
     team: str = ""
+    target_learners: int | None = None
+    auto_grow: bool = False
 
     @property
     def learners(self) -> int:
         return len(self.allocations)
+
+    @property
+    def target(self) -> int:
+        return self.target_learners if self.target_learners is not None else self.learners
+
+    @property
+    def lent(self) -> int:
+        """Learners above the target: held only until a queued job needs them."""
+        return max(0, self.learners - self.target)
+
+    @property
+    def grow_limit(self) -> int:
+        """The most learners growth into idle resources may give it (never past max)."""
+        return self.max_gang if self.auto_grow else min(self.target, self.max_gang)
 
     @property
     def gpus(self) -> int:
@@ -184,8 +211,9 @@ class Decision:
     allocations by action:
       start   - every learner of the gang (its size may be below `learners` for an elastic job);
       preempt - the allocations to free (always the WHOLE job: never half a gang);
-      shrink  - the learners to remove (the job keeps the rest, never fewer than min_learners);
-      grow    - the learners to add;
+      shrink  - the learners to remove (the job keeps the rest, never fewer than min_learners;
+                a job giving back LENT learners keeps at least its target);
+      grow    - the learners to add (up to the job's target, or max_learners with auto_grow);
       wait    - empty.
     """
 
