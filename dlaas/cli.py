@@ -26,7 +26,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from dlaas.client import (
     ApiError,
@@ -37,6 +37,7 @@ from dlaas.client import (
     load_config,
     pack_code,
 )
+from dlaas.status import Status
 
 EXIT_FAILED, EXIT_UNREACHABLE = 1, 3
 
@@ -176,9 +177,35 @@ def queued_line(queue: dict | None, note: str = "") -> str:
 
 
 def _id_column():
-    from rich.table import Column
-
     return Column("job", no_wrap=True, min_width=16)  # ids are copied from here: never wrap
+
+
+# The longest status word: a status column never narrower, so no terminal cuts one short.
+_STATUS_WIDTH = max(len(s) for s in Status)
+
+
+def _status_column() -> Column:
+    return Column("status", no_wrap=True, min_width=_STATUS_WIDTH)
+
+
+def learners_table(learners: list) -> Table:
+    """A job's learners as the LCM placed them and the monitor saw them, one row each."""
+    table = Table(
+        "learner", "node", Column("state", no_wrap=True), "exit", "container", title="learners"
+    )
+    for entry in learners:
+        if not isinstance(entry, dict):  # written by an older platform: show it as it is
+            table.add_row("-", "", "", "", str(entry))
+            continue
+        exit_code = entry.get("exit_code")
+        exit_text = "" if exit_code is None else str(exit_code)
+        if entry.get("oom_killed"):
+            exit_text = f"{exit_text} (out of memory)".strip()
+        table.add_row(
+            str(entry.get("id", "-")), str(entry.get("node") or ""), str(entry.get("state") or ""),
+            exit_text, str(entry.get("container") or ""),
+        )  # fmt: skip
+    return table
 
 
 # --------------------------------------------------------------------------- platform
@@ -385,8 +412,7 @@ def list_jobs(
     page = ctx.obj.client().list_jobs(status, offset, limit)
     if as_json:
         return _json(page)
-    table = Table("name", "status", "user", "created", "updated", "reason")
-    table.columns.insert(0, _id_column())
+    table = Table(_id_column(), "name", _status_column(), "user", "created", "updated", "reason")
     for j in page["jobs"]:
         table.add_row(
             j["job_id"], j["name"], _status(j["status"]), j["user"],
@@ -418,7 +444,7 @@ def show(
             f"error: {data.get('error_code') or '-'}, exit code {data.get('exit_code')}",
             markup=False,
         )
-    history = Table("at", "status", "reason", "error", "exit", title="history")
+    history = Table("at", _status_column(), "reason", "error", "exit", title="history")
     for h in data["history"]:
         history.add_row(
             _when(h["at"]), _status(h["status"]), h["reason"], h["error_code"],
@@ -426,9 +452,7 @@ def show(
         )  # fmt: skip
     console.print(history)
     if data.get("learners"):
-        console.print("learners:", markup=False)
-        for learner in data["learners"]:
-            console.print(f"  {learner}", markup=False)
+        console.print(learners_table(data["learners"]))
     if data.get("manifest"):
         console.print("manifest:", markup=False)
         console.print(yaml.safe_dump(data["manifest"], sort_keys=False), markup=False, end="")
@@ -523,10 +547,11 @@ def queue(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] =
     data = ctx.obj.client().queue()
     if as_json:
         return _json(data)
-    from rich.table import Column
-
-    table = Table("#", Column("starts in", no_wrap=True), "reason")
-    table.columns.insert(1, _id_column())
+    if not data["entries"]:
+        # The API lists an admin every queued job, anyone else their own.
+        console.print("the queue is empty: no job is waiting to start", markup=False)
+        return
+    table = Table("#", _id_column(), Column("starts in", no_wrap=True), "reason")
     for e in data["entries"]:
         eta = eta_text(e.get("eta_low_s"), e.get("eta_high_s"))
         table.add_row(str(e["position"]), e["job_id"], eta, queue_reason(e["reason"]))

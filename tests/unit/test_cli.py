@@ -266,6 +266,57 @@ def test_show_and_queue_print_position_eta_and_reason(server, manifest_file):
     assert "queued:" not in server.cli("show", job_id).output
 
 
+def test_queue_says_when_it_is_empty(server):
+    r = server.cli("queue")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == "the queue is empty: no job is waiting to start"
+    assert json.loads(server.cli("queue", "--json").stdout) == {"entries": []}
+
+
+@pytest.fixture
+def narrow(monkeypatch):
+    """The CLI's console as on a 60-column terminal."""
+    from dlaas import cli
+
+    monkeypatch.setattr(cli.console, "_width", 60)
+
+
+def test_list_never_cuts_a_status_short_on_a_narrow_terminal(server, manifest_file, narrow):
+    ids = [server.cli("submit", str(manifest_file)).stdout.strip() for _ in range(2)]
+    server.finish(ids[0], Status.DOWNLOADING, reason="placed on node local")
+    server.finish(ids[1], Status.PROCESSING, reason="learners running")
+    r = server.cli("list")
+    assert r.exit_code == 0, r.output
+    rows = {i: next(line for line in r.output.splitlines() if i in line) for i in ids}
+    assert "DOWNLOADING" in rows[ids[0]] and "PROCESSING" in rows[ids[1]]
+    r = server.cli("show", ids[1])
+    assert r.output.count("PROCESSING") == 2  # the header line and the history table
+
+
+LEARNERS = [
+    {"id": 0, "node": "local", "container": "job-x-learner-0", "state": "running"},
+    {"id": 1, "node": "node-2", "container": "job-x-learner-1", "state": "exited",
+     "exit_code": 137, "oom_killed": True},
+]  # fmt: skip
+
+
+def test_show_prints_the_learners_as_a_table(server, manifest_file):
+    job_id = server.cli("submit", str(manifest_file)).stdout.strip()
+    server.store.update_info(job_id, {"learners": LEARNERS})
+    r = server.cli("show", job_id)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    header = next(line for line in lines if "learner" in line and "container" in line)
+    assert header.split() == ["┃", "learner", "┃", "node", "┃", "state", "┃", "exit", "┃",
+                              "container", "┃"]  # fmt: skip
+    rows = [line.replace("│", " ").split() for line in lines if "job-x-learner" in line]
+    assert rows == [
+        ["0", "local", "running", "job-x-learner-0"],
+        ["1", "node-2", "exited", "137", "(out", "of", "memory)", "job-x-learner-1"],
+    ]
+    assert "'id'" not in r.output and "{" not in r.output.split("manifest:")[0]
+
+
 @pytest.mark.parametrize(
     ("low", "high", "text"),
     [
