@@ -188,6 +188,47 @@ def test_submit_follow_streams_logs_then_exits_by_final_status(server, manifest_
     assert "FAILED" in r.output and "exit code 3" in r.output
 
 
+def _finish_when_queued(server, logs: dict[int, list[str]], status: Status, **kw):
+    """In a thread: once a job is QUEUED, store its learners' logs and end it in `status`."""
+
+    def run():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            jobs, _ = server.store.list(status=Status.QUEUED)
+            if jobs:
+                for learner, lines in logs.items():
+                    put_log(server, jobs[0].job_id, learner, lines)
+                server.finish(jobs[0].job_id, status, **kw)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_submit_follow_streams_every_learner_prefixed(server, tmp_path):
+    path = tmp_path / "two.yml"
+    path.write_text(MANIFEST.format(learners=2, results=server.results))
+    logs = {0: ["epoch 1 acc 0.5", "epoch 2 acc 0.9"], 1: ["epoch 1 acc 0.4", "epoch 2 acc 0.8"]}
+    finisher = _finish_when_queued(server, logs, Status.COMPLETED)
+    r = server.cli("submit", str(path), "--follow")
+    finisher.join(10)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    for learner, own in logs.items():
+        prefix = f"[{learner}] "
+        assert [line[len(prefix) :] for line in lines if line.startswith(prefix)] == own
+    assert "COMPLETED" in lines[-1]
+
+    finisher = _finish_when_queued(server, {0: ["ok"], 1: ["boom"]}, Status.FAILED, exit_code=3)
+    r = server.cli("submit", str(path), "--follow")
+    finisher.join(10)
+    assert r.exit_code == 1
+    assert "[0] ok" in r.stdout and "[1] boom" in r.stdout
+    assert "FAILED" in r.output and "exit code 3" in r.output
+
+
 def test_halt_delete_and_errors(server, manifest_file):
     job_id = server.cli("submit", str(manifest_file)).stdout.strip()
     r = server.cli("delete", job_id)
@@ -388,3 +429,26 @@ def test_pack_code_refuses_links_outside(tmp_path):
     (tmp_path / "code" / "evil").symlink_to("/etc/passwd")
     with pytest.raises(ClientError, match="links outside"):
         pack_code(tmp_path / "code")
+
+
+def test_follow_learners_interleaves_every_stream_and_raises_a_streams_error():
+    from dlaas.client import DlaasClient, Unreachable
+
+    class Streams(DlaasClient):
+        """FAKE log streams: two lines per learner; learner `broken` then loses its connection."""
+
+        broken = -1
+
+        def logs(self, job_id, learner=0, offset=0, follow=False):
+            yield from (f"{job_id} {learner} a", f"{job_id} {learner} b")
+            if learner == self.broken:
+                raise Unreachable("lost the connection")
+
+    client = Streams("http://unused", "t", http=object())
+    got = list(client.follow_learners("j", [0, 1, 2]))
+    for learner in (0, 1, 2):
+        assert [line for i, line in got if i == learner] == [f"j {learner} a", f"j {learner} b"]
+    assert len(got) == 6
+    client.broken = 1
+    with pytest.raises(Unreachable, match="lost the connection"):
+        list(client.follow_learners("j", [0, 1, 2]))
