@@ -52,6 +52,7 @@ from services.api.models import (
     ScaleRequest,
     StatusReply,
     SubmitReply,
+    error_responses,
     job_public,
     job_summary,
     queue_entry,
@@ -223,28 +224,60 @@ def _delete_code(deps: Deps, key: str) -> None:
         log.warning("could not delete code archive %s", key, exc_info=True)
 
 
+_MANIFEST_REF = {"$ref": "#/components/schemas/Manifest"}  # app.py adds the schema
 _SUBMIT_BODY = {
     "requestBody": {
         "required": True,
+        "description": "The manifest (schema `Manifest`), with a code archive in multipart.",
         "content": {
             "multipart/form-data": {
                 "schema": {
                     "type": "object",
                     "required": ["manifest"],
                     "properties": {
-                        "manifest": {"type": "string", "format": "binary"},
-                        "code": {"type": "string", "format": "binary"},
+                        "manifest": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the manifest as a YAML file (schema `Manifest`)",
+                        },
+                        "code": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the job's code: a .tar.gz or .zip archive",
+                        },
                     },
                 }
             },
-            "application/yaml": {"schema": {"type": "string"}},
-            "application/json": {"schema": {"type": "object"}},
+            "application/yaml": {
+                "schema": {"type": "string", "description": "the manifest as YAML text"}
+            },
+            "application/json": {
+                "schema": {
+                    "anyOf": [
+                        _MANIFEST_REF,
+                        {
+                            "type": "object",
+                            "required": ["manifest"],
+                            "properties": {
+                                "manifest": {"anyOf": [_MANIFEST_REF, {"type": "string"}]}
+                            },
+                            "additionalProperties": False,
+                        },
+                    ]
+                }
+            },
         },
     }
 }
 
 
-@router.post("/jobs", status_code=201, response_model=SubmitReply, openapi_extra=_SUBMIT_BODY)
+@router.post(
+    "/jobs",
+    status_code=201,
+    response_model=SubmitReply,
+    openapi_extra=_SUBMIT_BODY,
+    responses=error_responses(413, 422),
+)
 async def submit_job(request: Request, deps: DepsDep, caller: CallerDep) -> SubmitReply:
     """Submit a job: a manifest (YAML) and optionally a code archive (.tar.gz or .zip)."""
     try:
@@ -266,7 +299,7 @@ async def submit_job(request: Request, deps: DepsDep, caller: CallerDep) -> Subm
 # --------------------------------------------------------------------------- read
 
 
-@router.get("/jobs", response_model=JobList)
+@router.get("/jobs", response_model=JobList, responses=error_responses(422))
 def list_jobs(
     deps: DepsDep,
     caller: CallerDep,
@@ -289,7 +322,7 @@ def list_jobs(
     return JobList(jobs=[job_summary(r) for r in records], total=total, offset=offset, limit=limit)
 
 
-@router.get("/jobs/{job_id}", response_model=JobPublic)
+@router.get("/jobs/{job_id}", response_model=JobPublic, responses=error_responses(404))
 def get_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobPublic:
     """A job's status, status history, learners and normalized manifest (secrets masked)."""
     record = _owned(deps, caller, job_id)
@@ -359,7 +392,7 @@ def get_queue(deps: DepsDep, caller: CallerDep) -> QueueReply:
 # --------------------------------------------------------------------------- change
 
 
-@router.post("/jobs/{job_id}/halt", response_model=StatusReply)
+@router.post("/jobs/{job_id}/halt", response_model=StatusReply, responses=error_responses(404, 409))
 def halt_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
     """Halt a job: its learners checkpoint and stop, its logs are kept, it ends HALTED."""
     record = _owned(deps, caller, job_id)
@@ -368,7 +401,9 @@ def halt_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
     return StatusReply(job_id=job_id, status=status)
 
 
-@router.post("/jobs/{job_id}/resume", response_model=StatusReply)
+@router.post(
+    "/jobs/{job_id}/resume", response_model=StatusReply, responses=error_responses(404, 409)
+)
 def resume_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
     """Resume a HALTED job: it is queued again and continues from its last checkpoint."""
     record = _owned(deps, caller, job_id)
@@ -377,7 +412,9 @@ def resume_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
     return StatusReply(job_id=job_id, status=status)
 
 
-@router.post("/jobs/{job_id}/scale", response_model=ScaleReply)
+@router.post(
+    "/jobs/{job_id}/scale", response_model=ScaleReply, responses=error_responses(404, 409, 422)
+)
 def scale_job(job_id: str, body: ScaleRequest, deps: DepsDep, caller: CallerDep) -> ScaleReply:
     """Change an elastic job's learner count within its manifest's [min_learners, max_learners]."""
     record = _owned(deps, caller, job_id)
@@ -406,7 +443,14 @@ def delete_job(job_id: str, deps: DepsDep, caller: CallerDep) -> Response:
 # --------------------------------------------------------------------------- logs, results
 
 
-@router.get("/jobs/{job_id}/logs", response_class=StreamingResponse)
+@router.get(
+    "/jobs/{job_id}/logs",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/plain": {}}, "description": "the log, one line per line"},
+        **error_responses(404, 422),
+    },
+)
 def job_logs(
     job_id: str,
     deps: DepsDep,
@@ -483,7 +527,14 @@ def _tar_gz_stream(s3, bucket: str, objects: list[dict], strip: str) -> Iterator
     yield gz.flush()
 
 
-@router.get("/jobs/{job_id}/results", response_class=StreamingResponse)
+@router.get(
+    "/jobs/{job_id}/results",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"application/gzip": {}}, "description": "the results as a tar.gz"},
+        **error_responses(404, 422),
+    },
+)
 def job_results(job_id: str, deps: DepsDep, caller: CallerDep) -> StreamingResponse:
     """Download every result object of a job (model, logs, ...) as one tar.gz."""
     record = _owned(deps, caller, job_id)
