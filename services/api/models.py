@@ -7,7 +7,7 @@ shows the manifest only as `Manifest.normalized()`, with secrets masked.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -92,6 +92,20 @@ def manifest_schemas() -> dict[str, dict[str, Any]]:
             connection[ours] = {**connection[theirs], "title": ours.replace("_", " ").title()}
             connection[theirs]["description"] = f"FfDL's name for {ours}"
     return {**schemas, "Manifest": schema}
+
+
+class ComponentHealthPublic(BaseModel):
+    ok: bool
+    detail: str = Field(description="what it answered, or why it did not")
+
+
+class HealthReply(BaseModel):
+    """`GET /health`: `ok` when the API serves; with `components=true`, `degraded` when a
+    component it depends on does not answer (each one's answer in `components`)."""
+
+    status: Literal["ok", "degraded"]
+    replica: str | None = Field(default=None, description="which API replica answered")
+    components: dict[str, ComponentHealthPublic] | None = None
 
 
 class SubmitReply(BaseModel):

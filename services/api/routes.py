@@ -40,11 +40,14 @@ from dlaas.s3 import STORE_UNREACHABLE
 from dlaas.secretbox import SecretBox
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
+from services.api import health as health_probes
 from services.api.app import Deps
 from services.api.archive import normalize_archive
 from services.api.auth import Caller
 from services.api.errors import NoResults
 from services.api.models import (
+    ComponentHealthPublic,
+    HealthReply,
     JobList,
     JobPublic,
     QueueReply,
@@ -567,16 +570,41 @@ def job_results(job_id: str, deps: DepsDep, caller: CallerDep) -> StreamingRespo
 # --------------------------------------------------------------------------- system
 
 
-@system_router.get("/health")
-def health(deps: DepsDep) -> dict[str, str]:
-    """Liveness: the API answers and can read its job store."""
-    try:
-        deps.store.list(limit=1)
-    except Exception:
-        log.warning("health: job store not answering", exc_info=True)
-        raise TemporaryError("the job store is not answering") from None
-    replica = deps.api.replica
-    return {"status": "ok", "replica": replica} if replica else {"status": "ok"}
+@system_router.get("/health", response_model_exclude_none=True, responses=error_responses(503))
+def health(
+    deps: DepsDep,
+    components: Annotated[
+        bool,
+        Query(description="also ask the LCM, the scheduler and S3 whether they answer"),
+    ] = False,
+) -> HealthReply:
+    """Liveness: the API answers and can read its job store (503 if not).
+
+    With `components=true`, a report of every component the API depends on instead: it
+    answers 200 even when some are down (`status: degraded`), saying which and why.
+    """
+    replica = deps.api.replica or None
+    if not components:
+        store = health_probes.store_answers(deps.store)
+        if not store.ok:
+            raise TemporaryError(f"the job store is {store.detail}")
+        return HealthReply(status="ok", replica=replica)
+    settings = deps.settings
+    report = health_probes.check_all(
+        {
+            "store": lambda: health_probes.store_answers(deps.store),
+            "lcm": lambda: health_probes.replicas_serving(settings.lcm_addr),
+            "scheduler": lambda: health_probes.grpc_serving(settings.scheduler_addr),
+            "s3": lambda: health_probes.s3_answers(deps.s3, settings.s3_bucket),
+        }
+    )
+    return HealthReply(
+        status="ok" if all(c.ok for c in report.values()) else "degraded",
+        replica=replica,
+        components={
+            name: ComponentHealthPublic(ok=c.ok, detail=c.detail) for name, c in report.items()
+        },
+    )
 
 
 @system_router.get("/metrics", response_class=Response)
