@@ -256,21 +256,26 @@ def down(ctx: typer.Context) -> None:
 
 @app.command()
 def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Show which platform components are running."""
+    """Show each platform component: is it running, does it answer as it should (exit 1 if not)."""
     from dlaas import platform
 
     comps = platform.status(ctx.obj.home)
     if as_json:
-        return _json([c.__dict__ for c in comps])
-    table = Table("component", "running", "pid", "address", "detail")
-    for c in comps:
-        table.add_row(
-            c.name, "[green]yes[/green]" if c.running else "[red]no[/red]",
-            str(c.pid or "-"), c.address, c.detail,
-        )  # fmt: skip
-    console.print(table)
-    if not all(c.running for c in comps):
+        _json([c.__dict__ for c in comps])
+    else:
+        table = Table("component", "running", "healthy", "pid", "address", "detail")
+        for c in comps:
+            table.add_row(
+                c.name, _yes_no(c.running), "-" if c.healthy is None else _yes_no(c.healthy),
+                str(c.pid or "-"), c.address, c.detail,
+            )  # fmt: skip
+        console.print(table)
+    if not all(c.running and c.healthy is not False for c in comps):
         raise typer.Exit(EXIT_FAILED)
+
+
+def _yes_no(flag: bool) -> str:
+    return "[green]yes[/green]" if flag else "[red]no[/red]"
 
 
 @images_app.command("build")

@@ -452,3 +452,60 @@ def test_follow_learners_interleaves_every_stream_and_raises_a_streams_error():
     client.broken = 1
     with pytest.raises(Unreachable, match="lost the connection"):
         list(client.follow_learners("j", [0, 1, 2]))
+
+
+def test_status_reports_whether_each_running_component_answers(tmp_path):
+    """`dlaas status` over pid records as `up` writes them: one process stands in for the
+    services (its command line names their modules); the LCM's address is a real gRPC
+    server with health checking, the scheduler's a port where nothing listens."""
+    import subprocess
+    import sys
+
+    from dlaas.grpc_server import start_server
+
+    modules = ["services.lcm.main", "services.scheduler.main", "services.jobmonitor.main"]
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *modules])
+    lcm_addr = f"127.0.0.1:{free_port()}"
+    grpc_server = start_server(lcm_addr, lambda server: None, [])
+    try:
+        pids = tmp_path / "pids"
+        pids.mkdir()
+        records = {
+            "lcm-0": ("services.lcm.main", lcm_addr),
+            "scheduler": ("services.scheduler.main", f"127.0.0.1:{free_port()}"),
+            "jobmonitor": ("services.jobmonitor.main", ""),
+        }
+        for name, (match, address) in records.items():
+            record = {"pid": stand_in.pid, "match": match, "address": address}
+            (pids / f"{name}.json").write_text(json.dumps(record))
+        r = runner.invoke(app, ["--home", str(tmp_path), "status", "--json"])
+        assert r.exit_code == 1  # not everything runs, and the scheduler does not answer
+        comps = {c["name"]: c for c in json.loads(r.stdout)}
+        assert comps["lcm-0"]["running"] and comps["lcm-0"]["healthy"] is True
+        assert comps["lcm-0"]["detail"] == "answers (gRPC health: SERVING)"
+        assert comps["scheduler"]["running"] and comps["scheduler"]["healthy"] is False
+        assert comps["scheduler"]["detail"] == "running, but does not answer (gRPC health: SERVING)"
+        assert comps["jobmonitor"]["running"] and comps["jobmonitor"]["healthy"] is None
+        assert comps["lcm-1"] == {
+            "name": "lcm-1", "running": False, "pid": None, "address": "",
+            "detail": "not started", "healthy": None,
+        }  # fmt: skip
+
+        r = runner.invoke(app, ["--home", str(tmp_path), "status"])
+        assert r.exit_code == 1
+        header = next(line for line in r.output.splitlines() if "component" in line)
+        assert header.replace("┃", " ").split()[:3] == ["component", "running", "healthy"]
+        rows = {
+            cells[0]: cells[1:3]
+            for cells in (line.replace("│", " ").split() for line in r.output.splitlines())
+            if cells and cells[0] in records
+        }
+        assert rows == {
+            "lcm-0": ["yes", "yes"],
+            "scheduler": ["yes", "no"],
+            "jobmonitor": ["yes", "-"],
+        }
+    finally:
+        grpc_server.stop(0)
+        stand_in.kill()
+        stand_in.wait()
