@@ -19,6 +19,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,7 +27,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from dlaas.client import (
     ApiError,
@@ -37,6 +38,7 @@ from dlaas.client import (
     load_config,
     pack_code,
 )
+from dlaas.status import Status
 
 EXIT_FAILED, EXIT_UNREACHABLE = 1, 3
 
@@ -176,9 +178,35 @@ def queued_line(queue: dict | None, note: str = "") -> str:
 
 
 def _id_column():
-    from rich.table import Column
-
     return Column("job", no_wrap=True, min_width=16)  # ids are copied from here: never wrap
+
+
+# The longest status word: a status column never narrower, so no terminal cuts one short.
+_STATUS_WIDTH = max(len(s) for s in Status)
+
+
+def _status_column() -> Column:
+    return Column("status", no_wrap=True, min_width=_STATUS_WIDTH)
+
+
+def learners_table(learners: list) -> Table:
+    """A job's learners as the LCM placed them and the monitor saw them, one row each."""
+    table = Table(
+        "learner", "node", Column("state", no_wrap=True), "exit", "container", title="learners"
+    )
+    for entry in learners:
+        if not isinstance(entry, dict):  # written by an older platform: show it as it is
+            table.add_row("-", "", "", "", str(entry))
+            continue
+        exit_code = entry.get("exit_code")
+        exit_text = "" if exit_code is None else str(exit_code)
+        if entry.get("oom_killed"):
+            exit_text = f"{exit_text} (out of memory)".strip()
+        table.add_row(
+            str(entry.get("id", "-")), str(entry.get("node") or ""), str(entry.get("state") or ""),
+            exit_text, str(entry.get("container") or ""),
+        )  # fmt: skip
+    return table
 
 
 # --------------------------------------------------------------------------- platform
@@ -228,21 +256,26 @@ def down(ctx: typer.Context) -> None:
 
 @app.command()
 def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Show which platform components are running."""
+    """Show each platform component: is it running, does it answer as it should (exit 1 if not)."""
     from dlaas import platform
 
     comps = platform.status(ctx.obj.home)
     if as_json:
-        return _json([c.__dict__ for c in comps])
-    table = Table("component", "running", "pid", "address", "detail")
-    for c in comps:
-        table.add_row(
-            c.name, "[green]yes[/green]" if c.running else "[red]no[/red]",
-            str(c.pid or "-"), c.address, c.detail,
-        )  # fmt: skip
-    console.print(table)
-    if not all(c.running for c in comps):
+        _json([c.__dict__ for c in comps])
+    else:
+        table = Table("component", "running", "healthy", "pid", "address", "detail")
+        for c in comps:
+            table.add_row(
+                c.name, _yes_no(c.running), "-" if c.healthy is None else _yes_no(c.healthy),
+                str(c.pid or "-"), c.address, c.detail,
+            )  # fmt: skip
+        console.print(table)
+    if not all(c.running and c.healthy is not False for c in comps):
         raise typer.Exit(EXIT_FAILED)
+
+
+def _yes_no(flag: bool) -> str:
+    return "[green]yes[/green]" if flag else "[red]no[/red]"
 
 
 @images_app.command("build")
@@ -313,11 +346,20 @@ def validate(
 # --------------------------------------------------------------------------- jobs
 
 
-def _follow(client: DlaasClient, job_id: str, learner: int, offset: int = 0) -> dict:
-    """Print the learner's log lines until the job ends; return the final job."""
+def _follow(client: DlaasClient, job_id: str, learners: list[int], offset: int = 0) -> dict:
+    """Print the learners' log lines until the job ends; return the final job.
+
+    With several learners their lines interleave as they come, each prefixed `[i] `.
+    """
+    if len(learners) == 1:
+        lines = client.logs(job_id, learner=learners[0], offset=offset, follow=True)
+        stream: Iterator[tuple[int, str]] = ((learners[0], line) for line in lines)
+    else:
+        stream = client.follow_learners(job_id, learners, offset)
     with console.status(f"{job_id}: waiting for log lines ...") as live:
-        for line in client.logs(job_id, learner=learner, offset=offset, follow=True):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        for learner, line in stream:
+            text = f"[{learner}] {line}" if len(learners) > 1 else line
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
             live.update(f"{job_id}: running")
         live.update(f"{job_id}: ending ...")
         job = client.get_job(job_id)
@@ -329,6 +371,12 @@ def _follow(client: DlaasClient, job_id: str, learner: int, offset: int = 0) -> 
             time.sleep(0.5)
             job = client.get_job(job_id)
     return job
+
+
+def _learner_ids(job: dict) -> list[int]:
+    """Every learner of a job, as its manifest asks (a manifest the API cannot show: one)."""
+    learners = (job.get("manifest") or {}).get("learners")
+    return list(range(learners)) if isinstance(learners, int) and learners > 0 else [0]
 
 
 def _print_final(job: dict) -> None:
@@ -349,7 +397,12 @@ def submit(
         Path | None, typer.Option(help="code: a directory (packed to tar.gz) or a .tar.gz/.zip")
     ] = None,
     follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="stream the logs until the job ends")
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="stream every learner's log (lines prefixed [i] when several) until the job ends",
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -367,7 +420,7 @@ def submit(
         for w in reply.get("warnings") or []:
             err.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
     if follow:
-        job = _follow(client, reply["job_id"], 0)
+        job = _follow(client, reply["job_id"], _learner_ids(client.get_job(reply["job_id"])))
         _json(job) if as_json else _print_final(job)
         raise typer.Exit(0 if job["status"] == "COMPLETED" else EXIT_FAILED)
 
@@ -385,8 +438,7 @@ def list_jobs(
     page = ctx.obj.client().list_jobs(status, offset, limit)
     if as_json:
         return _json(page)
-    table = Table("name", "status", "user", "created", "updated", "reason")
-    table.columns.insert(0, _id_column())
+    table = Table(_id_column(), "name", _status_column(), "user", "created", "updated", "reason")
     for j in page["jobs"]:
         table.add_row(
             j["job_id"], j["name"], _status(j["status"]), j["user"],
@@ -418,7 +470,7 @@ def show(
             f"error: {data.get('error_code') or '-'}, exit code {data.get('exit_code')}",
             markup=False,
         )
-    history = Table("at", "status", "reason", "error", "exit", title="history")
+    history = Table("at", _status_column(), "reason", "error", "exit", title="history")
     for h in data["history"]:
         history.add_row(
             _when(h["at"]), _status(h["status"]), h["reason"], h["error_code"],
@@ -426,9 +478,7 @@ def show(
         )  # fmt: skip
     console.print(history)
     if data.get("learners"):
-        console.print("learners:", markup=False)
-        for learner in data["learners"]:
-            console.print(f"  {learner}", markup=False)
+        console.print(learners_table(data["learners"]))
     if data.get("manifest"):
         console.print("manifest:", markup=False)
         console.print(yaml.safe_dump(data["manifest"], sort_keys=False), markup=False, end="")
@@ -446,7 +496,7 @@ def logs(
     """Print a learner's log lines (-f: keep following until the job ends)."""
     client = ctx.obj.client()
     if follow:
-        _print_final(_follow(client, job, learner, offset))
+        _print_final(_follow(client, job, [learner], offset))
         return
     for line in client.logs(job, learner=learner, offset=offset):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -530,10 +580,11 @@ def queue(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] =
     data = ctx.obj.client().queue()
     if as_json:
         return _json(data)
-    from rich.table import Column
-
-    table = Table("#", Column("starts in", no_wrap=True), "reason")
-    table.columns.insert(1, _id_column())
+    if not data["entries"]:
+        # The API lists an admin every queued job, anyone else their own.
+        console.print("the queue is empty: no job is waiting to start", markup=False)
+        return
+    table = Table("#", _id_column(), Column("starts in", no_wrap=True), "reason")
     for e in data["entries"]:
         eta = eta_text(e.get("eta_low_s"), e.get("eta_high_s"))
         table.add_row(str(e["position"]), e["job_id"], eta, queue_reason(e["reason"]))

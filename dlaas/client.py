@@ -11,9 +11,11 @@ from __future__ import annotations
 import io
 import json
 import os
+import queue
 import tarfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -287,6 +289,41 @@ class DlaasClient:
                 # The API process serving the stream died (or restarts): once an API answers
                 # again, resume at the line reached, so nothing is missed or shown twice.
                 self._wait_answering(FOLLOW_RECONNECT_S)
+
+    def follow_learners(
+        self, job_id: str, learners: Sequence[int], offset: int = 0
+    ) -> Iterator[tuple[int, str]]:
+        """(learner, line) of several learners' logs, interleaved as they come, until the
+        job ends. One stream per learner, each read in a thread of its own; the first
+        error of any stream is raised here once the lines before it are given."""
+        lines: queue.Queue[tuple[int, str | None, BaseException | None]] = queue.Queue()
+        stop = threading.Event()
+
+        def read(learner: int) -> None:
+            try:
+                for line in self.logs(job_id, learner=learner, offset=offset, follow=True):
+                    if stop.is_set():  # the caller stopped reading: end at the next line
+                        return
+                    lines.put((learner, line, None))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                lines.put((learner, None, exc))
+                return
+            lines.put((learner, None, None))
+
+        for learner in learners:
+            name = f"logs-{job_id}-{learner}"
+            threading.Thread(target=read, args=(learner,), name=name, daemon=True).start()
+        try:
+            for _ in learners:  # until every stream has ended
+                while True:
+                    learner, line, error = lines.get()
+                    if error is not None:
+                        raise error
+                    if line is None:
+                        break
+                    yield learner, line
+        finally:
+            stop.set()
 
     def _wait_answering(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

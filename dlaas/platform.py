@@ -47,6 +47,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -191,6 +192,9 @@ class ComponentStatus:
     pid: int | None = None
     address: str = ""
     detail: str = ""
+    # Whether it answers on its address as it should; None: it serves nothing to ask (the
+    # job monitor, the supervisor) or does not run.
+    healthy: bool | None = None
 
 
 @dataclass
@@ -212,7 +216,8 @@ def _record_alive(record: dict) -> bool:
 
 
 def status(state_dir: Path | None = None) -> list[ComponentStatus]:
-    """Every component `up` manages, whether its recorded process is alive."""
+    """Every component `up` manages: whether its recorded process is alive, and whether
+    it answers on its address (see `_health`)."""
     state = StateDir(Path(state_dir or default_state_dir()))
     out = []
     engines = (
@@ -227,7 +232,8 @@ def status(state_dir: Path | None = None) -> list[ComponentStatus]:
                 out.append(
                     ComponentStatus(
                         name, running, None, servers.DEFAULT_DOCKER_HOST,
-                        "not started by dlaas" if running else "not running",
+                        "answers (Docker ping); not started by dlaas" if running else "not running",
+                        healthy=True if running else None,
                     )
                 )  # fmt: skip
             else:
@@ -238,7 +244,67 @@ def status(state_dir: Path | None = None) -> list[ComponentStatus]:
         out.append(
             ComponentStatus(name, alive, record.get("pid"), record.get("address", ""), detail)
         )
+    _add_health([c for c in out if c.running and c.pid is not None])
     return out
+
+
+# Components that serve nothing a probe could ask: their process running is the answer.
+_NOTHING_TO_ASK = frozenset({"jobmonitor", "supervisor"})
+
+
+def _health(name: str, address: str) -> tuple[bool | None, str]:
+    """Whether a running component answers as it should, and what was asked."""
+    kind = _kind(name)
+    if kind in _NOTHING_TO_ASK:
+        return None, "running (serves nothing to ask)"
+    if not address:
+        return False, "running, but its pid file names no address to ask"
+    if kind == "etcd":
+        ok, asked = _etcd_ok(address), "etcd /health"
+    elif kind == "s3":
+        ok, asked = _s3_ok(address), "S3"
+    elif kind in ("lcm", "scheduler"):
+        ok, asked = _grpc_answers(address), "gRPC health: SERVING"
+    elif kind == "api":
+        ok, asked = _api_replica_answers(name, address), "/health as this replica"
+    elif name == "dockerd" or name.startswith(ENGINE_PREFIX):
+        ok, asked = servers.docker_answers(address, timeout=2.0), "Docker ping"
+    else:
+        return None, "running"
+    return ok, f"answers ({asked})" if ok else f"running, but does not answer ({asked})"
+
+
+def _add_health(components: list[ComponentStatus]) -> None:
+    """Ask every running component at once: a status takes one probe's time, not the sum."""
+    if not components:
+        return
+    with ThreadPoolExecutor(max_workers=len(components)) as pool:
+        answers = list(pool.map(lambda c: _health(c.name, c.address), components))
+    for component, (healthy, detail) in zip(components, answers, strict=True):
+        component.healthy, component.detail = healthy, detail
+
+
+def _grpc_answers(address: str) -> bool:
+    import grpc
+
+    try:
+        return _grpc_serving(address)
+    except grpc.RpcError:
+        return False
+
+
+def _api_replica_answers(name: str, address: str) -> bool:
+    """Whether replica `name` answers /health. Its peers answer on the same port: only its
+    own answer counts (`API_PROBES` tries); three tries that get no answer at all end it."""
+    silent = 0
+    for _ in range(API_PROBES):
+        answer = _http_json(f"{address}/health")
+        if answer.get("replica") == name:
+            return True
+        silent += not answer
+        if silent >= 3:
+            return False
+    return False
 
 
 # --------------------------------------------------------------------------- readiness

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from dlaas import account_ops
 from dlaas.accounts import DEFAULT_TEAM, MAX_NAME, MAX_TOKEN_DAYS, Quota, Team
 from dlaas.errors import DlaasError
+from services.api.models import error_responses
 from services.api.routes import CallerDep, DepsDep
 
 router = APIRouter(prefix="/v1", tags=["accounts"])
@@ -108,7 +109,9 @@ def me(caller: CallerDep) -> Me:
     return Me(user=caller.user, team=caller.team, admin=caller.admin)
 
 
-@router.post("/users", status_code=201, response_model=TokenIssued)
+@router.post(
+    "/users", status_code=201, response_model=TokenIssued, responses=error_responses(403, 409, 422)
+)
 def add_user(body: UserCreate, deps: DepsDep, caller: CallerDep) -> TokenIssued:
     """Add a user to a team (made if new) and issue its first token (shown once)."""
     caller.require_admin()
@@ -121,7 +124,12 @@ def add_user(body: UserCreate, deps: DepsDep, caller: CallerDep) -> TokenIssued:
     )
 
 
-@router.post("/users/{name}/tokens", status_code=201, response_model=TokenIssued)
+@router.post(
+    "/users/{name}/tokens",
+    status_code=201,
+    response_model=TokenIssued,
+    responses=error_responses(403, 422),
+)
 def add_token(name: str, body: TokenCreate, deps: DepsDep, caller: CallerDep) -> TokenIssued:
     """Issue another token for a user (shown once)."""
     caller.require_admin()
@@ -132,7 +140,7 @@ def add_token(name: str, body: TokenCreate, deps: DepsDep, caller: CallerDep) ->
     )
 
 
-@router.get("/users", response_model=list[UserPublic])
+@router.get("/users", response_model=list[UserPublic], responses=error_responses(403))
 def list_users(deps: DepsDep, caller: CallerDep) -> list[UserPublic]:
     """Every user with its team and how many valid tokens it holds."""
     caller.require_admin()
@@ -153,7 +161,7 @@ def list_users(deps: DepsDep, caller: CallerDep) -> list[UserPublic]:
     ]
 
 
-@router.post("/revoke", response_model=RevokeReply)
+@router.post("/revoke", response_model=RevokeReply, responses=error_responses(403, 422))
 def revoke(body: RevokeRequest, deps: DepsDep, caller: CallerDep) -> RevokeReply:
     """Revoke every token of a user, or one token; refused at once on every API replica."""
     caller.require_admin()
@@ -204,7 +212,9 @@ def _push_quota(deps, name: str, quota: Quota) -> None:
         setter(name, quota.gpus, quota.cpus, quota.memory_mb)
 
 
-@router.post("/teams", status_code=201, response_model=TeamPublic)
+@router.post(
+    "/teams", status_code=201, response_model=TeamPublic, responses=error_responses(403, 409, 422)
+)
 def add_team(body: TeamCreate, deps: DepsDep, caller: CallerDep) -> TeamPublic:
     """Add a team with its guaranteed share (GPUs, CPUs, memory)."""
     caller.require_admin()
@@ -217,7 +227,7 @@ def add_team(body: TeamCreate, deps: DepsDep, caller: CallerDep) -> TeamPublic:
     )
 
 
-@router.put("/teams/{name}/quota", response_model=TeamPublic)
+@router.put("/teams/{name}/quota", response_model=TeamPublic, responses=error_responses(403, 422))
 def set_quota(name: str, body: QuotaBody, deps: DepsDep, caller: CallerDep) -> TeamPublic:
     """Set a team's guaranteed share."""
     caller.require_admin()
@@ -228,7 +238,7 @@ def set_quota(name: str, body: QuotaBody, deps: DepsDep, caller: CallerDep) -> T
     return _team_public(account_ops.set_quota(deps.store, caller.user, name, quota, time.time()))
 
 
-@router.get("/audit", response_model=AuditList)
+@router.get("/audit", response_model=AuditList, responses=error_responses(403, 422))
 def audit(
     deps: DepsDep,
     caller: CallerDep,

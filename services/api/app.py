@@ -8,6 +8,7 @@ always `{"error", "message", "problems"}` and never a stack trace.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from dlaas.s3 import client_for, platform_client
 from dlaas.store.base import JobStore, open_store
 from services.api.auth import Authenticator
 from services.api.errors import Forbidden, NoResults, Unauthorized
+from services.api.models import ERROR_MEANINGS, error_responses, manifest_schemas
 
 log = logging.getLogger(__name__)
 
@@ -290,8 +292,44 @@ def create_app(
     from services.api.data import router as data_router
     from services.api.routes import router, system_router
 
+    # Every /v1 route needs a token and may find a platform service not answering.
+    v1_errors = error_responses(401, 503)
     app.include_router(system_router)
-    app.include_router(router)
-    app.include_router(admin_router)
-    app.include_router(data_router)
+    app.include_router(router, responses=v1_errors)
+    app.include_router(admin_router, responses=v1_errors)
+    app.include_router(data_router, responses=v1_errors)
+    _document(app)
     return app
+
+
+def _document(app: FastAPI) -> None:
+    """Complete the OpenAPI spec FastAPI derives from the routes.
+
+    It adds the manifest's schemas (the submit route reads its body by hand, so FastAPI
+    cannot see them) and, where FastAPI documents its own 422 body for invalid
+    parameters, puts the `ErrorReply` that `bad_request` above really answers with.
+    """
+    derive = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = derive()
+        schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+        schemas.update(manifest_schemas())
+        invalid = {
+            "description": ERROR_MEANINGS[422],
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/ErrorReply"}}
+            },
+        }
+        for operations in spec.get("paths", {}).values():
+            for operation in operations.values():
+                answers = operation.get("responses", {})
+                if "HTTPValidationError" in json.dumps(answers.get("422", {})):
+                    answers["422"] = invalid
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from dlaas.errors import InvalidRequest, PayloadTooLarge
 from dlaas.namespace import NamespaceError, check_bucket, team_bucket, user_bucket
+from services.api.models import error_responses
 from services.api.routes import CallerDep, DepsDep, audit
 
 router = APIRouter(prefix="/v1/data", tags=["data"])
@@ -65,7 +66,7 @@ def list_buckets(deps: DepsDep, caller: CallerDep) -> list[str]:
     return sorted(user_bucket(caller.team, n) for n in names if prefix and n.startswith(prefix))
 
 
-@router.get("/{bucket}", response_model=BucketListing)
+@router.get("/{bucket}", response_model=BucketListing, responses=error_responses(422))
 def list_objects(
     bucket: str,
     deps: DepsDep,
@@ -88,7 +89,7 @@ def list_objects(
     )
 
 
-@router.put("/{bucket}/{key:path}", response_model=UploadReply)
+@router.put("/{bucket}/{key:path}", response_model=UploadReply, responses=error_responses(413, 422))
 async def upload(bucket: str, key: str, request: Request, deps: DepsDep, caller: CallerDep):
     """Upload one object (the request body) into one of your team's buckets (made if new)."""
     real, key = _bucket(caller, bucket), _key(key)

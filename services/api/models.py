@@ -7,12 +7,12 @@ shows the manifest only as `Manifest.normalized()`, with secrets masked.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dlaas.errors import InvalidManifest
-from dlaas.manifest import parse_manifest
+from dlaas.manifest import MIN_MEMORY_MB, PRIORITY_CLASSES, Manifest, parse_manifest
 from dlaas.sdk import QueueEntry
 from dlaas.store.base import JobRecord
 
@@ -21,9 +21,91 @@ _SECRET_WORDS = ("secret", "password", "token", "credential", "access_key")
 
 
 class ErrorReply(BaseModel):
-    error: str
-    message: str
-    problems: list[str] = []
+    """The body of every error answer (4xx, 5xx); never a stack trace."""
+
+    error: str = Field(description="a stable code: not_found, invalid_manifest, unauthorized, ...")
+    message: str = Field(description="one line for a person")
+    problems: list[str] = Field(
+        default=[], description="every problem, each `field: what is wrong`"
+    )
+
+
+# What each error status means on this API. Routes declare theirs with error_responses().
+ERROR_MEANINGS: dict[int, str] = {
+    401: "no token, or a token that is unknown, expired or revoked (`WWW-Authenticate: Bearer`)",
+    403: "only an administrator may do this",
+    404: "no such job (another user's job is reported as missing), or no results stored",
+    409: "conflicts with what exists: a job status that does not allow this now (resume "
+    "of a job that is not HALTED), or a user or team name that is taken",
+    413: "the body is larger than the API's limit",
+    422: "invalid input: every problem names the field and says what is wrong",
+    503: "a platform service does not answer now; retry after `Retry-After` seconds",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` for these error statuses, each answered with an `ErrorReply`."""
+    return {code: {"model": ErrorReply, "description": ERROR_MEANINGS[code]} for code in codes}
+
+
+# Fields whose validators accept more than the type pydantic's JSON schema shows.
+_MANIFEST_FIELDS_AS_WRITTEN: dict[str, dict[str, Any]] = {
+    "memory": {
+        "anyOf": [
+            {"type": "integer", "minimum": MIN_MEMORY_MB},
+            {"type": "string", "examples": ["512MiB", "2Gb", "16GB"]},
+        ],
+        "default": 1024,
+        "description": "memory per learner: MiB as a number, or a size such as 512MiB or 2Gb",
+    },
+    "priority": {
+        "anyOf": [
+            {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1},
+            {"type": "string", "enum": sorted(PRIORITY_CLASSES)},
+        ],
+        "default": 0,
+        "description": "a number (higher runs first) or a priority class",
+    },
+}
+# The data store connection keys as the documentation spells them (FfDL's names are the
+# aliases pydantic shows; both are accepted).
+_CONNECTION_NAMES = {"endpoint": "auth_url", "access_key": "user_name", "secret_key": "password"}
+SCHEMA_REF = "#/components/schemas/{model}"
+
+
+def manifest_schemas() -> dict[str, dict[str, Any]]:
+    """OpenAPI component schemas of the manifest: `Manifest` and the models it holds.
+
+    The submit route reads its body by hand (YAML, JSON or multipart), so FastAPI cannot
+    derive them; they come from the same pydantic model that validates a submission.
+    """
+    schema = Manifest.model_json_schema(ref_template=SCHEMA_REF)
+    schemas: dict[str, dict[str, Any]] = schema.pop("$defs", {})
+    schema["properties"].update(_MANIFEST_FIELDS_AS_WRITTEN)
+    schema["description"] = (
+        "Manifest v1: what to run. Send it as YAML (the usual form) or JSON; "
+        "memory and priority also accept the words shown."
+    )
+    connection = schemas.get("Connection", {}).get("properties", {})
+    for ours, theirs in _CONNECTION_NAMES.items():
+        if theirs in connection:
+            connection[ours] = {**connection[theirs], "title": ours.replace("_", " ").title()}
+            connection[theirs]["description"] = f"FfDL's name for {ours}"
+    return {**schemas, "Manifest": schema}
+
+
+class ComponentHealthPublic(BaseModel):
+    ok: bool
+    detail: str = Field(description="what it answered, or why it did not")
+
+
+class HealthReply(BaseModel):
+    """`GET /health`: `ok` when the API serves; with `components=true`, `degraded` when a
+    component it depends on does not answer (each one's answer in `components`)."""
+
+    status: Literal["ok", "degraded"]
+    replica: str | None = Field(default=None, description="which API replica answered")
+    components: dict[str, ComponentHealthPublic] | None = None
 
 
 class SubmitReply(BaseModel):

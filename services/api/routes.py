@@ -41,12 +41,15 @@ from dlaas.s3 import STORE_UNREACHABLE
 from dlaas.secretbox import SecretBox
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
+from services.api import health as health_probes
 from services.api.app import Deps
 from services.api.archive import normalize_archive
 from services.api.auth import Caller
 from services.api.errors import NoResults
 from services.api.models import (
+    ComponentHealthPublic,
     DeleteReply,
+    HealthReply,
     JobList,
     JobPublic,
     QueueReply,
@@ -54,6 +57,7 @@ from services.api.models import (
     ScaleRequest,
     StatusReply,
     SubmitReply,
+    error_responses,
     job_public,
     job_summary,
     queue_entry,
@@ -228,28 +232,60 @@ def _delete_code(deps: Deps, key: str) -> None:
         log.warning("could not delete code archive %s", key, exc_info=True)
 
 
+_MANIFEST_REF = {"$ref": "#/components/schemas/Manifest"}  # app.py adds the schema
 _SUBMIT_BODY = {
     "requestBody": {
         "required": True,
+        "description": "The manifest (schema `Manifest`), with a code archive in multipart.",
         "content": {
             "multipart/form-data": {
                 "schema": {
                     "type": "object",
                     "required": ["manifest"],
                     "properties": {
-                        "manifest": {"type": "string", "format": "binary"},
-                        "code": {"type": "string", "format": "binary"},
+                        "manifest": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the manifest as a YAML file (schema `Manifest`)",
+                        },
+                        "code": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the job's code: a .tar.gz or .zip archive",
+                        },
                     },
                 }
             },
-            "application/yaml": {"schema": {"type": "string"}},
-            "application/json": {"schema": {"type": "object"}},
+            "application/yaml": {
+                "schema": {"type": "string", "description": "the manifest as YAML text"}
+            },
+            "application/json": {
+                "schema": {
+                    "anyOf": [
+                        _MANIFEST_REF,
+                        {
+                            "type": "object",
+                            "required": ["manifest"],
+                            "properties": {
+                                "manifest": {"anyOf": [_MANIFEST_REF, {"type": "string"}]}
+                            },
+                            "additionalProperties": False,
+                        },
+                    ]
+                }
+            },
         },
     }
 }
 
 
-@router.post("/jobs", status_code=201, response_model=SubmitReply, openapi_extra=_SUBMIT_BODY)
+@router.post(
+    "/jobs",
+    status_code=201,
+    response_model=SubmitReply,
+    openapi_extra=_SUBMIT_BODY,
+    responses=error_responses(413, 422),
+)
 async def submit_job(request: Request, deps: DepsDep, caller: CallerDep) -> SubmitReply:
     """Submit a job: a manifest (YAML) and optionally a code archive (.tar.gz or .zip)."""
     try:
@@ -271,7 +307,7 @@ async def submit_job(request: Request, deps: DepsDep, caller: CallerDep) -> Subm
 # --------------------------------------------------------------------------- read
 
 
-@router.get("/jobs", response_model=JobList)
+@router.get("/jobs", response_model=JobList, responses=error_responses(422))
 def list_jobs(
     deps: DepsDep,
     caller: CallerDep,
@@ -294,7 +330,7 @@ def list_jobs(
     return JobList(jobs=[job_summary(r) for r in records], total=total, offset=offset, limit=limit)
 
 
-@router.get("/jobs/{job_id}", response_model=JobPublic)
+@router.get("/jobs/{job_id}", response_model=JobPublic, responses=error_responses(404))
 def get_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobPublic:
     """A job's status, status history, learners and normalized manifest (secrets masked)."""
     record = _owned(deps, caller, job_id)
@@ -364,7 +400,7 @@ def get_queue(deps: DepsDep, caller: CallerDep) -> QueueReply:
 # --------------------------------------------------------------------------- change
 
 
-@router.post("/jobs/{job_id}/halt", response_model=StatusReply)
+@router.post("/jobs/{job_id}/halt", response_model=StatusReply, responses=error_responses(404, 409))
 def halt_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
     """Halt a job: its learners checkpoint and stop, its logs are kept, it ends HALTED."""
     record = _owned(deps, caller, job_id)
@@ -373,7 +409,9 @@ def halt_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
     return StatusReply(job_id=job_id, status=status)
 
 
-@router.post("/jobs/{job_id}/resume", response_model=StatusReply)
+@router.post(
+    "/jobs/{job_id}/resume", response_model=StatusReply, responses=error_responses(404, 409)
+)
 def resume_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
     """Resume a HALTED job: it is queued again and continues from its last checkpoint."""
     record = _owned(deps, caller, job_id)
@@ -382,7 +420,9 @@ def resume_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
     return StatusReply(job_id=job_id, status=status)
 
 
-@router.post("/jobs/{job_id}/scale", response_model=ScaleReply)
+@router.post(
+    "/jobs/{job_id}/scale", response_model=ScaleReply, responses=error_responses(404, 409, 422)
+)
 def scale_job(job_id: str, body: ScaleRequest, deps: DepsDep, caller: CallerDep) -> ScaleReply:
     """Change an elastic job's learner count within its manifest's [min_learners, max_learners]."""
     record = _owned(deps, caller, job_id)
@@ -397,7 +437,7 @@ def scale_job(job_id: str, body: ScaleRequest, deps: DepsDep, caller: CallerDep)
     return ScaleReply(job_id=job_id, status=status, learners=body.learners)
 
 
-@router.delete("/jobs/{job_id}")
+@router.delete("/jobs/{job_id}", responses=error_responses(404, 409, 422))
 def delete_job(
     job_id: str,
     deps: DepsDep,
@@ -449,7 +489,14 @@ def delete_job(
 # --------------------------------------------------------------------------- logs, results
 
 
-@router.get("/jobs/{job_id}/logs", response_class=StreamingResponse)
+@router.get(
+    "/jobs/{job_id}/logs",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/plain": {}}, "description": "the log, one line per line"},
+        **error_responses(404, 422),
+    },
+)
 def job_logs(
     job_id: str,
     deps: DepsDep,
@@ -528,7 +575,14 @@ def _tar_gz_stream(s3, bucket: str, objects: list[dict], strip: str) -> Iterator
     yield gz.flush()
 
 
-@router.get("/jobs/{job_id}/results", response_class=StreamingResponse)
+@router.get(
+    "/jobs/{job_id}/results",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"application/gzip": {}}, "description": "the results as a tar.gz"},
+        **error_responses(404, 422),
+    },
+)
 def job_results(job_id: str, deps: DepsDep, caller: CallerDep) -> StreamingResponse:
     """Download every result object of a job (model, logs, ...) as one tar.gz."""
     record = _owned(deps, caller, job_id)
@@ -561,18 +615,41 @@ def job_results(job_id: str, deps: DepsDep, caller: CallerDep) -> StreamingRespo
 # --------------------------------------------------------------------------- system
 
 
-@system_router.get("/health")
-def health(deps: DepsDep) -> dict[str, str]:
-    """Liveness: the API answers and can read its job store."""
-    try:
-        deps.store.list(limit=1)
-    # Broad: any failure of the store to answer (SQLite or Mongo, each with its own errors)
-    # means not healthy; the cause is logged.
-    except Exception:
-        log.warning("health: job store not answering", exc_info=True)
-        raise TemporaryError("the job store is not answering") from None
-    replica = deps.api.replica
-    return {"status": "ok", "replica": replica} if replica else {"status": "ok"}
+@system_router.get("/health", response_model_exclude_none=True, responses=error_responses(503))
+def health(
+    deps: DepsDep,
+    components: Annotated[
+        bool,
+        Query(description="also ask the LCM, the scheduler and S3 whether they answer"),
+    ] = False,
+) -> HealthReply:
+    """Liveness: the API answers and can read its job store (503 if not).
+
+    With `components=true`, a report of every component the API depends on instead: it
+    answers 200 even when some are down (`status: degraded`), saying which and why.
+    """
+    replica = deps.api.replica or None
+    if not components:
+        store = health_probes.store_answers(deps.store)
+        if not store.ok:
+            raise TemporaryError(f"the job store is {store.detail}")
+        return HealthReply(status="ok", replica=replica)
+    settings = deps.settings
+    report = health_probes.check_all(
+        {
+            "store": lambda: health_probes.store_answers(deps.store),
+            "lcm": lambda: health_probes.replicas_serving(settings.lcm_addr),
+            "scheduler": lambda: health_probes.grpc_serving(settings.scheduler_addr),
+            "s3": lambda: health_probes.s3_answers(deps.s3, settings.s3_bucket),
+        }
+    )
+    return HealthReply(
+        status="ok" if all(c.ok for c in report.values()) else "degraded",
+        replica=replica,
+        components={
+            name: ComponentHealthPublic(ok=c.ok, detail=c.detail) for name, c in report.items()
+        },
+    )
 
 
 @system_router.get("/metrics", response_class=Response)

@@ -602,11 +602,10 @@ class JobMonitor:
     def _all_events(self, helper) -> list[dict]:
         """Every event an exited helper printed (its logs are complete; read once)."""
         if helper.id not in self._exited_events:
-            try:
-                text = helper.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-            except docker.errors.NotFound:
+            raw = _logs(helper, stdout=True, stderr=True)
+            if raw is None:
                 return []
-            self._exited_events[helper.id] = _events_in(text.splitlines())
+            self._exited_events[helper.id] = _events_in(raw.decode("utf-8", "replace").splitlines())
         return self._exited_events[helper.id]
 
     def _follow(self, job_id: str, helper) -> None:
@@ -629,8 +628,8 @@ class JobMonitor:
     def _follow_logs(self, job_id: str, helper) -> None:
         buf = b""
         try:
-            stream = helper.logs(stream=True, follow=True, stdout=True, stderr=True)
-            for chunk in stream:
+            stream = _logs(helper, stream=True, follow=True, stdout=True, stderr=True)
+            for chunk in stream or ():
                 if self._stop.is_set():
                     break
                 buf += chunk
@@ -805,12 +804,19 @@ def _epoch(stamp: str) -> float | None:
     return t + (float("0." + frac) if frac.isdigit() else 0.0)
 
 
+def _logs(c, **kwargs):
+    """`c.logs(**kwargs)`; None, with one log line, when the container is gone or being
+    removed (Docker answers 409 for a log asked of a container marked for removal: a
+    race with a cleanup, not a failure worth a traceback)."""
+    raw = quiet(c.logs, **kwargs)
+    if raw is None:
+        log.info("container %s is gone or being removed; its log is not read", c.name)
+    return raw
+
+
 def _tail(c, n: int) -> list[str]:
-    try:
-        text = c.logs(stdout=True, stderr=True, tail=n).decode("utf-8", "replace")
-    except docker.errors.NotFound:
-        return []
-    return text.splitlines()
+    raw = _logs(c, stdout=True, stderr=True, tail=n)
+    return [] if raw is None else raw.decode("utf-8", "replace").splitlines()
 
 
 def _events_in(lines: Iterable[str]) -> list[dict]:

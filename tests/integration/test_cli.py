@@ -143,6 +143,47 @@ def test_submit_follow_streams_logs_then_exits_by_final_status(server, manifest_
     assert "FAILED" in r.output and "exit code 3" in r.output
 
 
+def _finish_when_queued(server, logs: dict[int, list[str]], status: Status, **kw):
+    """In a thread: once a job is QUEUED, store its learners' logs and end it in `status`."""
+
+    def run():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            jobs, _ = server.store.list(status=Status.QUEUED)
+            if jobs:
+                for learner, lines in logs.items():
+                    put_log(server, jobs[0].job_id, learner, lines)
+                server.finish(jobs[0].job_id, status, **kw)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_submit_follow_streams_every_learner_prefixed(server, tmp_path):
+    path = tmp_path / "two.yml"
+    path.write_text(MANIFEST.format(learners=2, results=server.results))
+    logs = {0: ["epoch 1 acc 0.5", "epoch 2 acc 0.9"], 1: ["epoch 1 acc 0.4", "epoch 2 acc 0.8"]}
+    finisher = _finish_when_queued(server, logs, Status.COMPLETED)
+    r = server.cli("submit", str(path), "--follow")
+    finisher.join(10)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    for learner, own in logs.items():
+        prefix = f"[{learner}] "
+        assert [line[len(prefix) :] for line in lines if line.startswith(prefix)] == own
+    assert "COMPLETED" in lines[-1]
+
+    finisher = _finish_when_queued(server, {0: ["ok"], 1: ["boom"]}, Status.FAILED, exit_code=3)
+    r = server.cli("submit", str(path), "--follow")
+    finisher.join(10)
+    assert r.exit_code == 1
+    assert "[0] ok" in r.stdout and "[1] boom" in r.stdout
+    assert "FAILED" in r.output and "exit code 3" in r.output
+
+
 def test_halt_delete_and_errors(server, manifest_file):
     job_id = server.cli("submit", str(manifest_file)).stdout.strip()
     r = server.cli("delete", job_id)
@@ -225,6 +266,57 @@ def test_show_and_queue_print_position_eta_and_reason(server, manifest_file):
     assert "queued:" not in server.cli("show", job_id).output
 
 
+def test_queue_says_when_it_is_empty(server):
+    r = server.cli("queue")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == "the queue is empty: no job is waiting to start"
+    assert json.loads(server.cli("queue", "--json").stdout) == {"entries": []}
+
+
+@pytest.fixture
+def narrow(monkeypatch):
+    """The CLI's console as on a 60-column terminal."""
+    from dlaas import cli
+
+    monkeypatch.setattr(cli.console, "_width", 60)
+
+
+def test_list_never_cuts_a_status_short_on_a_narrow_terminal(server, manifest_file, narrow):
+    ids = [server.cli("submit", str(manifest_file)).stdout.strip() for _ in range(2)]
+    server.finish(ids[0], Status.DOWNLOADING, reason="placed on node local")
+    server.finish(ids[1], Status.PROCESSING, reason="learners running")
+    r = server.cli("list")
+    assert r.exit_code == 0, r.output
+    rows = {i: next(line for line in r.output.splitlines() if i in line) for i in ids}
+    assert "DOWNLOADING" in rows[ids[0]] and "PROCESSING" in rows[ids[1]]
+    r = server.cli("show", ids[1])
+    assert r.output.count("PROCESSING") == 2  # the header line and the history table
+
+
+LEARNERS = [
+    {"id": 0, "node": "local", "container": "job-x-learner-0", "state": "running"},
+    {"id": 1, "node": "node-2", "container": "job-x-learner-1", "state": "exited",
+     "exit_code": 137, "oom_killed": True},
+]  # fmt: skip
+
+
+def test_show_prints_the_learners_as_a_table(server, manifest_file):
+    job_id = server.cli("submit", str(manifest_file)).stdout.strip()
+    server.store.update_info(job_id, {"learners": LEARNERS})
+    r = server.cli("show", job_id)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    header = next(line for line in lines if "learner" in line and "container" in line)
+    assert header.split() == ["┃", "learner", "┃", "node", "┃", "state", "┃", "exit", "┃",
+                              "container", "┃"]  # fmt: skip
+    rows = [line.replace("│", " ").split() for line in lines if "job-x-learner" in line]
+    assert rows == [
+        ["0", "local", "running", "job-x-learner-0"],
+        ["1", "node-2", "exited", "137", "(out", "of", "memory)", "job-x-learner-1"],
+    ]
+    assert "'id'" not in r.output and "{" not in r.output.split("manifest:")[0]
+
+
 def test_submit_refused_prints_the_problems(server, tmp_path):
     path = tmp_path / "bad.yml"
     path.write_text(MANIFEST.format(learners=1, results="r").replace("cpus: 1", "cpus: 0"))
@@ -247,3 +339,83 @@ def test_download_extracts_the_results(server, manifest_file, tmp_path):
     r = server.cli("download", job_id, "-o", str(out))
     assert r.exit_code == 0, r.output
     assert (out / "model.txt").read_bytes() == b"weights"
+
+
+def test_follow_learners_interleaves_every_stream_and_raises_a_streams_error():
+    from dlaas.client import DlaasClient, Unreachable
+
+    class Streams(DlaasClient):
+        """FAKE log streams: two lines per learner; learner `broken` then loses its connection."""
+
+        broken = -1
+
+        def logs(self, job_id, learner=0, offset=0, follow=False):
+            yield from (f"{job_id} {learner} a", f"{job_id} {learner} b")
+            if learner == self.broken:
+                raise Unreachable("lost the connection")
+
+    client = Streams("http://unused", "t", http=object())
+    got = list(client.follow_learners("j", [0, 1, 2]))
+    for learner in (0, 1, 2):
+        assert [line for i, line in got if i == learner] == [f"j {learner} a", f"j {learner} b"]
+    assert len(got) == 6
+    client.broken = 1
+    with pytest.raises(Unreachable, match="lost the connection"):
+        list(client.follow_learners("j", [0, 1, 2]))
+
+
+def test_status_reports_whether_each_running_component_answers(tmp_path):
+    """`dlaas status` over pid records as `up` writes them: one process stands in for the
+    services (its command line names their modules); the LCM's address is a real gRPC
+    server with health checking, the scheduler's a port where nothing listens."""
+    import subprocess
+    import sys
+
+    from dlaas.grpc_server import start_server
+
+    modules = ["services.lcm.main", "services.scheduler.main", "services.jobmonitor.main"]
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *modules])
+    lcm_addr = f"127.0.0.1:{free_port()}"
+    grpc_server = start_server(lcm_addr, lambda server: None, [])
+    try:
+        pids = tmp_path / "pids"
+        pids.mkdir()
+        records = {
+            "lcm-0": ("services.lcm.main", lcm_addr),
+            "scheduler": ("services.scheduler.main", f"127.0.0.1:{free_port()}"),
+            "jobmonitor": ("services.jobmonitor.main", ""),
+        }
+        for name, (match, address) in records.items():
+            record = {"pid": stand_in.pid, "match": match, "address": address}
+            (pids / f"{name}.json").write_text(json.dumps(record))
+        r = runner.invoke(app, ["--home", str(tmp_path), "status", "--json"])
+        assert r.exit_code == 1  # not everything runs, and the scheduler does not answer
+        comps = {c["name"]: c for c in json.loads(r.stdout)}
+        assert comps["lcm-0"]["running"] and comps["lcm-0"]["healthy"] is True
+        assert comps["lcm-0"]["detail"] == "answers (gRPC health: SERVING)"
+        assert comps["scheduler"]["running"] and comps["scheduler"]["healthy"] is False
+        assert comps["scheduler"]["detail"] == "running, but does not answer (gRPC health: SERVING)"
+        assert comps["jobmonitor"]["running"] and comps["jobmonitor"]["healthy"] is None
+        assert comps["lcm-1"] == {
+            "name": "lcm-1", "running": False, "pid": None, "address": "",
+            "detail": "not started", "healthy": None,
+        }  # fmt: skip
+
+        r = runner.invoke(app, ["--home", str(tmp_path), "status"])
+        assert r.exit_code == 1
+        header = next(line for line in r.output.splitlines() if "component" in line)
+        assert header.replace("┃", " ").split()[:3] == ["component", "running", "healthy"]
+        rows = {
+            cells[0]: cells[1:3]
+            for cells in (line.replace("│", " ").split() for line in r.output.splitlines())
+            if cells and cells[0] in records
+        }
+        assert rows == {
+            "lcm-0": ["yes", "yes"],
+            "scheduler": ["yes", "no"],
+            "jobmonitor": ["yes", "-"],
+        }
+    finally:
+        grpc_server.stop(0)
+        stand_in.kill()
+        stand_in.wait()
