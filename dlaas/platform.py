@@ -249,7 +249,7 @@ def status(state_dir: Path | None = None) -> list[ComponentStatus]:
 
 
 # Components that serve nothing a probe could ask: their process running is the answer.
-_NOTHING_TO_ASK = frozenset({"jobmonitor", "supervisor"})
+_NOTHING_TO_ASK = frozenset({"jobmonitor", "supervisor", "worker"})
 
 
 def _health(name: str, address: str) -> tuple[bool | None, str]:
@@ -263,6 +263,8 @@ def _health(name: str, address: str) -> tuple[bool | None, str]:
         ok, asked = _etcd_ok(address), "etcd /health"
     elif kind == "s3":
         ok, asked = _s3_ok(address), "S3"
+    elif kind == "redis":
+        ok, asked = _redis_answers(address), "Redis PING"
     elif kind in ("lcm", "scheduler"):
         ok, asked = _grpc_answers(address), "gRPC health: SERVING"
     elif kind == "api":
@@ -282,6 +284,19 @@ def _add_health(components: list[ComponentStatus]) -> None:
         answers = list(pool.map(lambda c: _health(c.name, c.address), components))
     for component, (healthy, detail) in zip(components, answers, strict=True):
         component.healthy, component.detail = healthy, detail
+
+
+def _redis_answers(address: str) -> bool:
+    """Whether Redis answers a PING. Without the password it says NOAUTH: that answers too
+    (the password stays in secrets.json, out of this probe)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2.0) as sock:
+            sock.sendall(b"PING\r\n")
+            reply = sock.recv(64)
+    except (OSError, ValueError):
+        return False
+    return reply.startswith((b"+PONG", b"-NOAUTH"))
 
 
 def _grpc_answers(address: str) -> bool:
