@@ -290,6 +290,23 @@ class DlaasClient:
                 # again, resume at the line reached, so nothing is missed or shown twice.
                 self._wait_answering(FOLLOW_RECONNECT_S)
 
+    def metrics(self, job_id: str, learner: int = 0) -> dict:
+        """A learner's series: {"job_id", "learner", "series": {name: [[step, value], ...]}}."""
+        return self._request(
+            "GET", f"/v1/jobs/{job_id}/metrics", params={"learner": learner}
+        ).json()
+
+    def follow_metrics(self, job_id: str, learner: int = 0) -> Iterator[dict]:
+        """Points {"name", "step", "value", "line"} as the learner logs them, until the job ends."""
+        params = {"learner": learner, "follow": "true"}
+
+        def read(r: httpx.Response) -> Iterator[dict]:
+            for line in r.iter_lines():
+                if line:
+                    yield json.loads(line)
+
+        return self._stream(f"/v1/jobs/{job_id}/metrics", params, read)
+
     def follow_learners(
         self, job_id: str, learners: Sequence[int], offset: int = 0
     ) -> Iterator[tuple[int, str]]:

@@ -290,6 +290,7 @@ def create_app(
 
     from services.api.admin import router as admin_router
     from services.api.data import router as data_router
+    from services.api.metrics import router as metrics_router
     from services.api.routes import router, system_router
 
     # Every /v1 route needs a token and may find a platform service not answering.
@@ -298,6 +299,7 @@ def create_app(
     app.include_router(router, responses=v1_errors)
     app.include_router(admin_router, responses=v1_errors)
     app.include_router(data_router, responses=v1_errors)
+    app.include_router(metrics_router, responses=v1_errors)
     _document(app)
     return app
 

@@ -74,7 +74,7 @@ def test_generated_requests_never_get_a_5xx(env):
     def one(case, token, job):
         if job is not None and "job_id" in (case.path_parameters or {}):
             case.path_parameters["job_id"] = job
-        if case.path.endswith("/logs") and isinstance(case.query, dict):
+        if case.path.endswith(("/logs", "/metrics")) and isinstance(case.query, dict):
             case.query["follow"] = False  # a follow on a running job streams until it ends
         # The spec's bearer scheme makes schemathesis generate an Authorization header of
         # its own (often junk): it is replaced by a real token, or kept when none is drawn.

@@ -32,6 +32,7 @@ OWN_ERRORS = {
     ("post", "/v1/jobs/{job_id}/resume"): {404, 409},
     ("post", "/v1/jobs/{job_id}/scale"): {404, 409, 422},
     ("get", "/v1/jobs/{job_id}/logs"): {404, 422},
+    ("get", "/v1/jobs/{job_id}/metrics"): {404, 422},
     ("get", "/v1/jobs/{job_id}/results"): {404, 422},
     ("delete", "/v1/jobs/{job_id}"): {404, 409, 422},
     ("get", "/v1/queue"): set(),
