@@ -30,6 +30,7 @@ PURE_FILES = [
     "services/jobmonitor/decide.py",
     "services/api/rules.py",
     "dlaas/purge.py",
+    "dlaas/hooks.py",
 ]
 PURE_GLOBS = ["services/scheduler/policy/**/*.py"]
 
