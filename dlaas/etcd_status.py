@@ -83,7 +83,11 @@ class StatusKeeper:
             current = self.get(job_id)
             assert current is not None
             return current
-        self._record(job_id, None, state)
+        # The job's record comes with its QUEUED entry already (store.create), so the
+        # store records nothing new here: winning the etcd create is what makes this the
+        # one submission to tell of.
+        self.store.record_transition(job_id, state.seq, state.transition())
+        self._notify(job_id, None, state)
         return state
 
     def transition(
@@ -175,11 +179,14 @@ class StatusKeeper:
         """Mirror `state` into the store; the first to record it tells the notifier."""
         recorded = self.store.record_transition(job_id, state.seq, state.transition())
         if recorded:
-            try:
-                self.notifier.transition(job_id, previous, state.seq, state.transition())
-            except Exception:
-                log.warning("notifier failed on job %s", job_id, exc_info=True)
+            self._notify(job_id, previous, state)
         return recorded
+
+    def _notify(self, job_id: str, previous: Status | None, state: JobState) -> None:
+        try:
+            self.notifier.transition(job_id, previous, state.seq, state.transition())
+        except Exception:  # broad: a webhook must never undo or fail a transition
+            log.warning("notifier failed on job %s", job_id, exc_info=True)
 
     def delete(self, job_id: str) -> None:
         self.etcd.delete_prefix(f"{self.prefix}/jobs/{job_id}/")

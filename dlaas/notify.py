@@ -91,7 +91,7 @@ class HookNotifier(Notifier):
             job_id, seq, t, event = self._queue.get()
             try:
                 self.publish(job_id, seq, t, event)
-            except Exception:
+            except Exception:  # broad: the thread must outlive any one event's trouble
                 log.warning("webhooks: event %s of job %s not queued", event, job_id,
                             exc_info=True)  # fmt: skip
 
