@@ -595,5 +595,5 @@ if __name__ == "__main__":
     app()
 
 
-# The account, team, audit and data commands register themselves on `app`.
-from dlaas import cli_accounts  # noqa: F401
+# The account, team, audit, data and hooks commands register themselves on `app`.
+from dlaas import cli_accounts, cli_hooks  # noqa: F401
