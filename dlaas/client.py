@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -253,6 +254,21 @@ class DlaasClient:
 
     def audit(self, offset: int = 0, limit: int = 100) -> dict:
         return self._request("GET", "/v1/audit", params={"offset": offset, "limit": limit}).json()
+
+    def add_hook(self, url: str, events: list[str]) -> dict:
+        return self._request("POST", "/v1/hooks", json={"url": url, "events": events}).json()
+
+    def hooks(self) -> list[dict]:
+        return self._request("GET", "/v1/hooks").json()
+
+    def delete_hook(self, hook_id: str) -> None:
+        self._request("DELETE", f"/v1/hooks/{quote(hook_id, safe='')}")
+
+    def hook_deliveries(self, hook_id: str, offset: int = 0, limit: int = 50) -> dict:
+        return self._request(
+            "GET", f"/v1/hooks/{quote(hook_id, safe='')}/deliveries",
+            params={"offset": offset, "limit": limit},
+        ).json()  # fmt: skip
 
     def data_buckets(self) -> list[str]:
         return self._request("GET", "/v1/data").json()

@@ -6,19 +6,27 @@ writes it in a transaction that succeeds only if nobody wrote in between; the wi
 then mirrors the transition (with its sequence number, so a replay is harmless) into
 the job store. A mirror lost to a crash or a store error is replayed by `repair_mirrors`,
 which the LCM leader runs when elected and periodically.
+
+Whoever first records a transition in the store (a replay finds it there and records
+nothing) tells the notifier, which queues the users' webhooks (dlaas.notify) without
+ever holding the transition up.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 
 import pyetcd
 
 from dlaas.errors import InvalidTransition, JobNotFound
+from dlaas.notify import NoNotifier, Notifier
 from dlaas.status import JobState, Status, advance, forward_path, initial
 from dlaas.store.base import JobStore
+
+log = logging.getLogger(__name__)
 
 MAX_CAS_ATTEMPTS = 20
 
@@ -38,11 +46,13 @@ class StatusKeeper:
         store: JobStore,
         prefix: str = "/dlaas",
         clock: Callable[[], float] = time.time,
+        notifier: Notifier | None = None,
     ):
         self.etcd = etcd
         self.store = store
         self.prefix = prefix.rstrip("/")
         self.clock = clock
+        self.notifier = notifier or NoNotifier()
 
     def key(self, job_id: str) -> str:
         return f"{self.prefix}/jobs/{job_id}/status"
@@ -73,7 +83,11 @@ class StatusKeeper:
             current = self.get(job_id)
             assert current is not None
             return current
+        # The job's record comes with its QUEUED entry already (store.create), so the
+        # store records nothing new here: winning the etcd create is what makes this the
+        # one submission to tell of.
         self.store.record_transition(job_id, state.seq, state.transition())
+        self._notify(job_id, None, state)
         return state
 
     def transition(
@@ -100,7 +114,7 @@ class StatusKeeper:
                 failure=[],
             )
             if ok:
-                self.store.record_transition(job_id, new.seq, new.transition())
+                self._record(job_id, current.status, new)
                 return new
         raise InvalidTransition(f"job {job_id}: status kept changing, gave up after retries")
 
@@ -158,7 +172,21 @@ class StatusKeeper:
             return False
         if record.history and record.history[-1] == state.transition():
             return False
-        return self.store.record_transition(job_id, state.seq, state.transition())
+        previous = record.history[-1].status if record.history and state.seq > 0 else None
+        return self._record(job_id, previous, state)
+
+    def _record(self, job_id: str, previous: Status | None, state: JobState) -> bool:
+        """Mirror `state` into the store; the first to record it tells the notifier."""
+        recorded = self.store.record_transition(job_id, state.seq, state.transition())
+        if recorded:
+            self._notify(job_id, previous, state)
+        return recorded
+
+    def _notify(self, job_id: str, previous: Status | None, state: JobState) -> None:
+        try:
+            self.notifier.transition(job_id, previous, state.seq, state.transition())
+        except Exception:  # broad: a webhook must never undo or fail a transition
+            log.warning("notifier failed on job %s", job_id, exc_info=True)
 
     def delete(self, job_id: str) -> None:
         self.etcd.delete_prefix(f"{self.prefix}/jobs/{job_id}/")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlaas.accounts import AuditEntry, Quota, Team, TokenRecord, User
+from dlaas.hooks import Delivery, Hook
 from dlaas.status import Status, Transition
 
 
@@ -130,6 +131,42 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def list_audit(self, *, offset: int = 0, limit: int = 100) -> tuple[list[AuditEntry], int]:
         """Audit entries newest first, with the total count."""
+
+    # -- webhooks and their delivery log (dlaas.hooks) ----------------------------------
+
+    @abc.abstractmethod
+    def add_hook(self, hook: Hook) -> None:
+        """Store a new hook (its id is new: dlaas.hooks.new_hook_id)."""
+
+    @abc.abstractmethod
+    def get_hook(self, hook_id: str) -> Hook | None:
+        """The hook, or None."""
+
+    @abc.abstractmethod
+    def list_hooks(self, user: str | None = None) -> list[Hook]:
+        """Hooks oldest first, of one user or all."""
+
+    @abc.abstractmethod
+    def delete_hook(self, hook_id: str) -> bool:
+        """Remove the hook and its delivery log; False if there was none."""
+
+    @abc.abstractmethod
+    def record_delivery(self, delivery: Delivery) -> None:
+        """Insert or replace the log entry of `delivery.key` (one per event and hook)."""
+
+    @abc.abstractmethod
+    def get_delivery(self, key: str) -> Delivery | None:
+        """The log entry of this idempotency key, or None."""
+
+    @abc.abstractmethod
+    def list_deliveries(
+        self, hook_id: str, *, offset: int = 0, limit: int = 50
+    ) -> tuple[list[Delivery], int]:
+        """A hook's delivery log, latest attempt first, with the total count."""
+
+    def hooks_for(self, user: str, event: str) -> list[Hook]:
+        """The user's hooks that want `event`."""
+        return [h for h in self.list_hooks(user) if event in h.events]
 
     def close(self) -> None:
         """Release connections."""

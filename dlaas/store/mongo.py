@@ -13,6 +13,7 @@ Indexes: unique `job_id`; (user, created_at) and (status, created_at) for the li
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any
 
 import pymongo
@@ -20,6 +21,7 @@ from pymongo.errors import DuplicateKeyError
 
 from dlaas.accounts import AuditEntry, Quota, Team, TokenRecord, User
 from dlaas.errors import JobNotFound
+from dlaas.hooks import Delivery, Hook
 from dlaas.status import Status, Transition
 from dlaas.store.base import JobRecord, JobStore
 
@@ -65,6 +67,12 @@ class MongoJobStore(JobStore):
         self.audit = database["audit"]
         self.audit.create_index("seq", unique=True)
         self.counters = database["counters"]
+        self.hooks = database["hooks"]
+        self.hooks.create_index("hook_id", unique=True)
+        self.hooks.create_index([("user", pymongo.ASCENDING), ("created_at", pymongo.ASCENDING)])
+        self.deliveries = database["deliveries"]
+        self.deliveries.create_index("key", unique=True)
+        self.deliveries.create_index([("hook_id", pymongo.ASCENDING), ("at", pymongo.DESCENDING)])
 
     def close(self) -> None:
         if self._owns_client:
@@ -254,6 +262,56 @@ class MongoJobStore(JobStore):
             AuditEntry(d["at"], d["actor"], d["action"], d["target"], d["detail"], d["seq"])
             for d in docs
         ], total
+
+    # -- webhooks -----------------------------------------------------------------------
+
+    def add_hook(self, hook: Hook) -> None:
+        self.hooks.insert_one(
+            {"hook_id": hook.hook_id, "user": hook.user, "url": hook.url,
+             "events": list(hook.events), "created_at": hook.created_at}
+        )  # fmt: skip
+
+    def get_hook(self, hook_id: str) -> Hook | None:
+        doc = self.hooks.find_one({"hook_id": hook_id}, {"_id": 0})
+        return _hook(doc) if doc else None
+
+    def list_hooks(self, user: str | None = None) -> list[Hook]:
+        query = {"user": user} if user is not None else {}
+        docs = self.hooks.find(query, {"_id": 0}).sort([("created_at", 1), ("hook_id", 1)])
+        return [_hook(d) for d in docs]
+
+    def delete_hook(self, hook_id: str) -> bool:
+        gone = self.hooks.delete_one({"hook_id": hook_id}).deleted_count > 0
+        self.deliveries.delete_many({"hook_id": hook_id})
+        return gone
+
+    def record_delivery(self, delivery: Delivery) -> None:
+        doc = asdict(delivery)
+        self.deliveries.replace_one({"key": delivery.key}, doc, upsert=True)
+
+    def get_delivery(self, key: str) -> Delivery | None:
+        doc = self.deliveries.find_one({"key": key}, {"_id": 0})
+        return Delivery(**doc) if doc else None
+
+    def list_deliveries(
+        self, hook_id: str, *, offset: int = 0, limit: int = 50
+    ) -> tuple[list[Delivery], int]:
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must not be negative")
+        total = self.deliveries.count_documents({"hook_id": hook_id})
+        if limit == 0:
+            return [], total
+        docs = (
+            self.deliveries.find({"hook_id": hook_id}, {"_id": 0})
+            .sort([("at", -1), ("key", -1)])
+            .skip(offset)
+            .limit(limit)
+        )
+        return [Delivery(**d) for d in docs], total
+
+
+def _hook(d: dict[str, Any]) -> Hook:
+    return Hook(d["hook_id"], d["user"], d["url"], tuple(d["events"]), d["created_at"])
 
 
 def _entry(seq: int, t: Transition) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from dlaas.accounts import AuditEntry, Quota, Team, TokenRecord, User
 from dlaas.errors import JobNotFound
+from dlaas.hooks import Delivery, Hook
 from dlaas.status import Status, Transition
 from dlaas.store.base import JobRecord, JobStore
 
@@ -87,6 +88,26 @@ CREATE TABLE IF NOT EXISTS audit (
     target TEXT NOT NULL,
     detail TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS hooks (
+    hook_id    TEXT PRIMARY KEY,
+    user       TEXT NOT NULL,
+    url        TEXT NOT NULL,
+    events     TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS hooks_user ON hooks (user, created_at);
+CREATE TABLE IF NOT EXISTS deliveries (
+    key         TEXT PRIMARY KEY,
+    hook_id     TEXT NOT NULL,
+    job_id      TEXT NOT NULL,
+    event       TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    state       TEXT NOT NULL,
+    last_status INTEGER,
+    last_error  TEXT NOT NULL DEFAULT '',
+    at          REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS deliveries_hook_at ON deliveries (hook_id, at);
 -- Append-only: the audit log refuses changes at the database itself.
 CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
@@ -403,6 +424,64 @@ class SqliteJobStore(JobStore):
             for r in rows
         ], total
 
+    # -- webhooks -----------------------------------------------------------------------
+
+    def add_hook(self, hook: Hook) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO hooks (hook_id, user, url, events, created_at) VALUES (?, ?, ?, ?, ?)",
+                (hook.hook_id, hook.user, hook.url, json.dumps(list(hook.events)),
+                 hook.created_at),
+            )  # fmt: skip
+
+    def get_hook(self, hook_id: str) -> Hook | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT * FROM hooks WHERE hook_id = ?", (hook_id,)).fetchone()
+        return _hook(row) if row else None
+
+    def list_hooks(self, user: str | None = None) -> list[Hook]:
+        clause, args = ("WHERE user = ?", [user]) if user is not None else ("", [])
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT * FROM hooks {clause} ORDER BY created_at, hook_id", args)
+            return [_hook(r) for r in rows]
+
+    def delete_hook(self, hook_id: str) -> bool:
+        with self._write() as conn:
+            cur = conn.execute("DELETE FROM hooks WHERE hook_id = ?", (hook_id,))
+            conn.execute("DELETE FROM deliveries WHERE hook_id = ?", (hook_id,))
+        return cur.rowcount > 0
+
+    def record_delivery(self, delivery: Delivery) -> None:
+        d = delivery
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO deliveries (key, hook_id, job_id, event, attempts, state,"
+                " last_status, last_error, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (d.key, d.hook_id, d.job_id, d.event, d.attempts, d.state, d.last_status,
+                 d.last_error, d.at),
+            )  # fmt: skip
+
+    def get_delivery(self, key: str) -> Delivery | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT * FROM deliveries WHERE key = ?", (key,)).fetchone()
+        return _delivery(row) if row else None
+
+    def list_deliveries(
+        self, hook_id: str, *, offset: int = 0, limit: int = 50
+    ) -> tuple[list[Delivery], int]:
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must not be negative")
+        with self._read() as conn:
+            total = conn.execute(
+                "SELECT COUNT(*) FROM deliveries WHERE hook_id = ?", (hook_id,)
+            ).fetchone()[0]
+            rows = conn.execute(
+                "SELECT * FROM deliveries WHERE hook_id = ? ORDER BY at DESC, key DESC"
+                " LIMIT ? OFFSET ?",
+                (hook_id, limit, offset),
+            ).fetchall()
+        return [_delivery(r) for r in rows], total
+
     # -- helpers ------------------------------------------------------------------------
 
     @staticmethod
@@ -437,6 +516,20 @@ def _token(row: sqlite3.Row) -> TokenRecord:
     return TokenRecord(
         row["hash"], row["user"], row["prefix"], row["created_at"], row["expires_at"],
         row["revoked_at"],
+    )  # fmt: skip
+
+
+def _hook(row: sqlite3.Row) -> Hook:
+    return Hook(
+        row["hook_id"], row["user"], row["url"], tuple(json.loads(row["events"])),
+        row["created_at"],
+    )  # fmt: skip
+
+
+def _delivery(row: sqlite3.Row) -> Delivery:
+    return Delivery(
+        row["key"], row["hook_id"], row["job_id"], row["event"], row["attempts"], row["state"],
+        row["last_status"], row["last_error"], row["at"],
     )  # fmt: skip
 
 

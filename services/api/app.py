@@ -27,7 +27,7 @@ from dlaas.logs import LogReader
 from dlaas.s3 import client_for, platform_client
 from dlaas.store.base import JobStore, open_store
 from services.api.auth import Authenticator
-from services.api.errors import Forbidden, NoResults, Unauthorized
+from services.api.errors import Forbidden, HookNotFound, NoResults, Unauthorized
 from services.api.models import ERROR_MEANINGS, error_responses, manifest_schemas
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ STATUS_FOR: dict[type[errors.DlaasError], int] = {
     errors.InvalidRequest: 422,
     errors.JobNotFound: 404,
     NoResults: 404,
+    HookNotFound: 404,
     errors.JobExists: 409,
     errors.CapacityExceeded: 422,
     errors.ImageUnavailable: 422,
@@ -290,6 +291,7 @@ def create_app(
 
     from services.api.admin import router as admin_router
     from services.api.data import router as data_router
+    from services.api.hooks import router as hooks_router
     from services.api.metrics import router as metrics_router
     from services.api.routes import router, system_router
 
@@ -300,6 +302,7 @@ def create_app(
     app.include_router(admin_router, responses=v1_errors)
     app.include_router(data_router, responses=v1_errors)
     app.include_router(metrics_router, responses=v1_errors)
+    app.include_router(hooks_router, responses=v1_errors)
     _document(app)
     return app
 

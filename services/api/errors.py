@@ -21,3 +21,9 @@ class Forbidden(DlaasError):
     """A known caller asking for what only an administrator may do (HTTP 403)."""
 
     code = "forbidden"
+
+
+class HookNotFound(PermanentError):
+    """No such webhook; another user's hook is reported as missing too (HTTP 404)."""
+
+    code = "hook_not_found"

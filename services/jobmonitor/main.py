@@ -22,6 +22,7 @@ from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper, connect
 from dlaas.grpc_server import configure_logging
 from dlaas.nodes import nodes_or_exit
+from dlaas.notify import hook_notifier
 from dlaas.store import open_store
 from services.jobmonitor.decide import (
     DEFAULT_HELPER_TIMEOUT_S,
@@ -76,7 +77,10 @@ def main() -> None:
     except docker.errors.DockerException as exc:
         sys.exit(f"jobmonitor: bad Docker engine address: {exc}")
     store = open_store(settings.store_url)
-    keeper = StatusKeeper(connect(settings.etcd_hostports()), store, settings.etcd_prefix)
+    keeper = StatusKeeper(
+        connect(settings.etcd_hostports()), store, settings.etcd_prefix,
+        notifier=hook_notifier(settings, store),
+    )  # fmt: skip
     scheduler = SchedulerClient(settings.scheduler_addr)
     lcm = LcmClient(settings.lcm_addr)
     monitor = JobMonitor(

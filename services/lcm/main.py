@@ -17,6 +17,7 @@ from dlaas.etcd_status import StatusKeeper, connect
 from dlaas.grpc_server import configure_logging, start_server, wait_for_termination
 from dlaas.leader import LeaderElection
 from dlaas.nodes import nodes_or_exit
+from dlaas.notify import hook_notifier
 from dlaas.sdk import SchedulerClient
 from dlaas.store import open_store
 from dlaas.v1 import lcm_pb2_grpc
@@ -47,7 +48,10 @@ def main() -> None:
     lcm_settings = LcmSettings()
     store = open_store(settings.store_url)
     etcd = connect(settings.etcd_hostports())
-    keeper = StatusKeeper(etcd, store, settings.etcd_prefix)
+    # Transitions the LCM records reach the users' webhooks (queued, preempted, restarted...).
+    keeper = StatusKeeper(
+        etcd, store, settings.etcd_prefix, notifier=hook_notifier(settings, store)
+    )
     nodes = nodes_or_exit(settings, "lcm")
     deployers = {n.name: Deployer(_engine(n.docker_host or settings.docker_host)) for n in nodes}
     lcm = Lcm(settings, keeper, store, deployers, SchedulerClient(settings.scheduler_addr), nodes)

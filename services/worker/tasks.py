@@ -1,4 +1,5 @@
-"""The worker's Celery app and tasks: purge a deleted job's results, apply retention.
+"""The worker's Celery app and tasks: purge a deleted job's results, apply retention,
+deliver webhooks (services/worker/hooks.py).
 
 `make_app(settings, store, s3, cancelled)` builds the app around its adapters (main.py
 passes the real ones). The tasks are registered under the names in dlaas.purge, which is
@@ -21,13 +22,14 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from celery import Celery
 
-from dlaas import jobspec, purge
+from dlaas import hooks, jobspec, purge
 from dlaas.accounts import audit_entry
 from dlaas.config import PlatformSettings
 from dlaas.errors import InvalidManifest, JobNotFound, TemporaryError
 from dlaas.locations import job_locations
 from dlaas.manifest import parse_manifest
 from dlaas.store.base import JobStore
+from services.worker import hooks as hook_delivery
 from services.worker.purge import purge_prefix
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,26 @@ def make_app(
     def retention_sweep() -> list[str]:
         """Purge the results of the jobs that ended longer ago than the retention."""
         return sweep_retention(settings, store, s3, clock())
+
+    platform_key = settings.secrets_key.get_secret_value()
+
+    @app.task(
+        name=hooks.DELIVER_TASK,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        # The delivery log counts the attempts (a redelivery after a crash is one too).
+        max_retries=None,
+    )
+    def deliver_hook(self, hook_id: str, body: dict[str, Any], key: str) -> str:
+        """POST one event to one hook, signed; retried with backoff while it may succeed."""
+        outcome = hook_delivery.attempt(
+            hook_id, body, key, store, platform_key, clock(),
+            backoff_cap_s=purge.retry_backoff_max(vt),
+        )  # fmt: skip
+        if outcome.state == hooks.PENDING:
+            raise self.retry(countdown=outcome.retry_in_s)
+        return outcome.state
 
     return app
 

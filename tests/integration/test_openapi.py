@@ -48,6 +48,10 @@ OWN_ERRORS = {
     ("get", "/v1/data"): set(),
     ("get", "/v1/data/{bucket}"): {422},
     ("put", "/v1/data/{bucket}/{key}"): {413, 422},
+    ("post", "/v1/hooks"): {422},
+    ("get", "/v1/hooks"): set(),
+    ("delete", "/v1/hooks/{hook_id}"): {404},
+    ("get", "/v1/hooks/{hook_id}/deliveries"): {404, 422},
 }
 PENDING: set[tuple[str, str]] = set()
 

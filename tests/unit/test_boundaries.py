@@ -31,6 +31,7 @@ PURE_FILES = [
     "services/api/rules.py",
     "dlaas/purge.py",
     "dlaas/metrics.py",
+    "dlaas/hooks.py",
 ]
 PURE_GLOBS = ["services/scheduler/policy/**/*.py"]
 

@@ -19,6 +19,7 @@ import pytest
 
 from dlaas.accounts import Quota, Team, TokenRecord, User, audit_entry, token_hash
 from dlaas.errors import JobNotFound
+from dlaas.hooks import Delivery, Hook
 from dlaas.status import Status, Transition
 from dlaas.store import open_store
 from dlaas.store.base import JobRecord, JobStore
@@ -505,3 +506,63 @@ def test_sqlite_store_made_before_teams_gains_the_column(tmp_path):
     conn.close()
     s = SqliteJobStore(path)
     assert s.get("old").team == ""
+
+
+# -- webhooks and their delivery log ---------------------------------------------------
+
+
+def _hook(hook_id: str, user: str = "alice", at: float = 1.0, events=("completed",)) -> Hook:
+    return Hook(hook_id, user, f"http://example.test/{hook_id}", tuple(events), at)
+
+
+def _delivery(key: str, hook_id: str = "h1", at: float = 10.0, **kw) -> Delivery:
+    fields = {"job_id": "j1", "event": "completed", "attempts": 1, "state": "pending",
+              "last_status": 503, "last_error": "HTTP 503", **kw}  # fmt: skip
+    return Delivery(key=key, hook_id=hook_id, at=at, **fields)
+
+
+def test_hooks_add_get_list_by_user_and_delete(store):
+    store.add_hook(_hook("h2", "alice", at=2.0, events=("failed", "completed")))
+    store.add_hook(_hook("h1", "alice", at=1.0))
+    store.add_hook(_hook("h3", "bob", at=3.0))
+    assert store.get_hook("h2") == _hook("h2", "alice", 2.0, ("failed", "completed"))
+    assert store.get_hook("nope") is None
+    assert [h.hook_id for h in store.list_hooks("alice")] == ["h1", "h2"]
+    assert [h.hook_id for h in store.list_hooks()] == ["h1", "h2", "h3"]
+    assert [h.hook_id for h in store.hooks_for("alice", "failed")] == ["h2"]
+    assert store.hooks_for("bob", "failed") == []
+    assert store.delete_hook("h2") is True
+    assert store.delete_hook("h2") is False
+    assert [h.hook_id for h in store.list_hooks("alice")] == ["h1"]
+
+
+def test_deliveries_are_one_entry_per_key_latest_first(store):
+    store.add_hook(_hook("h1"))
+    store.record_delivery(_delivery("k1", at=10.0))
+    store.record_delivery(_delivery("k2", at=20.0, job_id="j2"))
+    store.record_delivery(_delivery("k3", hook_id="h9", at=30.0))
+    # A later attempt at k1 replaces its entry (the log shows the outcome so far).
+    done = _delivery("k1", at=40.0, attempts=2, state="delivered", last_status=200, last_error="")
+    store.record_delivery(done)
+    assert store.get_delivery("k1") == done
+    assert store.get_delivery("nope") is None
+    entries, total = store.list_deliveries("h1")
+    assert total == 2
+    assert [d.key for d in entries] == ["k1", "k2"]
+    page, total = store.list_deliveries("h1", offset=1, limit=1)
+    assert ([d.key for d in page], total) == (["k2"], 2)
+    assert store.list_deliveries("h1", limit=0) == ([], 2)
+    with pytest.raises(ValueError):
+        store.list_deliveries("h1", offset=-1)
+    # A delivery that never got an answer has no status.
+    store.record_delivery(_delivery("k4", at=50.0, last_status=None, last_error="refused"))
+    assert store.get_delivery("k4").last_status is None
+
+
+def test_deleting_a_hook_drops_its_delivery_log(store):
+    store.add_hook(_hook("h1"))
+    store.record_delivery(_delivery("k1"))
+    store.record_delivery(_delivery("k9", hook_id="h2"))
+    store.delete_hook("h1")
+    assert store.list_deliveries("h1") == ([], 0)
+    assert store.get_delivery("k9") is not None
