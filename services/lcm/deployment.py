@@ -9,7 +9,6 @@ identity: issued at deploy, revoked at teardown, swept by the leader when missed
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 
@@ -25,8 +24,8 @@ from dlaas.manifest import Manifest, parse_manifest, resolve_image
 from dlaas.namespace import job_policy
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
-from services.lcm.deployer import Deployer
 from services.lcm.plan import deployment_plan
+from services.lcm.ports import ContainerEngine
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +51,12 @@ class Deployment:
     """Deploy and teardown of `Lcm`, with the jobs' S3 identities."""
 
     @property
-    def deployer(self) -> Deployer:
+    def deployer(self) -> ContainerEngine:
         """The first node's deployer (single-node platforms have only this one)."""
         return next(iter(self.deployers.values()))
 
-    def _placement_key(self, job_id: str) -> str:
-        return f"{self.keeper.prefix}/jobs/{job_id}/placement"
-
     def _placement(self, job_id: str) -> list[dict]:
-        value, _ = self.keeper.etcd.get(self._placement_key(job_id))
-        return json.loads(value) if value else []
+        return self.keeper.placement(job_id)
 
     def start_job(self, job_id: str, cause: str, allocations: list) -> None:
         placement = [
@@ -72,7 +67,7 @@ class Deployment:
 
     def _start_placed(self, job_id: str, cause: str, placement: list[dict]) -> None:
         nodes = sorted({p["node"] for p in placement})
-        self.keeper.etcd.put(self._placement_key(job_id), json.dumps(placement))
+        self.keeper.set_placement(job_id, placement)
         if (
             self.keeper.try_transition(
                 job_id, Status.PENDING, f"placed on {', '.join(nodes)}: {cause}"
@@ -246,7 +241,7 @@ class Deployment:
         self._revoke(job_id)
         self.scheduler.release(job_id)
 
-    def _deployers_of(self, job_id: str) -> list[Deployer]:
+    def _deployers_of(self, job_id: str) -> list[ContainerEngine]:
         """The engines holding the job's containers (every healthy one if unknown)."""
         healthy = {n: d for n, d in self.deployers.items() if n not in self._unhealthy}
         nodes = {p["node"] for p in self._placement(job_id)}

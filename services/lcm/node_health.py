@@ -8,11 +8,10 @@ containers of jobs that moved on meanwhile are removed before it is used again.
 
 from __future__ import annotations
 
-import json
 import logging
 
 from dlaas import errors
-from services.lcm.deployer import Deployer
+from services.lcm.ports import ContainerEngine
 from services.lcm.use_cases import RUNNING
 
 log = logging.getLogger(__name__)
@@ -24,9 +23,6 @@ NODE_LOST_AFTER = 2
 
 class NodeHealth:
     """The node health of `Lcm` (leader only)."""
-
-    def _node_key(self, name: str) -> str:
-        return f"{self.keeper.prefix}/nodes/{name}"
 
     def check_nodes(self) -> None:
         """Probe every engine; a lost one gets no new gangs and its jobs are requeued."""
@@ -47,9 +43,8 @@ class NodeHealth:
     def _node_lost(self, name: str) -> None:
         log.warning("node %s lost: its engine is not answering", name)
         self._unhealthy.add(name)
-        self.keeper.etcd.put(
-            self._node_key(name),
-            json.dumps({"healthy": False, "since": self.clock(), "reason": "engine not answering"}),
+        self.keeper.set_node_health(
+            name, {"healthy": False, "since": self.clock(), "reason": "engine not answering"}
         )
         for job_id, state in self.keeper.active_jobs().items():
             if state.status in RUNNING and name in {p["node"] for p in self._placement(job_id)}:
@@ -58,7 +53,7 @@ class NodeHealth:
                 except errors.DlaasError as exc:
                     log.warning("requeue %s after losing %s: %s", job_id, name, exc.message)
 
-    def _node_back(self, name: str, deployer: Deployer) -> None:
+    def _node_back(self, name: str, deployer: ContainerEngine) -> None:
         """A node rejoins: remove what is left of jobs that have moved on, then use it again."""
         log.info("node %s is answering again", name)
         for job_id in deployer.managed_jobs(self.settings.platform_id):
@@ -67,15 +62,8 @@ class NodeHealth:
             if state is None or state.status not in RUNNING or not placed_here:
                 deployer.remove_job(job_id)
         self._unhealthy.discard(name)
-        self.keeper.etcd.put(
-            self._node_key(name), json.dumps({"healthy": True, "since": self.clock()})
-        )
+        self.keeper.set_node_health(name, {"healthy": True, "since": self.clock()})
 
     def _unhealthy_nodes(self) -> set[str]:
         """Nodes the leader marked lost, as recorded in etcd (any replica may ask)."""
-        prefix = self._node_key("")
-        return {
-            meta.key.decode()[len(prefix) :]
-            for value, meta in self.keeper.etcd.get_prefix(prefix)
-            if not json.loads(value).get("healthy", True)
-        }
+        return self.keeper.unhealthy_nodes()

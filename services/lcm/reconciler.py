@@ -49,9 +49,7 @@ class Reconciler:
         # Any replica may accept a submit or see a job end; the leader learns of it from
         # the scheduler's keys in etcd at once instead of waiting for its next poll.
         try:
-            self._watch = self.keeper.etcd.add_watch_prefix_callback(
-                f"{self.keeper.prefix}/sched/", lambda _event: self._wake.set()
-            )
+            self._watch = self.keeper.watch_scheduler(lambda _event: self._wake.set())
         except Exception:  # noqa: BLE001 - the poll still places, only slower
             log.warning("could not watch the scheduler's keys; placing on the poll only")
         self._wake.set()
@@ -61,7 +59,7 @@ class Reconciler:
         watch, self._watch = getattr(self, "_watch", None), None
         if watch is not None:
             try:
-                self.keeper.etcd.cancel_watch(watch)
+                self.keeper.cancel_watch(watch)
             except Exception:  # noqa: BLE001 - the watch dies with the connection anyway
                 log.info("could not cancel the scheduler watch")
 

@@ -19,15 +19,13 @@ import time
 from collections.abc import Callable
 
 from dlaas.config import PlatformSettings
-from dlaas.etcd_status import StatusKeeper
 from dlaas.job_identities import JobIdentities
 from dlaas.nodes import NodeSpec
-from dlaas.sdk import SchedulerClient
 from dlaas.secretbox import SecretBox
 from dlaas.store.base import JobStore
-from services.lcm.deployer import Deployer
 from services.lcm.deployment import Deployment
 from services.lcm.node_health import NodeHealth
+from services.lcm.ports import ContainerEngine, SchedulerPort, StatusRepo
 from services.lcm.reconciler import Reconciler
 from services.lcm.use_cases import JobUseCases
 
@@ -36,10 +34,10 @@ class Lcm(JobUseCases, Reconciler, NodeHealth, Deployment):
     def __init__(
         self,
         settings: PlatformSettings,
-        keeper: StatusKeeper,
+        keeper: StatusRepo,
         store: JobStore,
-        deployers: dict[str, Deployer] | Deployer,
-        scheduler: SchedulerClient,
+        deployers: dict[str, ContainerEngine] | ContainerEngine,
+        scheduler: SchedulerPort,
         nodes: list[NodeSpec],
         clock: Callable[[], float] = time.time,
         identities: JobIdentities | None = None,
@@ -56,7 +54,7 @@ class Lcm(JobUseCases, Reconciler, NodeHealth, Deployment):
         self.box = SecretBox(settings.secrets_key.get_secret_value())
         self.keeper = keeper
         self.store = store
-        if isinstance(deployers, Deployer):
+        if isinstance(deployers, ContainerEngine):
             deployers = {n.name: deployers for n in nodes}
         self.deployers = deployers
         self.scheduler = scheduler

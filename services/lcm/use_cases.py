@@ -8,7 +8,6 @@ reconciler's. Every replica serves these; only the leader places (reconciler.py)
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 
@@ -238,10 +237,4 @@ class JobUseCases:
 
     def _held_allocation(self, job_id: str) -> list[dict]:
         """The allocation the scheduler still holds for the job (its running entry), or []."""
-        value, _ = self.keeper.etcd.get(f"{self.keeper.prefix}/sched/running/{job_id}")
-        if not value:
-            return []
-        return [
-            {"learner": a["learner"], "node": a["node"], "gpu_indices": list(a["gpu_indices"])}
-            for a in json.loads(value)["running"]["allocations"]
-        ]
+        return self.keeper.held_allocation(job_id)

@@ -8,7 +8,6 @@ containers); the scheduler is the real service over gRPC, or an address nobody l
 from __future__ import annotations
 
 import io
-import json
 import sqlite3
 import tarfile
 import time
@@ -111,7 +110,7 @@ def running_job(lcm: Lcm, job_id: str = "job-1") -> str:
     [decision] = lcm.scheduler.schedule()
     placement = [{"learner": a.learner, "node": a.node, "gpu_indices": []}
                  for a in decision.allocations]  # fmt: skip
-    lcm.keeper.etcd.put(lcm._placement_key(job_id), json.dumps(placement))
+    lcm.keeper.set_placement(job_id, placement)
     lcm.keeper.walk_to(job_id, Status.PROCESSING, "deployed")
     return job_id
 
