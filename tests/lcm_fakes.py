@@ -7,7 +7,7 @@ adapters' rules where the LCM relies on them: status changes follow dlaas.status
 and are mirrored into the job store like StatusKeeper's; `delete` forgets the placement
 too; the engine's calls are idempotent. The integration tests that run the real LCM on
 etcd and Docker (tests/integration/test_lcm_*.py) are the check that the adapters behave
-the same; tests/integration/test_status_repo_contract.py runs one suite against both.
+the same (a contract suite run against both is still to be written).
 
 Importable as `lcm_fakes` from tests/unit and tests/integration: pytest puts tests/ on
 sys.path for tests/conftest.py (no __init__.py files here).
