@@ -18,12 +18,14 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pyetcd
 
 from dlaas.errors import InvalidTransition, JobNotFound
 from dlaas.notify import NoNotifier, Notifier
-from dlaas.status import JobState, Status, advance, forward_path, initial
+from dlaas.ports import StatusRepo
+from dlaas.status import JobState, Status, advance, initial
 from dlaas.store.base import JobStore
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,9 @@ def connect(endpoints: list[tuple[str, int]], timeout: float = 5.0) -> pyetcd.Et
     return pyetcd.MultiEndpointEtcd3Client(eps, timeout=timeout, failover=True)
 
 
-class StatusKeeper:
+class StatusKeeper(StatusRepo):
+    """The etcd adapter of StatusRepo (dlaas.ports): every key the LCM reads is spelled here."""
+
     def __init__(
         self,
         etcd: pyetcd.Etcd3Client,
@@ -118,25 +122,6 @@ class StatusKeeper:
                 return new
         raise InvalidTransition(f"job {job_id}: status kept changing, gave up after retries")
 
-    def try_transition(self, job_id: str, target: Status, reason: str, **kw) -> JobState | None:
-        """Like transition(), but None when the edge is not allowed (someone got there first)."""
-        try:
-            return self.transition(job_id, target, reason, **kw)
-        except InvalidTransition:
-            return None
-
-    def walk_to(self, job_id: str, target: Status, reason: str, **kw) -> JobState | None:
-        """Advance along the happy path to `target`, recording every step in between."""
-        current = self.get(job_id)
-        if current is None:
-            raise JobNotFound(job_id)
-        state: JobState | None = current
-        for step in forward_path(current.status, target):
-            state = self.try_transition(job_id, step, reason, **kw)
-            if state is None:
-                return None
-        return state
-
     def repair_mirror(self, job_id: str) -> bool:
         """Mirror the live state again (idempotent), after a crash between etcd and the store;
         True if the store lacked it."""
@@ -201,3 +186,45 @@ class StatusKeeper:
             if not state.final:
                 out[key[len(self.jobs_prefix) : -len("/status")]] = state
         return out
+
+    # ---- next to a job's status, and the cluster's facts (see StatusRepo) -------------
+
+    def _placement_key(self, job_id: str) -> str:
+        return f"{self.prefix}/jobs/{job_id}/placement"
+
+    def placement(self, job_id: str) -> list[dict]:
+        value, _ = self.etcd.get(self._placement_key(job_id))
+        return json.loads(value) if value else []
+
+    def set_placement(self, job_id: str, placement: list[dict]) -> None:
+        self.etcd.put(self._placement_key(job_id), json.dumps(placement))
+
+    def _node_key(self, name: str) -> str:
+        return f"{self.prefix}/nodes/{name}"
+
+    def set_node_health(self, name: str, health: dict[str, Any]) -> None:
+        self.etcd.put(self._node_key(name), json.dumps(health))
+
+    def unhealthy_nodes(self) -> set[str]:
+        prefix = self._node_key("")
+        return {
+            meta.key.decode()[len(prefix) :]
+            for value, meta in self.etcd.get_prefix(prefix)
+            if not json.loads(value).get("healthy", True)
+        }
+
+    def held_allocation(self, job_id: str) -> list[dict]:
+        # The scheduler's running entry (services/scheduler writes it).
+        value, _ = self.etcd.get(f"{self.prefix}/sched/running/{job_id}")
+        if not value:
+            return []
+        return [
+            {"learner": a["learner"], "node": a["node"], "gpu_indices": list(a["gpu_indices"])}
+            for a in json.loads(value)["running"]["allocations"]
+        ]
+
+    def watch_scheduler(self, callback: Callable[[object], None]) -> object:
+        return self.etcd.add_watch_prefix_callback(f"{self.prefix}/sched/", callback)
+
+    def cancel_watch(self, handle: object) -> None:
+        self.etcd.cancel_watch(handle)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from dlaas.grpc_errors import raise_from_rpc
+from dlaas.ports import SchedulerPort
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 
@@ -165,7 +166,7 @@ class LcmClient(_Client):
         ]
 
 
-class SchedulerClient(_Client):
+class SchedulerClient(_Client, SchedulerPort):
     service = "the scheduler"
 
     def __init__(self, addr: str, timeout: float = 10.0):

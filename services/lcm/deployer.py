@@ -34,6 +34,7 @@ from dlaas import jobspec
 from dlaas.docker_calls import ENGINE_UNREACHABLE, quiet
 from dlaas.errors import DeployRefused, ImageUnavailable, TemporaryError
 from services.lcm.plan import ContainerSpec, DeploymentPlan
+from services.lcm.ports import ContainerEngine
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,9 @@ def redact(text: str, plan: DeploymentPlan) -> str:
     return text[:MAX_REASON_CHARS]
 
 
-class Deployer:
+class Deployer(ContainerEngine):
+    """The Docker adapter of ContainerEngine (services/lcm/ports.py)."""
+
     def __init__(self, client: docker.DockerClient):
         self.client = client
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="deploy")

@@ -22,7 +22,8 @@ from dlaas.sdk import SchedulerClient
 from dlaas.store import open_store
 from dlaas.v1 import lcm_pb2_grpc
 from services.lcm.deployer import Deployer
-from services.lcm.service import Lcm, LcmServicer
+from services.lcm.grpc_api import LcmServicer
+from services.lcm.service import Lcm
 
 
 class LcmSettings(BaseSettings):

@@ -1,9 +1,10 @@
 """The REST API against a real SQLite job store and a real S3 (SeaweedFS).
 
-The LCM and the scheduler are FAKES here (`FakeLcm`, `FakeScheduler`): small in-process
-gRPC servers speaking the real protos through the real SDK clients, so the API's gRPC
-path and error mapping are exercised. They record jobs in the store the way the LCM
-does; the real LCM is exercised in the end-to-end tests.
+The LCM is the REAL one (its use cases behind its gRPC servicer) over the in-memory FAKES
+of its ports (tests/lcm_fakes.py: status, container engine, scheduler, S3 identities);
+the scheduler's own gRPC service is a FAKE (`FakeScheduler`). Both are in-process gRPC
+servers speaking the real protos through the real SDK clients, so the API's gRPC path
+and error mapping are exercised.
 """
 
 from __future__ import annotations
@@ -17,31 +18,28 @@ import zipfile
 
 import pytest
 from fastapi.testclient import TestClient
+from lcm_fakes import fake_lcm
 
 from dlaas import jobspec
 from dlaas.accounts import TokenRecord, User, token_hash
 from dlaas.config import ApiSettings, PlatformSettings
-from dlaas.errors import (
-    CapacityExceeded,
-    ImageUnavailable,
-    InvalidRequest,
-    InvalidTransition,
-)
-from dlaas.grpc_errors import translate_errors
+from dlaas.errors import InvalidRequest, TemporaryError
 from dlaas.grpc_server import start_server
-from dlaas.manifest import parse_manifest
 from dlaas.purge import PurgeRequest
 from dlaas.sdk import LcmClient, SchedulerClient
+from dlaas.secretbox import new_key
 from dlaas.servers import free_port
-from dlaas.status import FINAL, Status, Transition
-from dlaas.store.base import JobRecord
-from dlaas.v1 import lcm_pb2, lcm_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+from dlaas.status import Status
+from dlaas.v1 import lcm_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from services.api.app import create_app
 from services.api.archive import normalize_archive
 from services.api.tasks import CeleryTaskQueue, TaskQueue
+from services.lcm.grpc_api import LcmServicer
 
 ALICE, BOB, CAROL, ADMIN = "tok-alice", "tok-bob", "tok-carol", "tok-admin"
 CLUSTER_CPUS = 8.0  # the fake cluster: 8 CPUs in all
+# The platform key that seals stored passwords: the LCM seals, the API opens.
+SECRETS_KEY = new_key()
 
 MANIFEST = """
 name: digits
@@ -72,88 +70,6 @@ def auth(token: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- fakes
 
 
-class FakeLcm(lcm_pb2_grpc.LifecycleManagerServicer):
-    """FAKE lifecycle manager: records jobs in the store, deploys nothing.
-
-    Refuses like the real one: an invalid manifest, a gang bigger than the cluster, a
-    framework named `no-such-image`; halts only active jobs, resumes only HALTED ones,
-    scales only active elastic jobs within their range, deletes only final ones. A test
-    sets `scale_refusal` to make ScaleJob refuse like the LCM would for a reason of its own.
-    """
-
-    def __init__(self, store):
-        self.store = store
-        self.scaled: list[tuple[str, int, str]] = []  # (job_id, learners, user) asked
-        self.scale_refusal = ""
-
-    @translate_errors
-    def SubmitJob(self, request, context):
-        m = parse_manifest(request.manifest_yaml)
-        if m.learners * m.cpus > CLUSTER_CPUS:
-            raise CapacityExceeded(
-                f"learners: {m.learners} learners x {m.cpus} cpus can never fit; "
-                f"the cluster has {CLUSTER_CPUS:g} cpus"
-            )
-        if m.framework.name == "no-such-image":
-            raise ImageUnavailable("framework: no image for no-such-image")
-        self.store.create(
-            JobRecord(
-                job_id=request.job_id,
-                user=request.user,
-                name=m.name,
-                manifest_yaml=request.manifest_yaml,
-                created_at=time.time(),
-                code_key=request.code_key,
-                team=request.team,
-            )
-        )
-        return lcm_pb2.SubmitJobReply(job_id=request.job_id, status="QUEUED")
-
-    @translate_errors
-    def HaltJob(self, request, context):
-        rec = self.store.get(request.job_id)
-        if rec.status in FINAL:
-            raise InvalidTransition(f"job {rec.job_id} is already {rec.status}")
-        t = Transition(Status.HALTED, time.time(), request.reason)
-        self.store.record_transition(rec.job_id, rec.last_seq + 1, t)
-        return lcm_pb2.JobStatusReply(job_id=rec.job_id, status="HALTED")
-
-    @translate_errors
-    def ResumeJob(self, request, context):
-        rec = self.store.get(request.job_id)
-        if rec.status != Status.HALTED:
-            raise InvalidTransition(
-                f"only a HALTED job can be resumed; job {rec.job_id} is {rec.status}"
-            )
-        t = Transition(Status.QUEUED, time.time(), request.reason)
-        self.store.record_transition(rec.job_id, rec.last_seq + 1, t)
-        return lcm_pb2.JobStatusReply(job_id=rec.job_id, status="QUEUED")
-
-    @translate_errors
-    def ScaleJob(self, request, context):
-        rec = self.store.get(request.job_id)
-        m = parse_manifest(rec.manifest_yaml)
-        if self.scale_refusal:
-            raise InvalidRequest(self.scale_refusal)
-        if not m.min_learners <= request.learners <= m.max_learners:
-            raise InvalidRequest(f"learners: allowed {m.min_learners} to {m.max_learners}")
-        if rec.status in FINAL:
-            raise InvalidTransition(f"job {rec.job_id} has already ended ({rec.status})")
-        self.scaled.append((request.job_id, request.learners, request.user))
-        return lcm_pb2.JobStatusReply(job_id=rec.job_id, status=str(rec.status))
-
-    @translate_errors
-    def DeleteJob(self, request, context):
-        rec = self.store.get(request.job_id)
-        if rec.status not in FINAL:
-            raise InvalidTransition(f"job {rec.job_id} is {rec.status}; halt it first")
-        self.store.delete(rec.job_id)
-        return lcm_pb2.Empty()
-
-    def Cluster(self, request, context):
-        return lcm_pb2.ClusterReply(nodes=[lcm_pb2.NodeInfo(name="local", cpus=8, healthy=True)])
-
-
 class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
     """FAKE scheduler: its queue is whatever the test puts in `entries`."""
 
@@ -179,12 +95,27 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
         )
 
 
+def scaled(lcm) -> list[tuple[str, int, str]]:
+    """(job_id, learners, user) of every gang the LCM enqueued again with another learner
+    count: a scale the LCM carried out (a resume enqueues the same count again)."""
+    last: dict[str, int] = {}
+    out = []
+    for gang in lcm.scheduler.gangs:
+        if last.get(gang.job_id, gang.learners) != gang.learners:
+            out.append((gang.job_id, gang.learners, gang.user))
+        last[gang.job_id] = gang.learners
+    return out
+
+
 def start_fakes(store):
-    lcm, sched = FakeLcm(store), FakeScheduler()
+    """The REAL LCM use cases (LcmServicer over Lcm) on the in-memory port fakes of
+    tests/lcm_fakes.py (a cluster of CLUSTER_CPUS cpus), and the FAKE scheduler servicer."""
+    settings = PlatformSettings(s3_access_key="k", s3_secret_key="s", secrets_key=SECRETS_KEY)
+    lcm, sched = fake_lcm(store, settings, cpus=CLUSTER_CPUS), FakeScheduler()
     addr = f"127.0.0.1:{free_port()}"
 
     def register(server):
-        lcm_pb2_grpc.add_LifecycleManagerServicer_to_server(lcm, server)
+        lcm_pb2_grpc.add_LifecycleManagerServicer_to_server(LcmServicer(lcm), server)
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(sched, server)
 
     server = start_server(addr, register, ["dlaas.v1.LifecycleManager", "dlaas.v1.Scheduler"])
@@ -200,6 +131,7 @@ def make_settings(s3_server, store_path, lcm_addr: str) -> tuple[PlatformSetting
         store_url=f"sqlite:///{store_path}",
         lcm_addr=lcm_addr,
         scheduler_addr=lcm_addr,
+        secrets_key=SECRETS_KEY,
     )
     api = ApiSettings(admin_token=ADMIN, max_code_archive_mb=1)
     return settings, api
@@ -235,9 +167,8 @@ class Env:
         return self.client.post("/v1/jobs", files=files, headers=auth(token))
 
     def finish(self, job_id: str, status: Status = Status.COMPLETED, **kw) -> None:
-        rec = self.store.get(job_id)
-        t = Transition(status, time.time(), kw.pop("reason", "done"), **kw)
-        self.store.record_transition(job_id, rec.last_seq + 1, t)
+        """What the job monitor would write: the job walks to `status` in the LCM's status."""
+        self.lcm.keeper.walk_to(job_id, status, kw.pop("reason", "done"), **kw)
 
     def code_objects(self) -> list[str]:
         try:
@@ -597,10 +528,17 @@ def test_unknown_job_is_404(env):
 # --------------------------------------------------------------------------- halt, delete
 
 
+def test_delete_of_an_active_job_halts_and_deletes_it(env):
+    # The LCM's rule (the old FakeLcm refused with 409 and a test asserted it: drift).
+    job_id = env.submit().json()["job_id"]
+    r = env.client.delete(f"/v1/jobs/{job_id}", headers=auth(ALICE))
+    assert r.status_code == 200, r.text
+    assert env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).status_code == 404
+    assert env.lcm.keeper.get(job_id) is None and job_id in env.lcm.scheduler.released
+
+
 def test_halt_then_delete(env):
     job_id = env.submit(code=tar_gz({"train.py": b"x"})).json()["job_id"]
-    r = env.client.delete(f"/v1/jobs/{job_id}", headers=auth(ALICE))
-    assert (r.status_code, r.json()["error"]) == (409, "invalid_transition")
     r = env.client.post(f"/v1/jobs/{job_id}/halt", headers=auth(ALICE))
     assert r.json() == {"job_id": job_id, "status": "HALTED"}
     history = env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).json()["history"]
@@ -663,9 +601,12 @@ def test_delete_with_purge_queues_it_and_then_deletes_the_record(env):
 
 def test_a_purge_whose_delete_is_refused_is_called_off(env):
     queue = env.client.app.state.deps.tasks = FakeTaskQueue()
-    job_id = env.submit().json()["job_id"]  # still QUEUED: the (fake) LCM refuses
+    job_id = env.submit().json()["job_id"]
+    env.finish(job_id)
+    # The LCM cannot delete: the scheduler (its port) does not answer.
+    env.lcm.scheduler.raises = TemporaryError("the scheduler is not answering")
     r = env.client.delete(f"/v1/jobs/{job_id}", params={"purge": "true"}, headers=auth(ALICE))
-    assert (r.status_code, r.json()["error"]) == (409, "invalid_transition")
+    assert (r.status_code, r.json()["error"]) == (503, "unavailable")
     assert len(queue.queued) == 1 and queue.cancelled == ["req-0"]
     assert env.client.get(f"/v1/jobs/{job_id}", headers=auth(ALICE)).status_code == 200
 
@@ -747,7 +688,7 @@ def test_scale_an_elastic_job_within_its_range(env):
     assert r.json() == {"job_id": job_id, "status": "QUEUED", "learners": 4}
     r = scale(env, job_id, {"learners": 1}, token=ADMIN)
     assert r.status_code == 200
-    assert env.lcm.scaled == [(job_id, 4, "alice"), (job_id, 1, "alice")]
+    assert scaled(env.lcm) == [(job_id, 4, "alice"), (job_id, 1, "alice")]
 
 
 @pytest.mark.parametrize(
@@ -766,7 +707,7 @@ def test_scale_outside_the_range_is_422_naming_learners(env, learners, elastic, 
     body = r.json()
     assert body["error"] == "invalid_request"
     assert body["problems"][0].startswith("learners:") and words in body["problems"][0]
-    assert env.lcm.scaled == []
+    assert scaled(env.lcm) == []
 
 
 @pytest.mark.parametrize(
@@ -788,10 +729,12 @@ def test_scale_body_errors_name_the_field(env, body, problem):
 
 def test_scale_refusals_of_the_lcm_are_mapped(env):
     job_id = env.submit(manifest=env.manifest(learners=2, elastic=(1, 4))).json()["job_id"]
-    env.lcm.scale_refusal = "learners: the job is being rescaled already; try again later"
+    # A refusal from inside the LCM's scale (here its scheduler port's) reaches the user.
+    refusal = "learners: the job is being rescaled already; try again later"
+    env.lcm.scheduler.raises = InvalidRequest(refusal)
     r = scale(env, job_id, {"learners": 3})
-    assert (r.status_code, r.json()["problems"]) == (422, [env.lcm.scale_refusal])
-    env.lcm.scale_refusal = ""
+    assert (r.status_code, r.json()["problems"]) == (422, [refusal])
+    env.lcm.scheduler.raises = None
     env.finish(job_id, Status.HALTED)
     r = scale(env, job_id, {"learners": 3})
     assert (r.status_code, r.json()["error"]) == (409, "invalid_transition")
@@ -805,7 +748,7 @@ def test_scale_someone_elses_job_is_404_like_a_missing_one(env):
     assert theirs.json()["error"] == nothing.json()["error"] == "not_found"
     # Out of range for alice's job: still 404, so bob learns nothing about its manifest.
     assert scale(env, job_id, {"learners": 99}, token=BOB).status_code == 404
-    assert env.lcm.scaled == []
+    assert scaled(env.lcm) == []
 
 
 # --------------------------------------------------------------------------- logs, results

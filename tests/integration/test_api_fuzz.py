@@ -2,7 +2,7 @@
 
 Requests come from the app's own OpenAPI spec (schemathesis: positive and negative
 cases for every operation), sent with alice's, bob's or no token, against the same
-app and FAKE LCM/scheduler as test_api.py. Path job ids are often swapped for real
+app, real LCM on port fakes and FAKE scheduler as test_api.py. Path job ids are often swapped for real
 jobs of either user, so the requests reach past the 404. A second test sends manifests
 as JSON objects: a valid manifest with fields replaced by arbitrary JSON values, the
 input that once left ghost jobs (numbers no proto can carry) or gave 500s.

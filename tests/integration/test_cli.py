@@ -14,13 +14,13 @@ import time
 
 import pytest
 import uvicorn
-from test_api import ADMIN, ALICE, MANIFEST, make_settings, put_log, seed_users, start_fakes
+from test_api import ADMIN, ALICE, MANIFEST, make_settings, put_log, scaled, seed_users, start_fakes
 from typer.testing import CliRunner
 
 from dlaas.cli import app
 from dlaas.sdk import LcmClient, SchedulerClient
 from dlaas.servers import free_port
-from dlaas.status import Status, Transition
+from dlaas.status import Status
 from dlaas.v1 import scheduler_pb2
 from services.api.app import create_app
 
@@ -30,15 +30,14 @@ runner = CliRunner()
 class Server:
     def __init__(self, url, store, s3, results, home, lcm, sched):
         self.url, self.store, self.s3, self.results, self.home = url, store, s3, results, home
-        self.lcm, self.sched = lcm, sched  # the FAKES of test_api.py
+        self.lcm, self.sched = lcm, sched  # the real LCM on fakes, the FAKE scheduler (test_api.py)
 
     def cli(self, *args: str):
         return runner.invoke(app, ["--home", str(self.home), *args])
 
     def finish(self, job_id: str, status: Status = Status.COMPLETED, **kw) -> None:
-        rec = self.store.get(job_id)
-        t = Transition(status, time.time(), kw.pop("reason", "done"), **kw)
-        self.store.record_transition(job_id, rec.last_seq + 1, t)
+        """What the job monitor would write: the job walks to `status` in the LCM's status."""
+        self.lcm.keeper.walk_to(job_id, status, kw.pop("reason", "done"), **kw)
 
 
 @pytest.fixture
@@ -186,10 +185,10 @@ def test_submit_follow_streams_every_learner_prefixed(server, tmp_path):
 
 def test_halt_delete_and_errors(server, manifest_file):
     job_id = server.cli("submit", str(manifest_file)).stdout.strip()
-    r = server.cli("delete", job_id)
-    assert r.exit_code == 1 and "invalid_transition" in r.output and "HTTP 409" in r.output
     r = server.cli("halt", job_id)
     assert r.exit_code == 0 and "HALTED" in r.output
+    r = server.cli("halt", job_id)
+    assert r.exit_code == 1 and "invalid_transition" in r.output and "HTTP 409" in r.output
     r = server.cli("delete", job_id)
     assert r.exit_code == 0
     assert f"{job_id}: deleted; results kept in bucket {server.results} under prefix {job_id}/" in (
@@ -221,7 +220,7 @@ def test_resume_and_scale(server, manifest_file, tmp_path):
     r = server.cli("scale", job_id, "3")
     assert r.exit_code == 0, r.output
     assert r.stdout.strip() == f"{job_id}: QUEUED, scaling to 3 learners"
-    assert server.lcm.scaled == [(job_id, 3, "alice")]
+    assert scaled(server.lcm) == [(job_id, 3, "alice")]
     r = server.cli("scale", job_id, "9")
     assert r.exit_code == 1 and "allowed 1 to 4" in r.output
     r = server.cli("--token", "tok-bob", "scale", job_id, "2")

@@ -8,7 +8,6 @@ containers); the scheduler is the real service over gRPC, or an address nobody l
 from __future__ import annotations
 
 import io
-import json
 import sqlite3
 import tarfile
 import time
@@ -30,8 +29,9 @@ from dlaas.status import Status
 from dlaas.store.sqlite import SqliteJobStore
 from dlaas.v1 import lcm_pb2_grpc, scheduler_pb2_grpc
 from services.api.app import create_app
-from services.lcm import service as lcm_service
-from services.lcm.service import Lcm, LcmServicer
+from services.lcm import reconciler as lcm_reconciler
+from services.lcm.grpc_api import LcmServicer
+from services.lcm.service import Lcm
 from services.scheduler.service import SchedulerService, SchedulerState
 
 ADMIN, ALICE = "tok-admin", "tok-alice"
@@ -110,7 +110,7 @@ def running_job(lcm: Lcm, job_id: str = "job-1") -> str:
     [decision] = lcm.scheduler.schedule()
     placement = [{"learner": a.learner, "node": a.node, "gpu_indices": []}
                  for a in decision.allocations]  # fmt: skip
-    lcm.keeper.etcd.put(lcm._placement_key(job_id), json.dumps(placement))
+    lcm.keeper.set_placement(job_id, placement)
     lcm.keeper.walk_to(job_id, Status.PROCESSING, "deployed")
     return job_id
 
@@ -253,7 +253,7 @@ class FlakyEngine(NoEngine):
 
 
 def test_a_requeue_whose_teardown_fails_is_retried_until_the_job_is_queued(make_lcm, monkeypatch):
-    monkeypatch.setattr(lcm_service, "TEARDOWN_RETRY_S", 0.01)
+    monkeypatch.setattr(lcm_reconciler, "TEARDOWN_RETRY_S", 0.01)
     engine = FlakyEngine(fails=2)
     lcm = make_lcm(engine)
     job_id = running_job(lcm)
@@ -269,7 +269,7 @@ def test_a_requeue_whose_teardown_fails_is_retried_until_the_job_is_queued(make_
 
 
 def test_a_failing_requeue_stops_retrying_once_the_job_moved_on(make_lcm, monkeypatch):
-    monkeypatch.setattr(lcm_service, "TEARDOWN_RETRY_S", 0.01)
+    monkeypatch.setattr(lcm_reconciler, "TEARDOWN_RETRY_S", 0.01)
     holder = {}
     engine = FlakyEngine(
         fails=10**6,
@@ -339,7 +339,7 @@ def test_a_locked_store_during_deploy_leaves_the_job_pending_and_it_is_deployed_
     assert engine.deployed == 0 and lcm._held_allocation("job-1")  # it keeps its GPUs
 
     # The leader's stale-PENDING check deploys it again, once PENDING_STALE_S has passed.
-    lcm.clock = lambda: time.time() + lcm_service.PENDING_STALE_S + 1
+    lcm.clock = lambda: time.time() + lcm_reconciler.PENDING_STALE_S + 1
     lcm.redeploy_stale()
     assert engine.deployed == 1
     assert lcm.keeper.get("job-1").status == Status.DOWNLOADING
@@ -414,7 +414,7 @@ def test_the_leader_mirrors_what_the_store_missed_periodically(make_lcm, tmp_pat
 
     lcm.repair_mirrors()  # within MIRROR_CHECK_S of the reconcile: not yet
     assert not in_sync(lcm, "job-1")
-    lcm.clock = lambda: time.time() + lcm_service.MIRROR_CHECK_S + 1
+    lcm.clock = lambda: time.time() + lcm_reconciler.MIRROR_CHECK_S + 1
     lcm.repair_mirrors()
 
     assert in_sync(lcm, "job-1") and in_sync(lcm, "job-2")

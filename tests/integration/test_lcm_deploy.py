@@ -16,10 +16,10 @@ import pytest
 import requests
 from lcm_support import containers, submit
 
-import services.lcm.service as lcm_service
+import services.lcm.deployment as lcm_deployment
 from dlaas import errors, jobspec
 from dlaas.status import Status
-from services.lcm.service import PENDING_CHECK_S, PENDING_STALE_S
+from services.lcm.reconciler import PENDING_CHECK_S, PENDING_STALE_S
 
 pytestmark = pytest.mark.docker
 
@@ -96,7 +96,7 @@ def test_missing_image_fails_the_job_with_a_reason_and_leaves_nothing(lcm, docke
 def _learners_changed(monkeypatch, **changes):
     """Deploy plans whose learners carry `changes`: what Docker refuses, past any check at
     submit time (the deploy path must be safe on its own)."""
-    real = lcm_service.deployment_plan
+    real = lcm_deployment.deployment_plan
 
     def plan(**kw):
         p = real(**kw)
@@ -104,7 +104,7 @@ def _learners_changed(monkeypatch, **changes):
             p, learners=[dataclasses.replace(s, **changes) for s in p.learners]
         )
 
-    monkeypatch.setattr(lcm_service, "deployment_plan", plan)
+    monkeypatch.setattr(lcm_deployment, "deployment_plan", plan)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,261 @@
+"""Deploying and tearing down a job's gang on the nodes of its placement.
+
+Turns a placement into a DeploymentPlan (plan.py, pure) with the job's own S3 identity
+and hands it to the container engine of each node (deployer.py); a deploy the engine
+refuses for the job's own reason fails the job, one cut short by the platform's own
+trouble leaves it PENDING for the reconciler to deploy again. Also the job's S3
+identity: issued at deploy, revoked at teardown, swept by the leader when missed.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+import botocore.exceptions
+import pyetcd.exceptions
+import pymongo.errors
+import requests
+
+from dlaas import errors, jobspec
+from dlaas.config import PlatformSettings
+from dlaas.locations import S3Location, job_locations
+from dlaas.manifest import Manifest, parse_manifest, resolve_image
+from dlaas.namespace import job_policy
+from dlaas.status import Status
+from dlaas.store.base import JobRecord
+from services.lcm.plan import deployment_plan
+from services.lcm.ports import ContainerEngine
+
+log = logging.getLogger(__name__)
+
+# How long a requeue waits for the helper to store checkpoints and logs before removing it.
+HELPER_FINISH_TIMEOUT_S = 30.0
+# How often the leader revokes the S3 identities of jobs whose containers are gone.
+IDENTITY_SWEEP_S = 5.0
+
+# Failures of the platform's own services while deploying, which pass: the engine not
+# answering (docker's APIError is a requests error; its 4xx refusals are DeployRefused by
+# then), the job store (a locked SQLite, MongoDB away), etcd, S3 and the network.
+INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
+    requests.exceptions.RequestException,
+    sqlite3.OperationalError,
+    pymongo.errors.PyMongoError,
+    pyetcd.exceptions.Etcd3Exception,
+    botocore.exceptions.BotoCoreError,
+    OSError,
+)
+
+
+class Deployment:
+    """Deploy and teardown of `Lcm`, with the jobs' S3 identities."""
+
+    @property
+    def deployer(self) -> ContainerEngine:
+        """The first node's deployer (single-node platforms have only this one)."""
+        return next(iter(self.deployers.values()))
+
+    def _placement(self, job_id: str) -> list[dict]:
+        return self.keeper.placement(job_id)
+
+    def start_job(self, job_id: str, cause: str, allocations: list) -> None:
+        placement = [
+            {"learner": a.learner, "node": a.node, "gpu_indices": list(a.gpu_indices)}
+            for a in allocations
+        ]
+        self._start_placed(job_id, cause, placement)
+
+    def _start_placed(self, job_id: str, cause: str, placement: list[dict]) -> None:
+        nodes = sorted({p["node"] for p in placement})
+        self.keeper.set_placement(job_id, placement)
+        if (
+            self.keeper.try_transition(
+                job_id, Status.PENDING, f"placed on {', '.join(nodes)}: {cause}"
+            )
+            is None
+        ):
+            # Halted or deleted while queued: give the allocation back.
+            self.scheduler.release(job_id)
+            return
+        self.deploy(job_id, placement)
+
+    def deploy(self, job_id: str, placement: list[dict]) -> None:
+        """Deploy (or redeploy, idempotently) a PENDING job and move it to DOWNLOADING."""
+        node = placement[0]["node"] if placement else ""
+        try:
+            deployer = self.deployers[node]
+            record = self.store.get(job_id)
+            manifest = parse_manifest(self.box.open(record.manifest_yaml))
+            # Containers reach the platform's S3 through their own engine's bridge.
+            s = self.settings
+            spec = {n.name: n for n in self.nodes}.get(node)
+            if spec is not None and spec.s3_endpoint_for_containers:
+                s = s.model_copy(
+                    update={"s3_endpoint_for_containers": spec.s3_endpoint_for_containers}
+                )
+            data, results, code = self._job_access(job_id, record, manifest, s)
+            plan = deployment_plan(
+                platform_id=self.settings.platform_id,
+                job_id=job_id,
+                user=record.user,
+                manifest=manifest,
+                learners=len(placement),
+                gpu_indices=[tuple(p["gpu_indices"]) for p in placement],
+                image=resolve_image(manifest, self.settings.learner_image),
+                helper_image=self.settings.learner_image,
+                data=data,
+                results=results,
+                code=code,
+            )
+            names = deployer.deploy(plan)
+        except errors.ImageUnavailable as exc:
+            self._fail(job_id, exc.message, "image_missing")
+            return
+        except errors.DeployRefused as exc:
+            # The engine refused the job's own containers (a 4xx, the OCI runtime failing
+            # them): every redeploy would be refused again, holding the allocation forever.
+            self._fail(job_id, exc.message, exc.code)
+            return
+        except errors.TemporaryError as exc:
+            log.warning("deploy %s: %s; will retry", job_id, exc.message)
+            return
+        except INFRASTRUCTURE_ERRORS as exc:
+            # The platform's own trouble, not the job's (the engine stopped answering, the
+            # store is locked, etcd or S3 is away): the job stays PENDING, deployed again
+            # by `redeploy_stale`, or requeued if its node is lost.
+            log.warning(
+                "deploy %s on %s: %s: %s; will retry", job_id, node, type(exc).__name__, exc
+            )
+            return
+        except Exception as exc:
+            # Neither the job's known faults nor known infrastructure trouble: a bug here
+            # would fail every redeploy too, so the job ends instead of holding its GPUs.
+            log.exception("deploy %s failed", job_id)
+            self._fail(job_id, f"deployment failed: {type(exc).__name__}", "deploy_failed")
+            return
+        self.store.update_info(
+            job_id,
+            {
+                "learners": [
+                    {"id": p["learner"], "node": p["node"], "container": n, "state": "created"}
+                    for p, n in zip(placement, names[1:], strict=True)
+                ],
+                "results": {"bucket": results.bucket, "prefix": jobspec.results_prefix(job_id)},
+            },
+        )
+        self.keeper.try_transition(
+            job_id, Status.DOWNLOADING, f"{len(placement)} learner(s) and the helper started"
+        )
+
+    def _job_access(
+        self, job_id: str, record: JobRecord, manifest: Manifest, s: PlatformSettings
+    ) -> tuple[S3Location | None, S3Location, S3Location | None]:
+        """(data, results, code) as the job's containers reach them, with the job's own keys.
+
+        Locations in the platform's S3 get the job's scoped identity instead of the
+        platform's key (which never enters a container); a user's own store keeps the
+        user's credentials. The results bucket is made here: the job may not make buckets.
+        """
+        data, results = job_locations(manifest, s, record.team, for_containers=True)
+        endpoint = s.s3_endpoint_for_containers or s.s3_endpoint
+        code = None
+        if record.code_key:
+            code = S3Location(endpoint, "", "", self.settings.s3_bucket, record.code_key,
+                              platform=True)  # fmt: skip
+        if results.platform:
+            self._ensure_bucket(results.bucket)
+        policy = job_policy(
+            job_id,
+            data=(data.bucket, data.prefix) if data is not None and data.platform else None,
+            results=(results.bucket, jobspec.results_prefix(job_id)) if results.platform else None,
+            code=(code.bucket, code.prefix) if code is not None else None,
+        )
+        if not policy["Statement"]:
+            # Nothing of the job is in the platform's S3 (its own store, no code): it needs no
+            # identity here (and the store refuses an empty policy).
+            return data, results, code
+        key, secret = self.identities.issue(job_id, policy)
+
+        def scoped(loc: S3Location | None) -> S3Location | None:
+            return loc.with_keys(key, secret) if loc is not None and loc.platform else loc
+
+        scoped_results = scoped(results)
+        assert scoped_results is not None
+        return scoped(data), scoped_results, scoped(code)
+
+    def _ensure_bucket(self, bucket: str) -> None:
+        if self._s3 is None:
+            from dlaas.s3 import platform_client
+
+            self._s3 = platform_client(self.settings)
+        try:
+            self._s3.head_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+        except botocore.exceptions.ClientError:
+            try:
+                self._s3.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+            except botocore.exceptions.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in (
+                    "BucketAlreadyOwnedByYou",
+                    "BucketAlreadyExists",
+                ):
+                    raise errors.TemporaryError(f"results bucket {bucket}: {exc}") from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise errors.TemporaryError(f"the platform's S3 is not answering: {exc}") from None
+
+    def _revoke(self, job_id: str) -> None:
+        """Revoke the job's S3 identity; a failure is left to the leader's sweep."""
+        try:
+            self.identities.revoke(job_id)
+        except errors.TemporaryError as exc:
+            log.warning("%s; the leader's sweep revokes it later", exc.message)
+
+    def sweep_identities(self) -> None:
+        """Revoke the S3 identity of every ended job that has no containers left (leader only).
+
+        A job's identity lives while its containers do: the helper of a halted or finished
+        job still uploads checkpoints and logs until the monitor removes it. Only ended (or
+        deleted) jobs are swept: a queued job's teardown revokes its own identity, and one
+        being deployed right now must keep the key it was just given.
+        """
+        now = self.clock()
+        if now - self._last_sweep < IDENTITY_SWEEP_S:
+            return
+        self._last_sweep = now
+        for job_id in self.identities.job_users():
+            state = self.keeper.get(job_id)
+            if state is not None and not state.final:
+                continue
+            if any(d.containers(job_id) for d in self._deployers_of(job_id)):
+                continue
+            # Read again: a resume may have moved it on while its containers were listed.
+            again = self.keeper.get(job_id)
+            if again is not None and not again.final:
+                continue
+            log.info("revoking the S3 identity of %s: it ended and has no containers", job_id)
+            self._revoke(job_id)
+
+    def _fail(self, job_id: str, reason: str, code: str) -> None:
+        self.keeper.try_transition(job_id, Status.FAILED, reason, error_code=code)
+        for d in self._deployers_of(job_id):
+            d.remove_job(job_id)
+        self._revoke(job_id)
+        self.scheduler.release(job_id)
+
+    def _deployers_of(self, job_id: str) -> list[ContainerEngine]:
+        """The engines holding the job's containers (every healthy one if unknown)."""
+        healthy = {n: d for n, d in self.deployers.items() if n not in self._unhealthy}
+        nodes = {p["node"] for p in self._placement(job_id)}
+        found = [healthy[n] for n in sorted(nodes) if n in healthy]
+        if found or nodes & set(self.deployers):
+            return list(dict.fromkeys(found))
+        return list(dict.fromkeys(healthy.values()))
+
+    def _teardown(self, job_id: str, wait_helper: bool = True) -> None:
+        """Stop the gang, let the helper store checkpoints and logs, remove everything."""
+        for d in self._deployers_of(job_id):
+            if wait_helper and d.containers(job_id):
+                d.stop_learners(job_id)
+                d.signal_helper(job_id)
+                d.wait_helper(job_id, HELPER_FINISH_TIMEOUT_S)
+            d.remove_job(job_id)
+        self._revoke(job_id)

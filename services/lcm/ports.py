@@ -1,0 +1,57 @@
+"""The LCM's ports: everything it needs from the outside world, as abstract classes.
+
+The use cases, the reconciler, node health and deployment (service.py composes them)
+talk only to these. Production adapters: `StatusKeeper` (etcd, dlaas.etcd_status),
+`SchedulerClient` (gRPC, dlaas.sdk), `Deployer` (Docker, deployer.py), `JobIdentities`
+(S3 IAM, dlaas.job_identities). The fast tests' in-memory fakes (tests/lcm_fakes.py)
+subclass the same ports.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from dlaas.ports import SchedulerPort, StatusRepo
+from services.lcm.plan import DeploymentPlan
+
+__all__ = ["ContainerEngine", "SchedulerPort", "StatusRepo"]
+
+
+class ContainerEngine(ABC):
+    """One node's container engine, as the LCM drives it: every call idempotent."""
+
+    @abstractmethod
+    def ping(self) -> bool:
+        """Whether the engine answers now (never raises)."""
+
+    @abstractmethod
+    def managed_jobs(self, platform_id: str) -> set[str]:
+        """Ids of the jobs that have containers of this platform on this engine."""
+
+    @abstractmethod
+    def image_present(self, image: str) -> bool: ...
+
+    @abstractmethod
+    def deploy(self, plan: DeploymentPlan) -> list[str]:
+        """Make the job's containers match `plan` and start them; the container names
+        (the helper's first). Raise DeployRefused, ImageUnavailable or TemporaryError."""
+
+    @abstractmethod
+    def containers(self, job_id: str, role: str | None = None) -> Sequence[object]:
+        """The job's containers on this engine (empty: it has none here)."""
+
+    @abstractmethod
+    def stop_learners(self, job_id: str, timeout: int = 10) -> None: ...
+
+    @abstractmethod
+    def signal_helper(self, job_id: str) -> None:
+        """Tell the job's helper to store checkpoints and logs and exit."""
+
+    @abstractmethod
+    def wait_helper(self, job_id: str, timeout_s: float) -> bool:
+        """Wait until the job's helper has exited; False on timeout."""
+
+    @abstractmethod
+    def remove_job(self, job_id: str) -> None:
+        """Remove every container, the network and the volume of a job (missing is fine)."""

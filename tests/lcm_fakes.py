@@ -1,0 +1,248 @@
+"""In-memory FAKES of the LCM's ports, shared by every test that runs the real LCM without
+etcd, Docker, the scheduler service or the S3 IAM API.
+
+Each subclasses the port it stands in for (services/lcm/ports.py, dlaas.ports), so a port
+that grows a method breaks them at construction, not in a test far away. They keep the
+adapters' rules where the LCM relies on them: status changes follow dlaas.status's table
+and are mirrored into the job store like StatusKeeper's; `delete` forgets the placement
+too; the engine's calls are idempotent. The integration tests that run the real LCM on
+etcd and Docker (tests/integration/test_lcm_*.py) are the check that the adapters behave
+the same (a contract suite run against both is still to be written).
+
+Importable as `lcm_fakes` from tests/unit and tests/integration: pytest puts tests/ on
+sys.path for tests/conftest.py (no __init__.py files here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dlaas.config import PlatformSettings
+from dlaas.errors import JobNotFound
+from dlaas.job_identities import JobIdentities
+from dlaas.nodes import NodeSpec
+from dlaas.ports import SchedulerPort, StatusRepo
+from dlaas.status import JobState, advance, initial
+from dlaas.store.base import JobStore
+from services.lcm.plan import DeploymentPlan
+from services.lcm.ports import ContainerEngine
+from services.lcm.service import Lcm
+
+
+class InMemoryStatusRepo(StatusRepo):
+    """FAKE StatusRepo: a dict instead of etcd (no compare-and-swap needed: one process)."""
+
+    def __init__(self, store: JobStore | None = None, clock: Callable[[], float] | None = None):
+        import time
+
+        self.store = store
+        self.clock = clock or time.time
+        self.states: dict[str, JobState] = {}
+        self.placements: dict[str, list[dict]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}
+        # The scheduler's running entries (written by the scheduler in production).
+        self.held: dict[str, list[dict]] = {}
+        self.watchers: list[Callable[[object], None]] = []
+
+    def _mirror(self, job_id: str, state: JobState) -> None:
+        if self.store is not None:
+            self.store.record_transition(job_id, state.seq, state.transition())
+
+    def get(self, job_id: str) -> JobState | None:
+        return self.states.get(job_id)
+
+    def create(self, job_id: str, reason: str = "submitted") -> JobState:
+        if job_id in self.states:
+            return self.states[job_id]
+        state = self.states[job_id] = initial(self.clock(), reason)
+        self._mirror(job_id, state)
+        return state
+
+    def transition(self, job_id, target, reason, *, error_code="", exit_code=None) -> JobState:
+        current = self.states.get(job_id)
+        if current is None:
+            raise JobNotFound(job_id)
+        new = advance(
+            current, target, self.clock(), reason, error_code=error_code, exit_code=exit_code
+        )
+        self.states[job_id] = new
+        self._mirror(job_id, new)
+        return new
+
+    def delete(self, job_id: str) -> None:
+        self.states.pop(job_id, None)
+        self.placements.pop(job_id, None)
+
+    def active_jobs(self) -> dict[str, JobState]:
+        return {j: s for j, s in self.states.items() if not s.final}
+
+    def repair_mirrors(self, since: float | None = None) -> list[str]:
+        return []  # the mirror is written in the same call: nothing is ever missed
+
+    def placement(self, job_id: str) -> list[dict]:
+        return list(self.placements.get(job_id, []))
+
+    def set_placement(self, job_id: str, placement: list[dict]) -> None:
+        self.placements[job_id] = list(placement)
+
+    def set_node_health(self, name: str, health: dict[str, Any]) -> None:
+        self.nodes[name] = dict(health)
+
+    def unhealthy_nodes(self) -> set[str]:
+        return {n for n, h in self.nodes.items() if not h.get("healthy", True)}
+
+    def held_allocation(self, job_id: str) -> list[dict]:
+        return list(self.held.get(job_id, []))
+
+    def watch_scheduler(self, callback: Callable[[object], None]) -> object:
+        self.watchers.append(callback)
+        return callback
+
+    def cancel_watch(self, handle: object) -> None:
+        self.watchers.remove(handle)  # type: ignore[arg-type]
+
+
+class FakeEngine(ContainerEngine):
+    """FAKE container engine: records the plans it is given and never runs a container.
+
+    `up`: whether it answers pings; `missing_images`: images it does not have;
+    `containers_of`: job id -> container names "on" it (a test may seed leftovers).
+    """
+
+    def __init__(self, missing_images: set[str] | None = None):
+        self.up = True
+        self.missing_images = set(missing_images or ())
+        self.plans: list[DeploymentPlan] = []
+        self.containers_of: dict[str, list[str]] = {}
+        self.removed: list[str] = []
+        self.stopped: list[str] = []
+
+    def ping(self) -> bool:
+        return self.up
+
+    def managed_jobs(self, platform_id: str) -> set[str]:
+        return {j for j, names in self.containers_of.items() if names}
+
+    def image_present(self, image: str) -> bool:
+        return image not in self.missing_images
+
+    def deploy(self, plan: DeploymentPlan) -> list[str]:
+        self.plans.append(plan)
+        names = [spec.name for spec in plan.containers]
+        self.containers_of[plan.job_id] = names
+        return names
+
+    def containers(self, job_id: str, role: str | None = None) -> list[str]:
+        return list(self.containers_of.get(job_id, []))
+
+    def stop_learners(self, job_id: str, timeout: int = 10) -> None:
+        self.stopped.append(job_id)
+
+    def signal_helper(self, job_id: str) -> None:
+        pass
+
+    def wait_helper(self, job_id: str, timeout_s: float) -> bool:
+        return True
+
+    def remove_job(self, job_id: str) -> None:
+        if self.containers_of.pop(job_id, None) is not None:
+            self.removed.append(job_id)
+
+
+class FakeScheduler(SchedulerPort):
+    """FAKE scheduler port: a cluster of `cpus` CPUs; refuses a gang that can never fit
+    (like the real scheduler's check), records every gang and release. `decisions` is
+    what the next schedule() returns; `raises`, when set, is raised by every call."""
+
+    def __init__(self, cpus: float = 8.0):
+        self.cpus = cpus
+        self.gangs: list[Any] = []  # every GangRequest enqueued, in order
+        self.released: list[str] = []
+        self.decisions: list[Any] = []
+        self.raises: BaseException | None = None
+
+    def _check(self) -> None:
+        if self.raises is not None:
+            raise self.raises
+
+    def enqueue(self, gang) -> tuple[bool, str]:
+        self._check()
+        if gang.learners * gang.cpus > self.cpus:
+            return False, (
+                f"learners: {gang.learners} learners x {gang.cpus:g} cpus can never fit; "
+                f"the cluster has {self.cpus:g} cpus"
+            )
+        self.gangs.append(gang)
+        return True, ""
+
+    def schedule(self) -> list[Any]:
+        self._check()
+        out, self.decisions = self.decisions, []
+        return out
+
+    def release(self, job_id: str, ended: bool = False) -> None:
+        self._check()
+        self.released.append(job_id)
+
+
+class FakeIdentities(JobIdentities):
+    """FAKE S3 identities: issued and revoked in a dict (no IAM API)."""
+
+    def __init__(self) -> None:  # no boto3 client: nothing here reaches S3
+        self.issued: dict[str, dict] = {}
+        self.revoked: list[str] = []
+
+    def issue(self, job_id: str, policy: dict[str, Any]) -> tuple[str, str]:
+        self.issued[job_id] = policy
+        return f"AK{job_id}", f"SK{job_id}"
+
+    def revoke(self, job_id: str) -> bool:
+        self.revoked.append(job_id)
+        return self.issued.pop(job_id, None) is not None
+
+    def job_users(self) -> set[str]:
+        return set(self.issued)
+
+
+class FakeBuckets:
+    """FAKE platform S3 client for the LCM's results buckets (head_bucket/create_bucket)."""
+
+    def __init__(self) -> None:
+        self.buckets: set[str] = set()
+
+    def head_bucket(self, Bucket: str) -> None:
+        import botocore.exceptions
+
+        if Bucket not in self.buckets:
+            raise botocore.exceptions.ClientError({"Error": {"Code": "404"}}, "HeadBucket")
+
+    def create_bucket(self, Bucket: str) -> None:
+        self.buckets.add(Bucket)
+
+
+def fake_lcm(
+    store: JobStore,
+    settings: PlatformSettings | None = None,
+    nodes: list[NodeSpec] | None = None,
+    cpus: float = 8.0,
+    clock: Callable[[], float] | None = None,
+) -> Lcm:
+    """The REAL Lcm over the fakes: `lcm.keeper`, `lcm.scheduler`, `lcm.deployers[name]`,
+    `lcm.identities` are the fakes above, for a test to seed and inspect."""
+    import time
+
+    settings = settings or PlatformSettings(s3_access_key="k", s3_secret_key="s")
+    nodes = nodes or [NodeSpec(name="local", cpus=int(cpus), memory_mb=16384)]
+    clock = clock or time.time
+    return Lcm(
+        settings,
+        InMemoryStatusRepo(store, clock),
+        store,
+        {n.name: FakeEngine() for n in nodes},
+        FakeScheduler(cpus),
+        nodes,
+        clock=clock,
+        identities=FakeIdentities(),
+        s3=FakeBuckets(),
+    )

@@ -1,0 +1,152 @@
+"""The REAL LCM use cases, node health and restart policy over the in-memory port fakes
+(tests/lcm_fakes.py): no etcd, no Docker, no scheduler service.
+
+The rules checked here (restart backoff, the max_restarts boundary, what a node that
+comes back keeps) used to be reachable only through etcd and Docker.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from lcm_fakes import FakeEngine, FakeScheduler, InMemoryStatusRepo, fake_lcm
+
+from dlaas.errors import CapacityExceeded, ImageUnavailable
+from dlaas.ports import SchedulerPort, StatusRepo
+from dlaas.status import Status
+from services.lcm.ports import ContainerEngine
+from services.lcm.restart_policy import MAX_BACKOFF_S, backoff_s
+
+MANIFEST = "name: j\nframework: {name: python, command: python3 train.py}\n"
+
+
+def test_the_fakes_implement_the_ports():
+    assert isinstance(InMemoryStatusRepo(), StatusRepo)
+    assert isinstance(FakeEngine(), ContainerEngine)
+    assert isinstance(FakeScheduler(), SchedulerPort)
+
+
+@pytest.mark.parametrize(
+    ("restart", "seconds"),
+    [(1, 0.0), (2, 1.0), (3, 2.0), (4, 4.0), (7, 32.0), (8, MAX_BACKOFF_S), (50, MAX_BACKOFF_S)],
+)
+def test_restart_backoff_is_at_once_then_doubles_up_to_the_cap(restart, seconds):
+    assert backoff_s(restart) == seconds
+
+
+def _placed(lcm, job_id: str, node: str = "local") -> None:
+    """The job as the leader leaves it once deployed on `node`."""
+    lcm.keeper.transition(job_id, Status.PENDING, "placed")
+    lcm.keeper.set_placement(job_id, [{"learner": 0, "node": node, "gpu_indices": []}])
+    lcm.deployers[node].containers_of[job_id] = [f"{job_id}-helper", f"{job_id}-learner-0"]
+
+
+def _wait_due(lcm, job_id: str) -> None:
+    # The requeue's teardown runs on a thread; as the leader it ends by marking the job due.
+    deadline = time.monotonic() + 10
+    while job_id not in lcm._due and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert job_id in lcm._due
+
+
+def test_a_job_restarts_max_restarts_times_then_fails(job_store):
+    lcm = fake_lcm(job_store)
+    lcm._leading.set()
+    lcm.submit("job-r", "alice", MANIFEST + "max_restarts: 2\n", "")
+    for restart in (1, 2):
+        _placed(lcm, "job-r")
+        assert lcm.requeue("job-r", "learner 0 exited 1", is_restart=True) == "QUEUED"
+        _wait_due(lcm, "job-r")
+        lcm._due.clear()
+        assert job_store.get("job-r").info["restarts"] == restart
+        assert f"restart {restart}/2" in lcm.keeper.get("job-r").reason
+    _placed(lcm, "job-r")
+    assert lcm.requeue("job-r", "learner 0 exited 1", is_restart=True) == "FAILED"
+    state = lcm.keeper.get("job-r")
+    assert state.error_code == "restarts_exhausted" and "max_restarts=2" in state.reason
+    assert job_store.get("job-r").info["restarts"] == 2
+
+
+def test_restart_waits_out_its_backoff(job_store):
+    now = [1000.0]
+    lcm = fake_lcm(job_store, clock=lambda: now[0])
+    lcm._leading.set()
+    lcm.submit("job-b", "alice", MANIFEST + "max_restarts: 5\n", "")
+    for restart in (1, 2, 3):
+        _placed(lcm, "job-b")
+        lcm.requeue("job-b", "boom", is_restart=True)
+        _wait_due(lcm, "job-b")
+        assert lcm._due.pop("job-b") == now[0] + backoff_s(restart)
+
+
+def test_a_node_that_comes_back_keeps_only_the_running_jobs_placed_on_it(job_store):
+    lcm = fake_lcm(job_store)
+    engine = lcm.deployers["local"]
+    for job_id in ("job-run", "job-moved", "job-other"):
+        lcm.submit(job_id, "alice", MANIFEST, "")
+    _placed(lcm, "job-run")  # running here: kept
+    _placed(lcm, "job-moved")
+    lcm.keeper.transition("job-moved", Status.QUEUED, "requeued while the node was away")
+    _placed(lcm, "job-other")
+    lcm.keeper.set_placement("job-other", [{"learner": 0, "node": "n2", "gpu_indices": []}])
+    engine.containers_of["job-gone"] = ["job-gone-helper"]  # deleted meanwhile: no status
+    # Marked lost while the engine was away (not through _node_lost: it would requeue
+    # job-run, which this test needs running when the node answers again).
+    lcm.keeper.set_node_health("local", {"healthy": False})
+    lcm._unhealthy.add("local")
+    lcm.check_nodes()
+    assert sorted(engine.removed) == ["job-gone", "job-moved", "job-other"]
+    assert "job-run" in engine.containers_of
+    assert lcm.keeper.unhealthy_nodes() == set() and "local" not in lcm._unhealthy
+
+
+def test_a_lost_node_is_marked_after_the_failed_probes_in_a_row(job_store):
+    now = [0.0]
+    lcm = fake_lcm(job_store, clock=lambda: now[0])
+    engine = lcm.deployers["local"]
+    engine.up = False
+    now[0] += 1
+    lcm.check_nodes()
+    assert lcm.keeper.unhealthy_nodes() == set()  # one failed probe is not a lost node
+    now[0] += 1
+    lcm.check_nodes()
+    assert lcm.keeper.unhealthy_nodes() == {"local"}
+
+
+def test_submit_refuses_what_never_fits_and_a_missing_image(job_store):
+    lcm = fake_lcm(job_store, cpus=2)
+    with pytest.raises(CapacityExceeded, match="can never fit"):
+        lcm.submit("job-big", "alice", MANIFEST + "learners: 3\n", "")
+    lcm.deployers["local"].missing_images.add(lcm.settings.learner_image)
+    with pytest.raises(ImageUnavailable):
+        lcm.submit("job-img", "alice", MANIFEST, "")
+
+
+def test_delete_of_a_running_job_halts_and_removes_it(job_store):
+    lcm = fake_lcm(job_store)
+    lcm.submit("job-d", "alice", MANIFEST, "")
+    _placed(lcm, "job-d")
+    lcm.delete("job-d", "alice")
+    assert lcm.keeper.get("job-d") is None and lcm.keeper.placement("job-d") == []
+    assert lcm.deployers["local"].removed == ["job-d"] and "job-d" in lcm.scheduler.released
+
+
+def test_a_placement_decision_deploys_the_plan(job_store):
+    from dlaas.v1 import scheduler_pb2
+
+    lcm = fake_lcm(job_store)
+    lcm.submit("job-p", "alice", MANIFEST + "learners: 2\n", "")
+    lcm.scheduler.decisions = [
+        scheduler_pb2.Decision(
+            job_id="job-p",
+            action="start",
+            cause="fits",
+            allocations=[scheduler_pb2.LearnerAllocation(learner=i, node="local") for i in (0, 1)],
+        )
+    ]
+    lcm.place_round()
+    [plan] = lcm.deployers["local"].plans
+    assert plan.job_id == "job-p" and len(plan.learners) == 2
+    assert lcm.keeper.get("job-p").status == Status.DOWNLOADING
+    assert [entry["id"] for entry in job_store.get("job-p").info["learners"]] == [0, 1]
