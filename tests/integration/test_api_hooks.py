@@ -68,6 +68,8 @@ def test_bad_hooks_are_refused_naming_the_field(keyed, body, field):
 
 
 def test_without_a_platform_key_no_hook_is_made(env):  # noqa: F811
+    deps = env.client.app.state.deps
+    deps.settings = deps.settings.model_copy(update={"secrets_key": SecretStr("")})
     r = add(env)
     assert r.status_code == 422
     assert "DLAAS_SECRETS_KEY" in r.json()["message"]

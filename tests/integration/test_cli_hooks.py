@@ -5,23 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_api import SECRETS_KEY
 from test_cli import server  # noqa: F401 - a fixture
 
 from dlaas import hooks
-from dlaas.secretbox import new_key
 
 
 @pytest.fixture
-def platform_key(monkeypatch) -> str:
-    """A platform key, in the environment before `server` builds its settings."""
-    key = new_key()
-    monkeypatch.setenv("DLAAS_SECRETS_KEY", key)
-    return key
-
-
-@pytest.fixture
-def keyed_server(platform_key, server):  # noqa: F811
-    return server, platform_key
+def keyed_server(server):  # noqa: F811
+    """The CLI's server: its settings carry test_api's platform key, which signs hooks."""
+    return server, SECRETS_KEY
 
 
 def test_hooks_add_list_deliveries_rm(keyed_server):
