@@ -49,7 +49,7 @@ from services.scheduler.policy import (
     RunningJob,
     Snapshot,
     TeamQuota,
-    forward_starts,
+    predict_waiting,
     schedule,
 )
 from services.scheduler.policy.core import _service, _thresholds, preempts
@@ -371,11 +371,8 @@ def simulate(
                 snap = Snapshot(
                     cluster, [s.running for s in running.values()], list(queue.values()), quotas
                 )
-                want = set(waiting)
-                fwd = forward_starts(snap, t, policy, model, (0.1, 0.9), cfg, want)
-                for j in waiting:
-                    a, b = fwd[j]
-                    states[j].eta = (min(a, b), max(a, b))
+                for j, eta in predict_waiting(snap, t, policy, model, waiting, cfg).items():
+                    states[j].eta = eta
         if queue and preempts(policy) and not tick_pending:
             push(t + tick_s, _TICK, "tick")
             tick_pending = True
