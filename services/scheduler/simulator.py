@@ -49,12 +49,15 @@ from services.scheduler.policy import (
     RunningJob,
     Snapshot,
     TeamQuota,
-    forward_starts,
+    predict_waiting,
     schedule,
 )
 from services.scheduler.policy.core import _service, _thresholds, preempts
 
 _FINISH, _SUBMIT, _TICK = 0, 1, 2
+
+# The ETA is also judged on its own over the jobs that waited at least this long (seconds).
+WAITED_S = 600.0
 
 
 @dataclass(slots=True)
@@ -368,11 +371,8 @@ def simulate(
                 snap = Snapshot(
                     cluster, [s.running for s in running.values()], list(queue.values()), quotas
                 )
-                want = set(waiting)
-                fwd = forward_starts(snap, t, policy, model, (0.1, 0.9), cfg, want)
-                for j in waiting:
-                    a, b = fwd[j]
-                    states[j].eta = (min(a, b), max(a, b))
+                for j, eta in predict_waiting(snap, t, policy, model, waiting, cfg).items():
+                    states[j].eta = eta
         if queue and preempts(policy) and not tick_pending:
             push(t + tick_s, _TICK, "tick")
             tick_pending = True
@@ -380,7 +380,11 @@ def simulate(
     done = [s for s in states.values() if s.end is not None]
     jct = [s.end - s.job.submit for s in done]
     qd = [s.first_start - s.job.submit for s in done]
-    in_range, errors, widths, waited_in, waited_widths = 0, [], [], 0, []
+    in_range, errors, widths = 0, [], []
+    # Jobs that waited long enough for their ETA to matter: a job that starts within a round
+    # or two is "in range" almost by construction, and would hide how the ETA does for the
+    # jobs a user actually looks up.
+    waited_in, waited_widths, waited_waits = 0, [], []
     for s in done:
         lo, hi = s.eta or (s.job.submit, s.job.submit)
         ok = lo - 1e-6 <= s.first_start <= hi + 1e-6
@@ -388,9 +392,11 @@ def simulate(
         mid = (lo + hi) / 2 if hi != float("inf") else lo
         errors.append(abs(s.first_start - mid))
         widths.append(hi - lo)  # a range can be right by being wide: report how wide
-        if s.first_start > s.job.submit:
+        wait = s.first_start - s.job.submit
+        if wait >= WAITED_S:
             waited_in += ok
             waited_widths.append(hi - lo)
+            waited_waits.append(wait)
     waited = len(waited_widths)
     span = max(last_end - first_t, 1e-9)
     out = {
@@ -407,9 +413,10 @@ def simulate(
         "eta_in_range": in_range / len(done) if done else 1.0,
         "eta_median_abs_error": statistics.median(errors) if errors else 0.0,
         "eta_median_width": statistics.median(widths) if widths else 0.0,
-        "_waited": waited,
-        "_eta_in_range_waited": waited_in / waited if waited else 1.0,
-        "_eta_median_width_waited": statistics.median(waited_widths) if waited else 0.0,
+        "waited": waited,
+        "eta_in_range_waited": waited_in / waited if waited else 1.0,
+        "eta_median_width_waited": statistics.median(waited_widths) if waited else 0.0,
+        "median_wait_waited": statistics.median(waited_waits) if waited else 0.0,
     }
     if team_quotas:
         busy = sum(busy_by_team.values()) or 1.0
@@ -450,6 +457,10 @@ KEYS = (
     "eta_in_range",
     "eta_median_abs_error",
     "eta_median_width",
+    "waited",
+    "eta_in_range_waited",
+    "eta_median_width_waited",
+    "median_wait_waited",
 )
 
 
@@ -505,14 +516,16 @@ def main(argv: list[str] | None = None) -> int:
         ("avg / p99 queueing delay", f"{m['avg_queue']:,.0f} / {m['p99_queue']:,.0f} s"),
         ("GPU utilization", f"{m['utilization']:.1%}"),
         ("preemptions", f"{m['preemptions']:,}"),
-        (
-            "ETA in range (all / jobs that waited)",
-            f"{m['eta_in_range']:.1%} / {m['_eta_in_range_waited']:.1%} of {m['_waited']:,}",
-        ),
+        ("ETA in range (all jobs)", f"{m['eta_in_range']:.1%}"),
         ("ETA median abs error", f"{m['eta_median_abs_error']:,.0f} s"),
+        ("ETA median width (all jobs)", f"{m['eta_median_width']:,.0f} s"),
         (
-            "ETA median width (all / jobs that waited)",
-            f"{m['eta_median_width']:,.0f} / {m['_eta_median_width_waited']:,.0f} s",
+            f"jobs that waited >= {WAITED_S / 60:.0f} min",
+            (
+                f"{m['waited']:,}: ETA in range {m['eta_in_range_waited']:.1%}, median width "
+                f"{m['eta_median_width_waited']:,.0f} s, median wait "
+                f"{m['median_wait_waited']:,.0f} s"
+            ),
         ),
     ]
     if a.teams:

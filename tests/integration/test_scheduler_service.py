@@ -157,7 +157,7 @@ def test_queue_etas_learn_the_run_times_of_jobs_that_ended(etcd):
     started(svc)
     clock.now += 10
     svc.Enqueue(gang("b", cpus=2), Ctx())
-    _, prior_high = eta_of_b()
+    prior_low, prior_high = eta_of_b()
     svc.Release(scheduler_pb2.JobId(job_id="a"), Ctx())  # halted, requeued...: not learned
     started(svc)
     assert len(svc.durations) == 0
@@ -171,7 +171,8 @@ def test_queue_etas_learn_the_run_times_of_jobs_that_ended(etcd):
     clock.now += 10  # r5 has run 10 s of the 100 s such jobs take
     low, high = eta_of_b()
     assert low == pytest.approx(90) and high == pytest.approx(90)
-    assert prior_high > 90
+    # before: a has run 10 s and nothing ended: "as likely to run as long again" spans 1-90 s
+    assert prior_low < 10 and prior_high == pytest.approx(90)
 
 
 def test_a_job_moved_to_make_room_for_a_gang_restarts_in_the_same_round(etcd):

@@ -45,6 +45,6 @@ __all__ = [
     "team_usage",
 ]
 
-from .eta import DurationModel, forward_starts, queue_report
+from .eta import DurationModel, forward_starts, predict_waiting, queue_report
 
-__all__ += ["DurationModel", "forward_starts", "queue_report"]
+__all__ += ["DurationModel", "forward_starts", "predict_waiting", "queue_report"]
