@@ -19,6 +19,7 @@ import zipfile
 import pytest
 from fastapi.testclient import TestClient
 from lcm_fakes import fake_lcm
+from sample_manifests import MANIFEST
 
 from dlaas import jobspec
 from dlaas.accounts import TokenRecord, User, token_hash
@@ -40,27 +41,6 @@ ALICE, BOB, CAROL, ADMIN = "tok-alice", "tok-bob", "tok-carol", "tok-admin"
 CLUSTER_CPUS = 8.0  # the fake cluster: 8 CPUs in all
 # The platform key that seals stored passwords: the LCM seals, the API opens.
 SECRETS_KEY = new_key()
-
-MANIFEST = """
-name: digits
-learners: {learners}
-cpus: 1
-memory: 512MiB
-data_stores:
-  - id: platform
-    type: s3
-    training_data:
-      container: digits-data
-    training_results:
-      container: {results}
-    connection:
-      access_key: someone
-      password: s3cr3t-never-shown
-framework:
-  name: python
-  version: "3.11"
-  command: python3 train.py
-"""
 
 
 def auth(token: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ import json
 import tarfile
 
 import pytest
+from sample_manifests import MANIFEST
 from typer.testing import CliRunner
 
 from dlaas.cli import app, eta_text, queue_reason
@@ -18,27 +19,6 @@ from dlaas.servers import free_port
 
 runner = CliRunner()
 
-# The manifest of tests/integration/test_api.py, which the API tests submit.
-MANIFEST = """
-name: digits
-learners: {learners}
-cpus: 1
-memory: 512MiB
-data_stores:
-  - id: platform
-    type: s3
-    training_data:
-      container: digits-data
-    training_results:
-      container: {results}
-    connection:
-      access_key: someone
-      password: s3cr3t-never-shown
-framework:
-  name: python
-  version: "3.11"
-  command: python3 train.py
-"""
 
 REASON = (
     "needs 8 GPUs on one node; largest free block is 4; expected to start in 20 min-40 min; "
