@@ -21,7 +21,8 @@ import logging
 import queue
 import threading
 
-from dlaas import hooks, purge
+from dlaas import hooks
+from dlaas.celery_producer import producer
 from dlaas.config import PlatformSettings
 from dlaas.errors import JobNotFound
 from dlaas.status import Status, Transition
@@ -123,15 +124,9 @@ class HookNotifier(Notifier):
 
     def _celery(self):
         if self._app is None:
-            from celery import Celery
-
-            app = Celery("dlaas-notify", broker=self.redis_url, set_as_current=False)
-            app.conf.update(
-                broker_transport_options=purge.transport_options(self.visibility_timeout_s),
-                broker_connection_timeout=self.publish_timeout_s,
-                task_ignore_result=True,
+            self._app = producer(
+                "dlaas-notify", self.redis_url, self.visibility_timeout_s, self.publish_timeout_s
             )
-            self._app = app
         return self._app
 
 

@@ -13,6 +13,7 @@ import logging
 import uuid
 
 from dlaas import purge
+from dlaas.celery_producer import producer
 from dlaas.errors import TemporaryError
 
 log = logging.getLogger(__name__)
@@ -37,15 +38,9 @@ class CeleryTaskQueue(TaskQueue):
 
     def _celery(self):
         if self._app is None:
-            from celery import Celery
-
-            app = Celery("dlaas-api", broker=self.redis_url, set_as_current=False)
-            app.conf.update(
-                broker_transport_options=purge.transport_options(self._visibility_timeout_s),
-                broker_connection_timeout=self.timeout_s,
-                task_ignore_result=True,
+            self._app = producer(
+                "dlaas-api", self.redis_url, self._visibility_timeout_s, self.timeout_s
             )
-            self._app = app
         return self._app
 
     def enqueue_purge(self, req: purge.PurgeRequest) -> str:
