@@ -170,11 +170,8 @@ def revoke(body: RevokeRequest, deps: DepsDep, caller: CallerDep) -> RevokeReply
 
 def _usage(deps) -> dict[str, dict[str, Any]]:
     """Per-team usage as the scheduler reports it; {} while it does not answer."""
-    teams = getattr(deps.scheduler, "teams", None)
-    if teams is None:
-        return {}
     try:
-        usage = teams()
+        usage = deps.scheduler.teams()
     except DlaasError:
         return {}
     return {
@@ -207,9 +204,7 @@ def list_teams(deps: DepsDep, caller: CallerDep) -> list[TeamPublic]:
 
 def _push_quota(deps, name: str, quota: Quota) -> None:
     """The scheduler enforces quotas: it hears of a change before the store records it."""
-    setter = getattr(deps.scheduler, "set_team_quota", None)
-    if setter is not None:
-        setter(name, quota.gpus, quota.cpus, quota.memory_mb)
+    deps.scheduler.set_team_quota(name, quota.gpus, quota.cpus, quota.memory_mb)
 
 
 @router.post(
