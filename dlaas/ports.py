@@ -1,14 +1,17 @@
-"""Ports to the platform's shared facts: job status in etcd and the scheduler.
+"""Ports to the platform's shared facts: job status in etcd, the scheduler, and the
+containers of jobs as a container engine reports them.
 
 Abstract classes, no I/O. The production adapters subclass them (`StatusKeeper` in
-dlaas.etcd_status, `SchedulerClient` in dlaas.sdk); so do the in-memory fakes of the
-fast tests (tests/lcm_fakes.py), so a use case runs the same against either.
+dlaas.etcd_status, `SchedulerClient` in dlaas.sdk, the Docker and Swarm engines of
+services/lcm); so do the in-memory fakes of the fast tests (tests/lcm_fakes.py), so a use
+case runs the same against either.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from dlaas.errors import InvalidTransition, JobNotFound
@@ -116,3 +119,100 @@ class SchedulerPort(ABC):
     @abstractmethod
     def release(self, job_id: str, ended: bool = False) -> None:
         """Give back the job's allocation and drop it from the queue."""
+
+
+# ---- the containers of jobs -----------------------------------------------------------
+
+# Container states, in Docker's vocabulary (a Swarm task's state is mapped onto them).
+RUNNING_STATES = frozenset({"running", "paused", "restarting"})
+EXITED_STATES = frozenset({"exited", "dead"})
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container of a job as its engine reports it: a Docker container, or the task of
+    a Swarm service. Plain data; `id` is the engine's handle for the calls below."""
+
+    id: str
+    name: str
+    job_id: str
+    role: str  # jobspec.ROLE_HELPER | jobspec.ROLE_LEARNER
+    learner: int | None  # learner index; None for a helper
+    state: str  # created, running, exited, dead, ... (RUNNING_STATES, EXITED_STATES)
+    node: str = ""
+    exit_code: int | None = None  # set once exited
+    oom_killed: bool = False
+    finished_at: float | None = None  # seconds since the epoch, once exited
+
+    @property
+    def running(self) -> bool:
+        return self.state in RUNNING_STATES
+
+    @property
+    def exited(self) -> bool:
+        return self.state in EXITED_STATES
+
+
+class EngineUnreachable(Exception):
+    """The engine (or the node it speaks for) does not answer; what runs there is unknown."""
+
+    def __init__(self, node: str, cause: str = ""):
+        super().__init__(f"the container engine of node {node} does not answer"
+                         + (f": {cause}" if cause else ""))  # fmt: skip
+        self.node = node
+
+
+class EventStream(ABC):
+    """The job ids an engine reports changes for, as they happen; `close()` ends it."""
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[str]: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class JobContainers(ABC):
+    """A node's view of the platform's job containers: observe them and act on one.
+
+    What the job monitor and the API's log reader need of an engine. Every call is
+    idempotent; a container already gone is fine (None, empty, or nothing done). Calls
+    that cannot reach the engine raise EngineUnreachable.
+    """
+
+    @abstractmethod
+    def job_containers(self, job_id: str) -> list[Container]:
+        """The job's containers on this node, exited ones included."""
+
+    @abstractmethod
+    def jobs_with_resources(self) -> set[str]:
+        """Ids of the jobs that have containers, networks or volumes of this platform here."""
+
+    @abstractmethod
+    def events(self, since: float | None = None) -> EventStream:
+        """A stream of the ids of jobs whose containers changed (a wake-up, not the truth:
+        the monitor reads `job_containers` again). Raises EngineUnreachable."""
+
+    @abstractmethod
+    def logs(self, c: Container, *, tail: int | None = None) -> bytes | None:
+        """The container's output so far (the last `tail` lines); None when it is gone."""
+
+    @abstractmethod
+    def follow_logs(self, c: Container) -> Iterator[bytes]:
+        """The container's output from its start, ending when the container ends."""
+
+    @abstractmethod
+    def start(self, c: Container) -> None:
+        """Start an exited container again (a helper restarted beside running learners)."""
+
+    @abstractmethod
+    def kill(self, c: Container, signal: str | None = None) -> None:
+        """Send `signal` (default SIGKILL) to the container's main process."""
+
+    @abstractmethod
+    def stop(self, c: Container, timeout: int) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds; returns when it has exited."""
+
+    @abstractmethod
+    def remove_resources(self, job_id: str) -> None:
+        """Remove every container, network and volume of the job here (missing is fine)."""
