@@ -125,6 +125,14 @@ def checkpoint_prefix(job_id: str) -> str:
 # DLAAS_CHECKPOINT_INTERVAL_S seconds (0: only at the end) and once more on the finish signal.
 ENV_CHECKPOINT_INTERVAL = "DLAAS_CHECKPOINT_INTERVAL_S"
 ENV_CHECKPOINT_PREFIX = "DLAAS_CHECKPOINT_PREFIX"
+# A gang on several nodes has a helper per node (services/lcm/plan.py): which learners are
+# on its node (comma-separated indices), and whether it is the job's helper ("1": it
+# mirrors the checkpoints and prints the events; "0": it only restores them).
+ENV_HELPER_LEARNERS = "DLAAS_HELPER_LEARNERS"
+ENV_HELPER_PRIMARY = "DLAAS_HELPER_PRIMARY"
+# Where the helper finds its secret env entries as a file of NAME=value lines, when the
+# engine hands secrets over as files (Swarm secrets) instead of env values.
+ENV_SECRET_FILE = "DLAAS_SECRET_ENV_FILE"
 
 
 def format_event(event: str, **fields: object) -> str:

@@ -106,6 +106,7 @@ class Deployment:
                 data=data,
                 results=results,
                 code=code,
+                nodes=[p["node"] for p in placement],
             )
             names = deployer.deploy(plan)
         except errors.ImageUnavailable as exc:
@@ -138,7 +139,7 @@ class Deployment:
             {
                 "learners": [
                     {"id": p["learner"], "node": p["node"], "container": n, "state": "created"}
-                    for p, n in zip(placement, names[1:], strict=True)
+                    for p, n in zip(placement, names[-len(placement) :], strict=True)
                 ],
                 "results": {"bucket": results.bucket, "prefix": jobspec.results_prefix(job_id)},
             },

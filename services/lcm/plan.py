@@ -59,6 +59,9 @@ class ContainerSpec:
     # Capabilities added back after dropping all: none is needed by the helper, the learner
     # wrapper or the examples (they run as root in files root owns).
     cap_add: tuple[str, ...] = ()
+    # The node the container runs on ("": the engine's only node). An engine that spans
+    # nodes (Swarm) pins the container there; a single engine ignores it.
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -68,12 +71,19 @@ class DeploymentPlan:
     volume: str
     bridge: str  # the network's host interface (jobspec.bridge_name): the firewall's handle
     labels: dict[str, str]
-    helper: ContainerSpec
+    helper: ContainerSpec  # the job's helper, on learner 0's node
     learners: list[ContainerSpec] = field(default_factory=list)
+    # A gang spanning nodes has a helper on each other node too: it stages the data and
+    # code into that node's job volume and stores its learners' logs and results.
+    node_helpers: list[ContainerSpec] = field(default_factory=list)
+
+    @property
+    def helpers(self) -> list[ContainerSpec]:
+        return [self.helper, *self.node_helpers]
 
     @property
     def containers(self) -> list[ContainerSpec]:
-        return [self.helper, *self.learners]
+        return [*self.helpers, *self.learners]
 
 
 def job_labels(platform_id: str, job_id: str, user: str) -> dict[str, str]:
@@ -93,9 +103,18 @@ def deployment_plan(
     data: S3Location | None,
     results: S3Location,
     code: S3Location | None,
+    nodes: list[str] | None = None,
 ) -> DeploymentPlan:
-    """The containers of one job: a helper and `learners` learners, with limits and env."""
+    """The containers of one job: a helper and `learners` learners, with limits and env.
+
+    `nodes[i]` is learner i's node (None: one engine, nothing pinned). A gang on several
+    nodes gets a helper per node: learner 0's node has the job's helper (it alone mirrors
+    the checkpoints to S3 and prints the events the monitor follows); the helper of each
+    other node stages data, code and checkpoints for its learners and stores their logs and
+    results. The job volume is per node.
+    """
     labels = job_labels(platform_id, job_id, user)
+    nodes = list(nodes) if nodes else [""] * learners
     helper_env = {
         "JOB_ID": job_id,
         "NUM_LEARNERS": str(learners),
@@ -117,20 +136,33 @@ def deployment_plan(
             DLAAS_CODE_ACCESS_KEY=code.access_key,
             DLAAS_CODE_SECRET_KEY=code.secret_key,
         )
-    helper = ContainerSpec(
-        name=jobspec.helper_name(job_id),
-        role=jobspec.ROLE_HELPER,
-        image=helper_image,
-        command=["python3", "-m", "services.learner_helper"],
-        env=helper_env,
-        labels={**labels, jobspec.LABEL_ROLE: jobspec.ROLE_HELPER},
-        aliases=("helper",),
-        nano_cpus=HELPER_NANO_CPUS,
-        mem_limit_mb=HELPER_MEMORY_MB,
-        pids_limit=HELPER_PIDS_LIMIT,
-        tmp_mb=HELPER_TMP_MB,
-        disk_mb=HELPER_DISK_MB,
-    )
+    # Learner 0's node first: its helper is the job's helper.
+    spanned = list(dict.fromkeys(nodes))
+    helpers = []
+    for k, node in enumerate(spanned):
+        env = dict(helper_env)
+        if len(spanned) > 1:
+            env[jobspec.ENV_HELPER_LEARNERS] = ",".join(
+                str(i) for i, n in enumerate(nodes) if n == node
+            )
+            env[jobspec.ENV_HELPER_PRIMARY] = "1" if k == 0 else "0"
+        helpers.append(
+            ContainerSpec(
+                name=jobspec.helper_name(job_id) + (f"-{k}" if k else ""),
+                role=jobspec.ROLE_HELPER,
+                image=helper_image,
+                command=["python3", "-m", "services.learner_helper"],
+                env=env,
+                labels={**labels, jobspec.LABEL_ROLE: jobspec.ROLE_HELPER},
+                aliases=("helper",) if k == 0 else (),
+                nano_cpus=HELPER_NANO_CPUS,
+                mem_limit_mb=HELPER_MEMORY_MB,
+                pids_limit=HELPER_PIDS_LIMIT,
+                tmp_mb=HELPER_TMP_MB,
+                disk_mb=HELPER_DISK_MB,
+                node=node,
+            )
+        )
     specs = []
     for i in range(learners):
         env = {**manifest.env, **jobspec.learner_env(job_id, i, learners)}
@@ -153,6 +185,7 @@ def deployment_plan(
                 gpu_indices=gpu_indices[i] if i < len(gpu_indices) else (),
                 aliases=(jobspec.learner_alias(i),),
                 learner=i,
+                node=nodes[i],
             )
         )
     return DeploymentPlan(
@@ -161,6 +194,7 @@ def deployment_plan(
         volume=jobspec.volume_name(job_id),
         bridge=jobspec.bridge_name(platform_id, job_id),
         labels=labels,
-        helper=helper,
+        helper=helpers[0],
         learners=specs,
+        node_helpers=helpers[1:],
     )

@@ -65,6 +65,9 @@ from pathlib import Path
 from dlaas.jobspec import (
     ENV_CHECKPOINT_INTERVAL,
     ENV_CHECKPOINT_PREFIX,
+    ENV_HELPER_LEARNERS,
+    ENV_HELPER_PRIMARY,
+    ENV_SECRET_FILE,
     EVENT_CHECKPOINT_SYNCED,
     EVENT_DATA_READY,
     EVENT_ERROR,
@@ -105,6 +108,10 @@ class HelperConfig:
     code_secret_key: str = ""
     checkpoint_prefix: str = ""
     checkpoint_interval_s: float = 0.0
+    # The learners on this helper's node (a gang spanning nodes has a helper per node), and
+    # whether it is the job's helper, which alone mirrors the checkpoints to S3.
+    learners: tuple[int, ...] = ()
+    primary: bool = True
 
     def __repr__(self) -> str:  # never show the secret, even in a traceback
         return f"HelperConfig(job_id={self.job_id!r}, endpoint={self.endpoint!r}, ...)"
@@ -146,6 +153,16 @@ class HelperConfig:
             raise ConfigError(
                 f"{ENV_CHECKPOINT_INTERVAL} must be a number of seconds >= 0"
             ) from None
+        try:
+            learners = tuple(
+                int(x) for x in get(ENV_HELPER_LEARNERS).split(",") if x.strip()
+            ) or tuple(range(num_learners))
+            if any(not 0 <= i < num_learners for i in learners):
+                raise ValueError
+        except ValueError:
+            raise ConfigError(
+                f"{ENV_HELPER_LEARNERS} must list learner indices below NUM_LEARNERS"
+            ) from None
         prefix = store.folder_prefix(get(ENV_CHECKPOINT_PREFIX) or checkpoint_prefix(get("JOB_ID")))
         # The sync deletes below this prefix: it must never be the whole bucket.
         if not prefix or ".." in prefix.split("/"):
@@ -167,7 +184,27 @@ class HelperConfig:
             code_secret_key=get("DLAAS_CODE_SECRET_KEY"),
             checkpoint_prefix=prefix,
             checkpoint_interval_s=interval,
+            learners=learners,
+            primary=get(ENV_HELPER_PRIMARY) != "0",
         )
+
+
+def with_secret_file(env: dict[str, str]) -> dict[str, str]:
+    """`env` plus the NAME=value lines of the file ENV_SECRET_FILE names (an engine that
+    hands secrets over as files, e.g. a Swarm secret). Raise ConfigError if unreadable."""
+    path = (env.get(ENV_SECRET_FILE) or "").strip()
+    if not path:
+        return env
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{ENV_SECRET_FILE}: cannot read {path}: {exc.strerror}") from None
+    merged = dict(env)
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip():
+            merged[name.strip()] = value
+    return merged
 
 
 def say(message: str) -> None:
@@ -214,7 +251,7 @@ def restore(
     stop: threading.Event,
 ) -> None:
     """What earlier runs left in S3 back into the volume. Raise store.StoreError, Interrupted."""
-    lines = logs.restore(cfg.num_learners)
+    lines = logs.restore(cfg.learners)
     if lines:
         say(f"restored {lines} log lines of earlier runs into {paths.log_dir}")
     fetched = ckpt.restore(stop.is_set)
@@ -223,7 +260,13 @@ def restore(
 
 
 def sync_checkpoints(cfg: HelperConfig, ckpt: CheckpointSync) -> None:
-    """One mirror of CHECKPOINT_DIR; the event only when S3 changed. Raise store.StoreError."""
+    """One mirror of CHECKPOINT_DIR; the event only when S3 changed. Raise store.StoreError.
+
+    Only the job's helper mirrors: the mirror deletes what the volume lacks, so the helpers
+    of other nodes (whose learners do not write the job's checkpoints) would undo it.
+    """
+    if not cfg.primary:
+        return
     done = ckpt.sync()
     if done.uploaded or done.deleted:
         emit(
@@ -243,7 +286,7 @@ def tick(cfg: HelperConfig, ckpt: CheckpointSync, logs: LearnerLogs, with_logs: 
     would have a hole.
     """
     try:
-        if with_logs or ckpt.pending():
+        if with_logs or (cfg.primary and ckpt.pending()):
             logs.upload_changed()
         sync_checkpoints(cfg, ckpt)
         return True
@@ -277,7 +320,7 @@ def finish(
         return fail(exc.exit_code, exc.code, exc.message)
     if first_error is not None:
         return fail(first_error.exit_code, first_error.code, first_error.message)
-    missing = sorted(set(range(cfg.num_learners)) - set(stored))
+    missing = sorted(set(cfg.learners) - set(stored))
     if missing:
         say(f"no log from learner(s) {', '.join(map(str, missing))}")
     say(
@@ -297,7 +340,7 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
             signal.signal(sig, lambda _signum, _frame: stop.set())
 
     try:
-        cfg = HelperConfig.from_env(env)
+        cfg = HelperConfig.from_env(with_secret_file(env))
     except ConfigError as exc:
         return fail(EXIT_BAD_CONFIG, "bad_config", f"helper misconfigured: {exc}")
     paths = JobPaths.from_env(env)
@@ -317,7 +360,7 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
     try:
         if rejoin:
             say("data_ready mark found: rejoining running learners, the volume is up to date")
-            logs.adopt(cfg.num_learners)
+            logs.adopt(cfg.learners)
             ckpt.adopt()
         else:
             restore(cfg, paths, logs, ckpt, stop)

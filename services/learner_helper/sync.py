@@ -27,7 +27,7 @@ converges to the same S3 state.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,11 +209,11 @@ class LearnerLogs:
     def _head(self, learner: int) -> dict | None:
         return store.head_object(self.client, self.bucket, self.key(learner))
 
-    def restore(self, learners: int) -> int:
+    def restore(self, learners: Iterable[int]) -> int:
         """Put each learner's log so far in LOG_DIR and mark where this run starts; return
         the number of lines restored in all. Raise store.StoreError."""
         total = 0
-        for i in range(learners):
+        for i in learners:
             head = self._head(i)
             local = self.path(i)
             remote_size = head["ContentLength"] if head else -1
@@ -239,9 +239,9 @@ class LearnerLogs:
                 self.upload(i)
         return total
 
-    def adopt(self, learners: int) -> None:
+    def adopt(self, learners: Iterable[int]) -> None:
         """A helper restarted beside running learners: this run's start lines are in S3."""
-        for i in range(learners):
+        for i in learners:
             head = self._head(i)
             meta = (head or {}).get("Metadata", {}).get(RUN_START_META, "0")
             self.run_start[i] = int(meta) if meta.isdigit() else 0

@@ -50,7 +50,7 @@ def test_log_restore_takes_the_longer_copy_and_marks_where_the_run_starts(
     key = "j/logs/learner-0.log"
     s3_client.put_object(Bucket=s3_bucket, Key=key, Body=b"one\ntwo\nthr")  # ended mid-line
     logs = sync.LearnerLogs(s3_client, s3_bucket, "j", tmp_path / "new-volume")
-    assert logs.restore(learners=2) == 3  # learner 1 has no log yet
+    assert logs.restore(learners=range(2)) == 3  # learner 1 has no log yet
     assert (tmp_path / "new-volume" / "learner-0.log").read_bytes() == b"one\ntwo\nthr\n"
     head = s3_client.head_object(Bucket=s3_bucket, Key=key)
     assert head["Metadata"] == {"dlaas-run-start-line": "3"} and head["ContentLength"] == 12
@@ -60,11 +60,11 @@ def test_log_restore_takes_the_longer_copy_and_marks_where_the_run_starts(
     kept.mkdir()
     (kept / "learner-0.log").write_bytes(b"one\ntwo\nthree\nfour\n")
     logs = sync.LearnerLogs(s3_client, s3_bucket, "j", kept)
-    assert logs.restore(learners=1) == 4
+    assert logs.restore(learners=range(1)) == 4
     body = s3_client.get_object(Bucket=s3_bucket, Key=key)
     assert body["Body"].read() == b"one\ntwo\nthree\nfour\n"
     assert body["Metadata"] == {"dlaas-run-start-line": "4"}
 
     rejoined = sync.LearnerLogs(s3_client, s3_bucket, "j", kept)
-    rejoined.adopt(learners=1)
+    rejoined.adopt(learners=range(1))
     assert rejoined.run_start == {0: 4}

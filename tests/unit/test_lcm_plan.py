@@ -19,7 +19,7 @@ env: {EPOCHS: 3}
 """
 
 
-def plan(manifest_text=MANIFEST, learners=2):
+def plan(manifest_text=MANIFEST, learners=2, nodes=None):
     m = parse_manifest(manifest_text)
     loc = S3Location("http://s3:8333", "ak", "sk", "results")
     return deployment_plan(
@@ -34,6 +34,7 @@ def plan(manifest_text=MANIFEST, learners=2):
         data=S3Location("http://s3:8333", "ak", "sk", "data"),
         results=loc,
         code=None,
+        nodes=nodes,
     )
 
 
@@ -80,3 +81,27 @@ def test_unknown_framework_without_image_is_refused_with_the_field():
 def test_explicit_image_wins():
     m = parse_manifest(MANIFEST.replace("command:", "image: my/img:1, command:"))
     assert resolve_image(m, "dlaas/learner:latest") == "my/img:1"
+
+
+def test_a_gang_on_one_node_has_one_helper_with_the_usual_env():
+    p = plan(nodes=["n1", "n1"])
+    assert [c.name for c in p.helpers] == ["dlaas-job-1-helper"]
+    assert jobspec.ENV_HELPER_LEARNERS not in p.helper.env
+    assert {c.node for c in p.containers} == {"n1"}
+
+
+def test_a_gang_spanning_nodes_has_a_helper_per_node_and_the_first_is_learner_0s():
+    p = plan(manifest_text=MANIFEST.replace("learners: 2", "learners: 3"), learners=3,
+             nodes=["n2", "n1", "n2"])  # fmt: skip
+    assert [(c.name, c.node) for c in p.helpers] == [
+        ("dlaas-job-1-helper", "n2"),
+        ("dlaas-job-1-helper-1", "n1"),
+    ]
+    first, other = p.helpers
+    assert first.env[jobspec.ENV_HELPER_LEARNERS] == "0,2"
+    assert first.env[jobspec.ENV_HELPER_PRIMARY] == "1" and first.aliases == ("helper",)
+    assert other.env[jobspec.ENV_HELPER_LEARNERS] == "1"
+    assert other.env[jobspec.ENV_HELPER_PRIMARY] == "0" and other.aliases == ()
+    assert [c.node for c in p.learners] == ["n2", "n1", "n2"]
+    # Every learner still finds learner 0 by its alias on the job's network.
+    assert {c.env["MASTER_ADDR"] for c in p.learners} == {"learner-0"}

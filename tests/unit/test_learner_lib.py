@@ -338,3 +338,32 @@ def test_wrapper_appends_to_the_log_of_earlier_runs(tmp_path):
         proc.kill()
     assert out == b"run 2\n"  # the container's own output: this run's lines only
     assert (tmp_path / "logs" / "learner-1.log").read_text() == "run 1\nrun 2\n"
+
+
+def test_a_node_helper_knows_its_learners_and_only_the_jobs_helper_mirrors_checkpoints():
+    cfg = HelperConfig.from_env(
+        {
+            **GOOD_ENV,
+            "NUM_LEARNERS": "3",
+            "DLAAS_HELPER_LEARNERS": "1,2",
+            "DLAAS_HELPER_PRIMARY": "0",
+        }
+    )
+    assert cfg.learners == (1, 2) and not cfg.primary
+    assert HelperConfig.from_env({**GOOD_ENV, "NUM_LEARNERS": "2"}).learners == (0, 1)
+    assert HelperConfig.from_env(GOOD_ENV).primary
+    with pytest.raises(ConfigError, match="DLAAS_HELPER_LEARNERS"):
+        HelperConfig.from_env({**GOOD_ENV, "NUM_LEARNERS": "2", "DLAAS_HELPER_LEARNERS": "2"})
+
+
+def test_secrets_handed_over_as_a_file_join_the_env(tmp_path):
+    from services.learner_helper.main import with_secret_file
+
+    secret = tmp_path / "env"
+    secret.write_text("AWS_SECRET_ACCESS_KEY=s3cr=et\nAWS_ACCESS_KEY_ID=ak\n")
+    env = {k: v for k, v in GOOD_ENV.items() if not k.startswith("AWS_")}
+    cfg = HelperConfig.from_env(with_secret_file({**env, "DLAAS_SECRET_ENV_FILE": str(secret)}))
+    assert cfg.secret_key == "s3cr=et" and cfg.access_key == "ak"
+    with pytest.raises(ConfigError, match="cannot read") as err:
+        with_secret_file({**env, "DLAAS_SECRET_ENV_FILE": str(tmp_path / "none")})
+    assert "s3cr" not in str(err.value)
