@@ -47,6 +47,10 @@ class PlatformSettings(BaseSettings):
     # A nodes file (YAML/JSON, see dlaas.nodes) listing every node; when set, node_* above
     # are not used. `dlaas up --nodes N` writes one.
     nodes_file: str = ""
+    # The Docker Swarm manager's API (a Docker host URL, e.g. unix:///.../manager.sock):
+    # set, the platform deploys on the swarm's nodes through that API alone
+    # (services/lcm/swarm.py) and gangs may span nodes; empty, on one engine per node.
+    swarm_manager: str = ""
     # The broker of the asynchronous work (services/worker): result purges, retention.
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Results of jobs that ended (COMPLETED/FAILED) more than this many days ago are

@@ -30,6 +30,8 @@ from pathlib import Path
 from dlaas.config import PlatformSettings
 
 NODES_FILE_ENV = "DLAAS_NODES_FILE"
+# A swarm node's platform name (a node label; else its hostname), and a service's node.
+LABEL_NODE = "dlaas.node"
 # A node name ends up in etcd keys, container labels and log lines.
 NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,62})$")
 DOCKER_HOST_SCHEMES = ("unix://", "tcp://", "ssh://", "http://", "https://", "npipe://")
@@ -75,9 +77,12 @@ def machine_capacity() -> tuple[float, int]:
 
 
 def configured_nodes(settings: PlatformSettings) -> list[NodeSpec]:
-    """The nodes file's nodes if one is configured, else the one local node."""
+    """The swarm's nodes on a swarm platform; else the nodes file's nodes if one is
+    configured, else the one local node."""
     # `nodes_file` is a PlatformSettings field (DLAAS_NODES_FILE); the environment is
     # read directly as well for settings objects built without it.
+    if settings.swarm_manager:
+        return swarm_nodes(settings.swarm_manager)
     nodes_file = getattr(settings, "nodes_file", "") or os.environ.get(NODES_FILE_ENV, "")
     if nodes_file:
         return load_nodes_file(nodes_file)
@@ -92,6 +97,74 @@ def configured_nodes(settings: PlatformSettings) -> list[NodeSpec]:
             docker_host=settings.docker_host,
         )
     ]
+
+
+@dataclass(frozen=True)
+class SwarmNode:
+    """A swarm node as the platform sees it: its name, capacity, state and labels."""
+
+    id: str
+    name: str
+    state: str  # ready, down, unknown, disconnected
+    availability: str  # active, pause, drain
+    cpus: float
+    memory_mb: int
+    gpus: int
+    labels: dict[str, str] = field(default_factory=dict)
+    manager: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+
+def node_of(attrs: dict) -> SwarmNode:
+    """A swarm node from the manager's node object. Capacity labels (dlaas.cpus,
+    dlaas.memory_mb, dlaas.gpus) override what the node reports: nodes that share one
+    machine (the local swarm) each report the whole machine."""
+    spec = attrs.get("Spec") or {}
+    labels = dict(spec.get("Labels") or {})
+    desc = attrs.get("Description") or {}
+    res = desc.get("Resources") or {}
+    gpus = sum(
+        int((g.get("DiscreteResourceSpec") or {}).get("Value", 0))
+        for g in res.get("GenericResources") or []
+        if str((g.get("DiscreteResourceSpec") or {}).get("Kind", "")).lower() in ("gpu", "nvidia.com/gpu")
+    )  # fmt: skip
+
+    def number(label: str, default: float) -> float:
+        try:
+            return float(labels.pop(label))
+        except (KeyError, ValueError):
+            return default
+
+    return SwarmNode(
+        id=attrs["ID"],
+        name=labels.pop(LABEL_NODE, "") or desc.get("Hostname", attrs["ID"][:12]),
+        state=(attrs.get("Status") or {}).get("State", "unknown"),
+        availability=spec.get("Availability", "active"),
+        cpus=number("dlaas.cpus", res.get("NanoCPUs", 0) / 1e9),
+        memory_mb=int(number("dlaas.memory_mb", res.get("MemoryBytes", 0) / 2**20)),
+        gpus=int(number("dlaas.gpus", gpus)),
+        labels=labels,
+        manager=spec.get("Role") == "manager",
+    )
+
+
+def swarm_nodes(manager: str) -> list[NodeSpec]:
+    """The nodes of the swarm whose manager answers at `manager` (a Docker host URL)."""
+    import docker  # local: only a swarm platform needs the client here
+
+    try:
+        client = docker.DockerClient(base_url=manager, timeout=10)
+        found = [node_of(n) for n in client.api.nodes()]
+    except docker.errors.DockerException as exc:
+        raise NodesFileError(f"swarm_manager {manager}: {exc}") from None
+    return [
+        NodeSpec(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=n.gpus,
+                 gpu_type=n.labels.get("gpu_type", ""), labels=n.labels)
+        for n in sorted(found, key=lambda n: n.name)
+    ]  # fmt: skip
 
 
 def load_nodes_file(path: str | Path) -> list[NodeSpec]:

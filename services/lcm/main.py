@@ -23,7 +23,9 @@ from dlaas.store import open_store
 from dlaas.v1 import lcm_pb2_grpc
 from services.lcm.deployer import Deployer
 from services.lcm.grpc_api import LcmServicer
+from services.lcm.ports import ContainerEngine
 from services.lcm.service import Lcm
+from services.lcm.swarm import SwarmEngine
 
 
 class LcmSettings(BaseSettings):
@@ -54,7 +56,15 @@ def main() -> None:
         etcd, store, settings.etcd_prefix, notifier=hook_notifier(settings, store)
     )
     nodes = nodes_or_exit(settings, "lcm")
-    deployers = {n.name: Deployer(_engine(n.docker_host or settings.docker_host)) for n in nodes}
+    deployers: dict[str, ContainerEngine]
+    if settings.swarm_manager:
+        # The swarm, through its manager's API alone; each node is a view of it.
+        swarm = SwarmEngine(_engine(settings.swarm_manager), settings.platform_id)
+        deployers = {n.name: swarm.node(n.name) for n in nodes}
+    else:
+        deployers = {
+            n.name: Deployer(_engine(n.docker_host or settings.docker_host)) for n in nodes
+        }
     lcm = Lcm(settings, keeper, store, deployers, SchedulerClient(settings.scheduler_addr), nodes)
     listen = lcm_settings.listen or settings.lcm_addr.split(",")[0]
     server = start_server(

@@ -56,6 +56,7 @@ def main() -> None:
         SchedulerState(etcd, settings.etcd_prefix),
         nodes_or_exit(settings, "scheduler"),
         sched.policy,
+        span_nodes=bool(settings.swarm_manager),
     )
     host, _, port = settings.scheduler_addr.rpartition(":")
     server = start_server(

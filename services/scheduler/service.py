@@ -283,6 +283,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         nodes: list[NodeSpec],
         policy: str = DEFAULT_POLICY,
         clock: Callable[[], float] = time.time,
+        *,
+        span_nodes: bool = False,
     ):
         problem = policy_problem(policy)
         if problem:
@@ -293,6 +295,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         ]
         self.policy = policy
         self.clock = clock
+        # Whether a gang may span nodes: on a swarm (one overlay network per job, a helper
+        # per node) it may, and gangs are packed onto the fewest nodes; on engines of their
+        # own (one job network and volume on one engine) it must fit one node.
+        self.placement = "pack" if span_nodes else "node"
         # Run times of the jobs that ended here, for the queue's ETAs (empty after a restart:
         # the model's prior stands in until jobs end again).
         self.durations = DurationModel()
@@ -313,8 +319,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             gpu_type=request.gpu_type,
             min_learners=request.min_learners or None,
             max_learners=request.max_learners or None,
-            # The LCM deploys a gang on one Docker engine (one job network, one job volume).
-            placement="node",
+            placement=self.placement,
             team=request.team,
             # The LCM sends max_learners above the target only for a manifest with
             # `elastic: {auto_grow: true}` (else max = target): growth past it is allowed.
