@@ -54,7 +54,14 @@ def main() -> None:
         etcd, store, settings.etcd_prefix, notifier=hook_notifier(settings, store)
     )
     nodes = nodes_or_exit(settings, "lcm")
-    deployers = {n.name: Deployer(_engine(n.docker_host or settings.docker_host)) for n in nodes}
+    deployers = {
+        n.name: Deployer(
+            _engine(n.docker_host or settings.docker_host),
+            platform_id=settings.platform_id,
+            node=n.name,
+        )
+        for n in nodes
+    }
     lcm = Lcm(settings, keeper, store, deployers, SchedulerClient(settings.scheduler_addr), nodes)
     listen = lcm_settings.listen or settings.lcm_addr.split(",")[0]
     server = start_server(
