@@ -1,5 +1,6 @@
-"""In-memory FAKES of the LCM's ports, shared by every test that runs the real LCM without
-etcd, Docker, the scheduler service or the S3 IAM API.
+"""In-memory FAKES of the LCM's and the job monitor's ports, shared by every test that runs
+the real LCM or the real JobMonitor without etcd, Docker, the scheduler service or the S3
+IAM API.
 
 Each subclasses the port it stands in for (services/lcm/ports.py, dlaas.ports), so a port
 that grows a method breaks them at construction, not in a test far away. They keep the
@@ -15,14 +16,17 @@ sys.path for tests/conftest.py (no __init__.py files here).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import queue
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
+from dlaas import jobspec
 from dlaas.config import PlatformSettings
 from dlaas.errors import JobNotFound
 from dlaas.job_identities import JobIdentities
 from dlaas.nodes import NodeSpec
-from dlaas.ports import SchedulerPort, StatusRepo
+from dlaas.ports import Container, EngineUnreachable, EventStream, SchedulerPort, StatusRepo
 from dlaas.status import JobState, advance, initial
 from dlaas.store.base import JobStore
 from services.lcm.plan import DeploymentPlan
@@ -103,26 +107,79 @@ class InMemoryStatusRepo(StatusRepo):
         self.watchers.remove(handle)  # type: ignore[arg-type]
 
 
+class FakeEvents(EventStream):
+    """FAKE event stream: yields the job ids `FakeEngine.emit` queues; ends when closed."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[str | None] = queue.Queue()
+
+    def __iter__(self) -> Iterator[str]:
+        while (job_id := self.queue.get()) is not None:
+            yield job_id
+
+    def close(self) -> None:
+        self.queue.put(None)
+
+
 class FakeEngine(ContainerEngine):
     """FAKE container engine: records the plans it is given and never runs a container.
 
-    `up`: whether it answers pings; `missing_images`: images it does not have;
-    `containers_of`: job id -> container names "on" it (a test may seed leftovers).
+    For the LCM: `up` (whether it answers), `missing_images` (images it does not have),
+    `containers_of` (job id -> container names "on" it; a test may seed leftovers).
+    For the monitor (JobContainers): `boxes` (container id -> the Container as the engine
+    reports it: `add` one, `set_state` to make it exit), `output` (container id -> what
+    it printed: `print`), `emit` (an event for every open stream), `signals` and
+    `stopped_containers` (what was sent). While `up` is False every call of the port
+    raises EngineUnreachable.
     """
 
-    def __init__(self, missing_images: set[str] | None = None):
+    def __init__(self, missing_images: set[str] | None = None, node: str = "local"):
         self.up = True
+        self.node = node
         self.missing_images = set(missing_images or ())
         self.plans: list[DeploymentPlan] = []
         self.containers_of: dict[str, list[str]] = {}
         self.removed: list[str] = []
         self.stopped: list[str] = []
+        self.boxes: dict[str, Container] = {}
+        self.output: dict[str, bytes] = {}
+        self.signals: list[tuple[str, str | None]] = []  # (container name, signal)
+        self.stopped_containers: list[str] = []
+        self.streams: list[FakeEvents] = []
+
+    # ---- seeding and inspecting (tests) --------------------------------------------
+
+    def add(self, job_id: str, role: str, learner: int | None = None, state: str = "running"):
+        """A container of the job, as the LCM's deploy would have made it."""
+        name = (
+            jobspec.helper_name(job_id)
+            if role == jobspec.ROLE_HELPER
+            else jobspec.learner_name(job_id, learner or 0)
+        )
+        c = Container(f"id-{name}", name, job_id, role, learner, state, self.node)
+        self.boxes[c.id] = c
+        self.containers_of.setdefault(job_id, []).append(name)
+        return c
+
+    def set_state(self, c: Container, state: str, exit_code: int | None = None, **kw) -> None:
+        """The container moves to `state` (exited with `exit_code`, oom_killed=..., ...)."""
+        self.boxes[c.id] = replace(self.boxes[c.id], state=state, exit_code=exit_code, **kw)
+
+    def print(self, c: Container, text: str) -> None:
+        self.output[c.id] = self.output.get(c.id, b"") + text.encode()
+
+    def emit(self, job_id: str) -> None:
+        for stream in self.streams:
+            stream.queue.put(job_id)
+
+    def _answer(self) -> None:
+        if not self.up:
+            raise EngineUnreachable(self.node, "switched off by the test")
+
+    # ---- the LCM's (ContainerEngine) -----------------------------------------------
 
     def ping(self) -> bool:
         return self.up
-
-    def managed_jobs(self, platform_id: str) -> set[str]:
-        return {j for j, names in self.containers_of.items() if names}
 
     def image_present(self, image: str) -> bool:
         return image not in self.missing_images
@@ -148,6 +205,68 @@ class FakeEngine(ContainerEngine):
     def remove_job(self, job_id: str) -> None:
         if self.containers_of.pop(job_id, None) is not None:
             self.removed.append(job_id)
+        self._drop(job_id)
+
+    # ---- JobContainers (dlaas.ports) -----------------------------------------------
+
+    def _drop(self, job_id: str) -> None:
+        for cid in [cid for cid, c in self.boxes.items() if c.job_id == job_id]:
+            del self.boxes[cid]
+            self.output.pop(cid, None)
+
+    def job_containers(self, job_id: str) -> list[Container]:
+        self._answer()
+        return [c for c in self.boxes.values() if c.job_id == job_id]
+
+    def jobs_with_resources(self) -> set[str]:
+        self._answer()
+        return {j for j, names in self.containers_of.items() if names} | {
+            c.job_id for c in self.boxes.values()
+        }
+
+    def events(self, since: float | None = None) -> EventStream:
+        self._answer()
+        stream = FakeEvents()
+        self.streams.append(stream)
+        return stream
+
+    def logs(self, c: Container, *, tail: int | None = None) -> bytes | None:
+        self._answer()
+        if c.id not in self.boxes:
+            return None
+        raw = self.output.get(c.id, b"")
+        if tail is None:
+            return raw
+        return b"".join(raw.splitlines(keepends=True)[-tail:]) if tail else b""
+
+    def follow_logs(self, c: Container) -> Iterator[bytes]:
+        self._answer()
+        # What it printed so far, then the end (as if it had exited): a fake has no time.
+        raw = self.output.get(c.id) if c.id in self.boxes else None
+        return iter([raw] if raw else [])
+
+    def start(self, c: Container) -> None:
+        self._answer()
+        if c.id in self.boxes:
+            self.set_state(c, "running")
+
+    def kill(self, c: Container, signal: str | None = None) -> None:
+        self._answer()
+        self.signals.append((c.name, signal))
+        if signal is None and c.id in self.boxes:
+            self.set_state(c, "exited", 137)
+
+    def stop(self, c: Container, timeout: int) -> None:
+        self._answer()
+        self.stopped_containers.append(c.name)
+        if c.id in self.boxes:
+            self.set_state(c, "exited", 143)
+
+    def remove_resources(self, job_id: str) -> None:
+        self._answer()
+        if self.containers_of.pop(job_id, None) is not None:
+            self.removed.append(job_id)
+        self._drop(job_id)
 
 
 class FakeScheduler(SchedulerPort):

@@ -1,10 +1,11 @@
 """What the job monitor should do about one job: a pure decision, with a cause for every action.
 
-The monitor (monitor.py) observes a job's world — its live status from etcd, plain views of
-its containers, the events its helper printed, the last log lines of failed learners and
-its own bookkeeping (when the helper was told to finish, whether the allocation was
-released, whether cleanup already ran) — and `decide()` turns that into a `Decision`: the
-actions to take, in order, and when to look again. No Docker, etcd or store imports here,
+The monitor (monitor.py) observes a job's world — its live status from etcd, its containers
+as plain `dlaas.ports.Container`s (whichever engine reported them), the events its helper
+printed, the last log lines of failed learners and its own bookkeeping (when the helper
+was told to finish, whether the allocation was released, whether cleanup already ran) —
+and `decide()` turns that into a `Decision`: the actions to take, in order, and when to
+look again. No Docker, etcd or store imports here,
 so every rule is tested with plain data and a fake clock.
 
 Who owns which edge (dlaas.status): the LCM moves QUEUED -> PENDING -> DOWNLOADING and
@@ -29,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dlaas.jobspec import EVENT_DATA_READY, EVENT_ERROR, HELPER_EXIT_REASONS, ROLE_HELPER
+from dlaas.ports import Container
 from dlaas.status import FINAL, JobState, Status, can_transition
 
 # How many of a failed learner's last log lines go into the job's failure reason.
@@ -37,10 +39,6 @@ LOG_TAIL_LINES = 10
 DEFAULT_HELPER_TIMEOUT_S = 60.0
 # How long a helper may take to store results and logs while the job is STORING.
 DEFAULT_STORE_TIMEOUT_S = 600.0
-
-# Docker container states, grouped by what they mean for the monitor.
-RUNNING_STATES = frozenset({"running", "paused", "restarting"})
-EXITED_STATES = frozenset({"exited", "dead"})
 
 ERROR_EXIT_CODE = "exit_code"
 ERROR_OOM = "oom_killed"
@@ -70,32 +68,11 @@ DEFAULT_REQUEUE_RETRY_S = 60.0
 
 
 @dataclass(frozen=True)
-class ContainerView:
-    """What the monitor needs to know about one container of a job (plain data)."""
-
-    role: str  # jobspec.ROLE_HELPER | jobspec.ROLE_LEARNER
-    learner: int | None  # learner index; None for the helper
-    state: str  # Docker's State.Status: created, running, exited, dead, ...
-    exit_code: int | None = None
-    oom_killed: bool = False
-    name: str = ""
-    finished_at: float | None = None  # Docker's State.FinishedAt, seconds since the epoch
-
-    @property
-    def running(self) -> bool:
-        return self.state in RUNNING_STATES
-
-    @property
-    def exited(self) -> bool:
-        return self.state in EXITED_STATES
-
-
-@dataclass(frozen=True)
 class JobView:
     """Everything decide() reads about one job."""
 
     state: JobState
-    containers: Sequence[ContainerView]
+    containers: Sequence[Container]
     helper_events: Sequence[Mapping] = ()
     # Learner index -> its last log lines (the monitor fetches them for failed learners).
     log_tails: Mapping[int, Sequence[str]] = field(default_factory=dict)
@@ -240,7 +217,7 @@ def decide(view: JobView) -> Decision:
 
 
 def _helper_lost_alone(
-    view: JobView, helper: ContainerView | None, learners: list[ContainerView], all_done: bool
+    view: JobView, helper: Container | None, learners: list[Container], all_done: bool
 ) -> RestartHelper | None:
     """The helper died from outside while the learners are fine: restart it alone."""
     if helper is None or not helper.exited or helper.oom_killed:
@@ -261,7 +238,7 @@ def _helper_lost_alone(
 
 
 def _status_change(
-    view: JobView, helper: ContainerView | None, learners: list[ContainerView]
+    view: JobView, helper: Container | None, learners: list[Container]
 ) -> TransitionTo | Requeue | RestartHelper | None:
     """The one status change (or restart request) the containers call for, or None."""
     status = view.state.status
@@ -323,7 +300,7 @@ def _requeue(view: JobView, change: Requeue) -> Decision:
 # --- classification ----------------------------------------------------------------
 
 
-def classify_learner(c: ContainerView, tail: Sequence[str] = ()) -> Failure:
+def classify_learner(c: Container, tail: Sequence[str] = ()) -> Failure:
     """Why a learner that exited non-zero (or was OOM-killed) failed, and whose fault it is."""
     code = c.exit_code
     if c.oom_killed:
@@ -344,7 +321,7 @@ def classify_learner(c: ContainerView, tail: Sequence[str] = ()) -> Failure:
     return Failure(_with_tail(reason, tail), ERROR_EXIT_CODE, code)
 
 
-def classify_helper(helper: ContainerView, events: Sequence[Mapping] = ()) -> Failure:
+def classify_helper(helper: Container, events: Sequence[Mapping] = ()) -> Failure:
     """Why a helper that exited non-zero failed, and whose fault it is."""
     code = helper.exit_code
     if helper.oom_killed:
@@ -375,7 +352,7 @@ def classify_helper(helper: ContainerView, events: Sequence[Mapping] = ()) -> Fa
 
 
 def _first_failure(
-    view: JobView, helper: ContainerView | None, learners: list[ContainerView]
+    view: JobView, helper: Container | None, learners: list[Container]
 ) -> Failure | None:
     """The failure of the container that failed first: later ones are often its consequence
     (a learner whose peer was killed loses its connection and exits 1)."""
@@ -402,9 +379,7 @@ def _first_failure(
     return classify_learner(first, view.log_tails.get(first.learner or 0, ()))
 
 
-def _missing(
-    view: JobView, helper: ContainerView | None, learners: list[ContainerView]
-) -> Failure | None:
+def _missing(view: JobView, helper: Container | None, learners: list[Container]) -> Failure | None:
     """Containers of an active job that are gone (removed from outside, engine wiped).
 
     The LCM creates every container before it writes DOWNLOADING, so from then on each
@@ -432,8 +407,8 @@ def _with_tail(reason: str, tail: Sequence[str]) -> str:
 
 def _storing(
     view: JobView,
-    helper: ContainerView | None,
-    learners: list[ContainerView],
+    helper: Container | None,
+    learners: list[Container],
     actions: list[Action],
 ) -> Decision:
     """STORING: tell the helper to store results (once), and give it a deadline."""
@@ -458,8 +433,8 @@ def _storing(
 
 def _final(
     view: JobView,
-    helper: ContainerView | None,
-    learners: list[ContainerView],
+    helper: Container | None,
+    learners: list[Container],
     status: Status,
     actions: list[Action],
 ) -> Decision:
@@ -494,11 +469,11 @@ def _final(
     return Decision(actions)
 
 
-def _helper(containers: Sequence[ContainerView]) -> ContainerView | None:
+def _helper(containers: Sequence[Container]) -> Container | None:
     return next((c for c in containers if c.role == ROLE_HELPER), None)
 
 
-def _learners(containers: Sequence[ContainerView]) -> list[ContainerView]:
+def _learners(containers: Sequence[Container]) -> list[Container]:
     return [c for c in containers if c.role != ROLE_HELPER]
 
 

@@ -30,6 +30,7 @@ from services.jobmonitor.decide import (
     DEFAULT_STORE_TIMEOUT_S,
 )
 from services.jobmonitor.monitor import JobMonitor
+from services.lcm.deployer import Deployer
 
 # The API version to speak to an engine that does not answer at start (the oldest the
 # platform supports); an engine that answers is asked for its own.
@@ -73,7 +74,12 @@ def main() -> None:
         n.name: n.docker_host or settings.docker_host for n in nodes_or_exit(settings, "jobmonitor")
     }
     try:
-        engines = {name: _engine(host, ms.docker_timeout_s, log) for name, host in hosts.items()}
+        engines = {
+            name: Deployer(
+                _engine(host, ms.docker_timeout_s, log), platform_id=settings.platform_id, node=name
+            )
+            for name, host in hosts.items()
+        }
     except docker.errors.DockerException as exc:
         sys.exit(f"jobmonitor: bad Docker engine address: {exc}")
     store = open_store(settings.store_url)
@@ -95,7 +101,6 @@ def main() -> None:
         resync_s=ms.resync_s,
         stop_grace_s=ms.stop_grace_s,
         reconnect_max_s=ms.reconnect_max_s,
-        platform_id=settings.platform_id,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -13,6 +13,12 @@ its only mount, /tmp a size-bounded tmpfs), and has a process limit. The job's n
 a bridge named with the platform's prefix, which the host firewall (dlaas.firewall)
 fences in.
 
+It is also the Docker adapter of `dlaas.ports.JobContainers`, the view of a node's job
+containers that the job monitor and the API's log reader use: containers as plain
+`Container`s (the conversion from Docker's inspect data lives here, `container_of`), their
+logs, an event stream, and the few calls that act on one. Those calls raise
+EngineUnreachable when the engine does not answer (refused, broken, timed out).
+
 Errors: an engine that refuses a container for the job's own reason (a 4xx; the OCI
 runtime failing to create or start it) raises DeployRefused, with the engine's reason
 with env values hidden: deploying again would be refused again. A name conflict is a
@@ -22,17 +28,22 @@ answering, a 5xx of its own) propagates for the caller to retry.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 
 import docker
 import docker.errors
+import requests.exceptions
 from docker.types import DeviceRequest
 
 from dlaas import jobspec
 from dlaas.docker_calls import ENGINE_UNREACHABLE, quiet
 from dlaas.errors import DeployRefused, ImageUnavailable, TemporaryError
+from dlaas.ports import EXITED_STATES, Container, EngineUnreachable, EventStream
 from services.lcm.plan import ContainerSpec, DeploymentPlan
 from services.lcm.ports import ContainerEngine
 
@@ -52,6 +63,16 @@ _NODE_TROUBLE = re.compile(
 _QUOTED_ENV = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)=(?:[^"\\]|\\.)*"')
 _SECRET_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
 MAX_REASON_CHARS = 500
+
+# What a call raises when the engine itself does not answer (as opposed to an API error
+# about one object): the connection was refused, broke or timed out. (An event stream
+# that breaks mid-read raises urllib3's own errors: the monitor reconnects on any error.)
+NO_ANSWER = (
+    requests.exceptions.ConnectionError,
+    requests.exceptions.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    ConnectionError,
+)
 
 
 def refusal(exc: docker.errors.APIError) -> bool:
@@ -79,11 +100,71 @@ def redact(text: str, plan: DeploymentPlan) -> str:
     return text[:MAX_REASON_CHARS]
 
 
-class Deployer(ContainerEngine):
-    """The Docker adapter of ContainerEngine (services/lcm/ports.py)."""
+def epoch(stamp: str) -> float | None:
+    """Docker's RFC 3339 time with nanoseconds as seconds; None for its zero time."""
+    if not stamp or stamp.startswith("0001-"):
+        return None
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    try:
+        t = datetime.fromisoformat(head + "+00:00").timestamp()
+    except ValueError:
+        return None
+    return t + (float("0." + frac) if frac.isdigit() else 0.0)
 
-    def __init__(self, client: docker.DockerClient):
+
+def container_of(c, node: str = "") -> Container:
+    """A Docker container (inspected, not sparse) as the port's plain Container."""
+    labels = c.labels or {}
+    state = c.attrs.get("State") or {}
+    status = state.get("Status", "unknown")
+    learner = labels.get(jobspec.LABEL_LEARNER)
+    return Container(
+        id=c.id,
+        name=c.name,
+        job_id=labels.get(jobspec.LABEL_JOB, ""),
+        role=labels.get(jobspec.LABEL_ROLE, jobspec.ROLE_LEARNER),
+        learner=int(learner) if learner not in (None, "") else None,
+        state=status,
+        node=node,
+        exit_code=state.get("ExitCode") if status in EXITED_STATES else None,
+        oom_killed=bool(state.get("OOMKilled")),
+        finished_at=epoch(state.get("FinishedAt", "")),
+    )
+
+
+class DockerEvents(EventStream):
+    """The job ids of a Docker engine's container events (one HTTP stream)."""
+
+    def __init__(self, stream, node: str):
+        self._stream = stream
+        self._node = node
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            for event in self._stream:
+                attrs = (event.get("Actor") or {}).get("Attributes") or {}
+                job_id = attrs.get(jobspec.LABEL_JOB)
+                if job_id:
+                    yield job_id
+        except NO_ANSWER as exc:
+            raise EngineUnreachable(self._node, str(exc)) from None
+
+    def close(self) -> None:
+        # Closing a stream that already broke may raise anything its socket does; the
+        # stream is being dropped either way.
+        with contextlib.suppress(OSError, *NO_ANSWER):
+            self._stream.close()
+
+
+class Deployer(ContainerEngine):
+    """The Docker adapter of ContainerEngine (services/lcm/ports.py) and of JobContainers
+    (dlaas.ports). `platform_id` scopes the label filters to this platform's objects (one
+    engine may serve several platforms); `node` names the node in Containers and errors."""
+
+    def __init__(self, client: docker.DockerClient, *, platform_id: str = "dlaas", node: str = ""):
         self.client = client
+        self.platform_id = platform_id
+        self.node = node
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="deploy")
         self._layer_limit_ok: bool | None = None  # found out at the first deploy
 
@@ -95,12 +176,90 @@ class Deployer(ContainerEngine):
             log.debug("engine ping failed: %s", exc)  # the LCM counts and reports lost nodes
             return False
 
-    def managed_jobs(self, platform_id: str) -> set[str]:
-        """Ids of the jobs that have containers of this platform on this engine."""
-        found = self.client.containers.list(
-            all=True, filters={"label": f"{jobspec.LABEL_MANAGED}={platform_id}"}, sparse=True
-        )
-        return {(c.attrs.get("Labels") or {}).get(jobspec.LABEL_JOB, "") for c in found} - {""}
+    # ---- JobContainers (dlaas.ports) --------------------------------------------------
+
+    @property
+    def _managed(self) -> str:
+        return f"{jobspec.LABEL_MANAGED}={self.platform_id}"
+
+    @contextlib.contextmanager
+    def _answering(self) -> Iterator[None]:
+        """Turn "the engine does not answer" into the port's EngineUnreachable."""
+        try:
+            yield
+        except NO_ANSWER as exc:
+            raise EngineUnreachable(self.node or "?", str(exc)) from None
+
+    def job_containers(self, job_id: str) -> list[Container]:
+        filters = {"label": [f"{jobspec.LABEL_JOB}={job_id}", self._managed]}
+        with self._answering():
+            # Not sparse: the exit code, OOM kill and finish time come from the inspect.
+            found = self.client.containers.list(all=True, filters=filters, ignore_removed=True)
+        return [container_of(c, self.node) for c in found]
+
+    def jobs_with_resources(self) -> set[str]:
+        managed = {"label": self._managed}
+        with self._answering():
+            objs: list = self.client.containers.list(all=True, filters=managed, sparse=True)
+            objs += self.client.networks.list(filters=managed)
+            objs += self.client.volumes.list(filters=managed)
+        return {(o.attrs.get("Labels") or {}).get(jobspec.LABEL_JOB, "") for o in objs} - {""}
+
+    def events(self, since: float | None = None) -> EventStream:
+        filters = {"type": "container", "label": self._managed}
+        with self._answering():
+            return DockerEvents(
+                self.client.events(decode=True, filters=filters, since=since), self.node or "?"
+            )
+
+    def logs(self, c: Container, *, tail: int | None = None) -> bytes | None:
+        with self._answering():
+            raw = quiet(self.client.api.logs, c.id, stdout=True, stderr=True, tail=tail or "all")
+        if raw is None:
+            # Docker answers 409 for a log asked of a container marked for removal: a race
+            # with a cleanup, not a failure worth a traceback.
+            log.info("container %s is gone or being removed; its log is not read", c.name)
+        return raw
+
+    def follow_logs(self, c: Container) -> Iterator[bytes]:
+        with self._answering():
+            chunks = quiet(
+                self.client.api.logs, c.id, stdout=True, stderr=True, stream=True, follow=True
+            )
+            if chunks is None:
+                log.info("container %s is gone or being removed; its log is not read", c.name)
+                return
+            try:
+                yield from chunks
+            except docker.errors.NotFound:
+                return
+            finally:
+                with contextlib.suppress(OSError, *NO_ANSWER):
+                    chunks.close()
+
+    def start(self, c: Container) -> None:
+        with self._answering():
+            quiet(self.client.api.start, c.id)
+
+    def kill(self, c: Container, signal: str | None = None) -> None:
+        with self._answering():
+            quiet(self.client.api.kill, c.id, signal=signal)
+
+    def stop(self, c: Container, timeout: int) -> None:
+        with self._answering():
+            quiet(self.client.api.stop, c.id, timeout=timeout)
+
+    def remove_resources(self, job_id: str) -> None:
+        label = {"label": [f"{jobspec.LABEL_JOB}={job_id}", self._managed]}
+        with self._answering():
+            found = self.client.containers.list(all=True, filters=label, sparse=True)
+            list(self._pool.map(lambda c: quiet(c.remove, force=True), found))
+            for n in self.client.networks.list(filters=label):
+                quiet(n.remove)
+            for v in self.client.volumes.list(filters=label):
+                quiet(v.remove, force=True)
+
+    # ---- the LCM's own (ContainerEngine) ----------------------------------------------
 
     def image_present(self, image: str) -> bool:
         try:

@@ -63,7 +63,12 @@ def main() -> None:
         deployers = {n.name: swarm.node(n.name) for n in nodes}
     else:
         deployers = {
-            n.name: Deployer(_engine(n.docker_host or settings.docker_host)) for n in nodes
+            n.name: Deployer(
+                _engine(n.docker_host or settings.docker_host),
+                platform_id=settings.platform_id,
+                node=n.name,
+            )
+            for n in nodes
         }
     lcm = Lcm(settings, keeper, store, deployers, SchedulerClient(settings.scheduler_addr), nodes)
     listen = lcm_settings.listen or settings.lcm_addr.split(",")[0]

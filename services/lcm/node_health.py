@@ -56,7 +56,7 @@ class NodeHealth:
     def _node_back(self, name: str, deployer: ContainerEngine) -> None:
         """A node rejoins: remove what is left of jobs that have moved on, then use it again."""
         log.info("node %s is answering again", name)
-        for job_id in deployer.managed_jobs(self.settings.platform_id):
+        for job_id in deployer.jobs_with_resources():
             state = self.keeper.get(job_id)
             placed_here = name in {p["node"] for p in self._placement(job_id)}
             if state is None or state.status not in RUNNING or not placed_here:

@@ -9,25 +9,26 @@ subclass the same ports.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
 
-from dlaas.ports import SchedulerPort, StatusRepo
+from dlaas.ports import JobContainers, SchedulerPort, StatusRepo
 from services.lcm.plan import DeploymentPlan
 
-__all__ = ["ContainerEngine", "SchedulerPort", "StatusRepo"]
+__all__ = ["ContainerEngine", "JobContainers", "SchedulerPort", "StatusRepo"]
 
 
-class ContainerEngine(ABC):
-    """One node's container engine, as the LCM drives it: every call idempotent."""
+class ContainerEngine(JobContainers):
+    """One node's container engine, as the LCM drives it: every call idempotent.
+
+    Also the node's JobContainers (dlaas.ports), which the job monitor and the API's log
+    reader use; the LCM itself uses `jobs_with_resources` from there (a node that comes
+    back is cleared of what is left of jobs that moved on).
+    """
 
     @abstractmethod
     def ping(self) -> bool:
         """Whether the engine answers now (never raises)."""
-
-    @abstractmethod
-    def managed_jobs(self, platform_id: str) -> set[str]:
-        """Ids of the jobs that have containers of this platform on this engine."""
 
     @abstractmethod
     def image_present(self, image: str) -> bool: ...

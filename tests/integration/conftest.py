@@ -50,7 +50,10 @@ def lcm_factory(etcd_server, docker_client, job_store, learner_image, s3_server,
             settings,
             StatusKeeper(etcd, job_store, prefix),
             job_store,
-            {name: Deployer(client) for name, client in engines.items()},
+            {
+                name: Deployer(client, platform_id=settings.platform_id, node=name)
+                for name, client in engines.items()
+            },
             SchedulerClient(f"127.0.0.1:{port}"),
             nodes,
         )

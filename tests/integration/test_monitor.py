@@ -30,6 +30,7 @@ from dlaas.etcd_status import StatusKeeper
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
 from services.jobmonitor.monitor import JobMonitor
+from services.lcm.deployer import Deployer
 
 pytestmark = pytest.mark.docker
 
@@ -79,14 +80,16 @@ import docker
 from dlaas.etcd_status import StatusKeeper, connect
 from dlaas.store import open_store
 from services.jobmonitor.monitor import JobMonitor
+from services.lcm.deployer import Deployer
 
 docker_host, etcd, prefix, store_path, platform, jobs = sys.argv[1:7]
 host, _, port = etcd.rpartition(":")
 store = open_store(store_path)
 keeper = StatusKeeper(connect([(host, int(port))]), store, prefix)
 owned = set(jobs.split(","))
+engine = Deployer(docker.DockerClient(base_url=docker_host), platform_id=platform, node="local")
 monitor = JobMonitor(
-    docker.DockerClient(base_url=docker_host),
+    {"local": engine},
     keeper,
     store,
     lambda job_id, ended: print("released", job_id, flush=True),
@@ -94,7 +97,6 @@ monitor = JobMonitor(
     resync_s=1,
     stop_grace_s=1,
     owns_job=owned.__contains__,
-    platform_id=platform,
 )
 monitor.run(threading.Event())
 """
@@ -205,8 +207,9 @@ class Harness:
         self.keeper.transition(job_id, Status.DOWNLOADING, "helper and learners started")
 
     def start_monitor(self, engines=None, **kw) -> threading.Event:
+        clients = engines or {"local": self.docker}
         monitor = JobMonitor(
-            engines or self.docker,
+            {n: Deployer(c, platform_id=PLATFORM, node=n) for n, c in clients.items()},
             self.keeper,
             self.store,
             lambda job_id, ended: self.released.append(job_id),
@@ -215,7 +218,6 @@ class Harness:
             resync_s=kw.pop("resync_s", 3),
             stop_grace_s=1,
             owns_job=lambda job_id: job_id in self.jobs,
-            platform_id=PLATFORM,
             **kw,
         )
         stop = threading.Event()

@@ -28,6 +28,8 @@ PURE_FILES = [
     "dlaas/errors.py",
     "services/lcm/plan.py",
     "services/jobmonitor/decide.py",
+    "services/jobmonitor/workqueue.py",
+    "dlaas/ports.py",
     "services/api/rules.py",
     "dlaas/purge.py",
     "dlaas/metrics.py",

@@ -16,11 +16,11 @@ from dlaas.jobspec import (
     ROLE_HELPER,
     ROLE_LEARNER,
 )
+from dlaas.ports import Container
 from dlaas.status import JobState, Status
 from services.jobmonitor import decide as d
 from services.jobmonitor.decide import (
     Cleanup,
-    ContainerView,
     JobView,
     KillHelper,
     ReleaseAllocation,
@@ -38,14 +38,16 @@ def state(status: Status, seq: int = 2) -> JobState:
     return JobState(status, NOW - 10, "because", seq=seq)
 
 
-def helper(st: str = "running", code: int | None = None, oom: bool = False) -> ContainerView:
-    return ContainerView(ROLE_HELPER, None, st, code, oom, name="h")
+def helper(
+    st: str = "running", code: int | None = None, oom: bool = False, at: float | None = None
+) -> Container:
+    return Container("h", "h", "job", ROLE_HELPER, None, st, "", code, oom, finished_at=at)
 
 
 def learner(
     i: int, st: str = "running", code: int | None = None, oom: bool = False, at: float | None = None
-) -> ContainerView:
-    return ContainerView(ROLE_LEARNER, i, st, code, oom, name=f"l{i}", finished_at=at)
+) -> Container:
+    return Container(f"l{i}", f"l{i}", "job", ROLE_LEARNER, i, st, "", code, oom, finished_at=at)
 
 
 def view(status: Status, containers, **kw) -> JobView:
@@ -416,7 +418,7 @@ def test_the_first_failure_decides_a_kill_then_its_consequence_restarts():
 
 def test_a_helper_killed_before_a_learner_failed_is_the_cause():
     cs = [
-        ContainerView(ROLE_HELPER, None, "exited", 137, finished_at=NOW - 2),
+        helper("exited", 137, at=NOW - 2),
         learner(0, "exited", 1, at=NOW),
     ]
     assert kinds(decide(view(Status.PROCESSING, cs))) == [Requeue]

@@ -1,22 +1,29 @@
-"""The job monitor meets a container that is being removed: one log line, no traceback.
+"""The Docker adapter of JobContainers (services/lcm/deployer.py) meets a container that is
+being removed: one log line, no traceback; and its other translations (Docker's inspect
+data to a Container, "no answer" to EngineUnreachable).
 
 Docker answers 409 ("can not get logs from container which is dead or marked for
 removal") when a log is asked of a container a cleanup is removing, and 404 once it is
-gone. The containers here are FAKES raising exactly those errors from `logs()`; the
-monitor's Docker engine, etcd keeper and store are never reached by these paths.
+gone. The Docker client here is a FAKE whose low-level `api.logs` raises exactly those
+errors; the real engine is exercised by tests/integration/test_monitor.py.
 """
 
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import docker.errors
 import pytest
 import requests
 
-from services.jobmonitor import monitor as m
+from dlaas import jobspec
+from dlaas.ports import Container, EngineUnreachable
+from services.jobmonitor.monitor import JobMonitor
+from services.lcm.deployer import Deployer, container_of, epoch
 
 REMOVING = "can not get logs from container which is dead or marked for removal"
+HELPER = Container("c0ffee", "job-x-helper", "job-x", jobspec.ROLE_HELPER, None, "running")
 
 
 def _api_error(status: int) -> docker.errors.APIError:
@@ -27,18 +34,13 @@ def _api_error(status: int) -> docker.errors.APIError:
     return docker.errors.APIError("logs", response=response, explanation=REMOVING)
 
 
-class Removing:
-    """FAKE container whose logs Docker refuses with `status`."""
+def _engine(error: Exception) -> Deployer:
+    """The adapter over a FAKE client whose every log request raises `error`."""
 
-    def __init__(self, status: int):
-        self.id, self.name, self.status = "c0ffee", "job-x-helper", status
+    def logs(*args, **kwargs):
+        raise error
 
-    def logs(self, **kwargs):
-        raise _api_error(self.status)
-
-
-def _monitor() -> m.JobMonitor:
-    return m.JobMonitor({"local": object()}, keeper=None, store=None, release=lambda *a: None)
+    return Deployer(SimpleNamespace(api=SimpleNamespace(logs=logs)), node="n1")
 
 
 def _quiet_about_it(caplog) -> None:
@@ -48,31 +50,56 @@ def _quiet_about_it(caplog) -> None:
 
 
 @pytest.mark.parametrize("status", [409, 404])
-def test_the_log_tail_of_a_container_being_removed_is_empty(caplog, status):
-    caplog.set_level(logging.DEBUG, logger="dlaas.jobmonitor")
-    assert m._tail(Removing(status), 20) == []
+def test_the_log_of_a_container_being_removed_is_none(caplog, status):
+    caplog.set_level(logging.DEBUG)
+    assert _engine(_api_error(status)).logs(HELPER, tail=20) is None
     _quiet_about_it(caplog)
 
 
 @pytest.mark.parametrize("status", [409, 404])
-def test_the_events_of_a_helper_being_removed_are_none(caplog, status):
-    caplog.set_level(logging.DEBUG, logger="dlaas.jobmonitor")
-    assert _monitor()._all_events(Removing(status)) == []
+def test_following_a_container_being_removed_yields_nothing(caplog, status):
+    caplog.set_level(logging.DEBUG)
+    assert list(_engine(_api_error(status)).follow_logs(HELPER)) == []
     _quiet_about_it(caplog)
 
 
-def test_following_a_helper_being_removed_ends_quietly_and_looks_at_the_job_again(caplog):
-    caplog.set_level(logging.DEBUG, logger="dlaas.jobmonitor")
-    monitor = _monitor()
-    monitor._follow_logs("job-x", Removing(409))
+def test_the_monitor_following_a_helper_being_removed_ends_quietly_and_looks_again(caplog):
+    caplog.set_level(logging.DEBUG)
+    monitor = JobMonitor({"n1": _engine(_api_error(409))}, None, None, lambda *a: None)
+    monitor.observer.follow_logs("job-x", HELPER, "n1")
     _quiet_about_it(caplog)
-    assert monitor._dirty == {"job-x"}
+    assert monitor.queue.dirty == {"job-x"}
 
 
 def test_other_docker_errors_still_surface():
-    class Broken(Removing):
-        def logs(self, **kwargs):
-            raise _api_error(500)
-
     with pytest.raises(docker.errors.APIError):
-        m._tail(Broken(500), 20)
+        _engine(_api_error(500)).logs(HELPER, tail=20)
+
+
+def test_an_engine_that_does_not_answer_is_unreachable_naming_its_node():
+    with pytest.raises(EngineUnreachable, match="node n1"):
+        _engine(requests.exceptions.ConnectionError("refused")).logs(HELPER)
+
+
+def test_docker_inspect_data_becomes_a_container():
+    labels = {
+        jobspec.LABEL_JOB: "job-x",
+        jobspec.LABEL_ROLE: jobspec.ROLE_LEARNER,
+        jobspec.LABEL_LEARNER: "1",
+    }
+    state = {
+        "Status": "exited",
+        "ExitCode": 3,
+        "OOMKilled": False,
+        "FinishedAt": "2026-11-23T10:00:01.5Z",
+    }
+    raw = SimpleNamespace(id="abc", name="job-x-learner-1", labels=labels, attrs={"State": state})
+    c = container_of(raw, "n1")
+    assert (c.id, c.name, c.job_id, c.role, c.learner, c.node) == (
+        "abc", "job-x-learner-1", "job-x", jobspec.ROLE_LEARNER, 1, "n1"
+    )  # fmt: skip
+    assert (c.state, c.exit_code, c.oom_killed, c.exited) == ("exited", 3, False, True)
+    assert c.finished_at == epoch("2026-11-23T10:00:01Z") + 0.5
+    running = container_of(SimpleNamespace(id="h", name="h", labels={}, attrs={"State": {
+        "Status": "running", "ExitCode": 0, "FinishedAt": "0001-01-01T00:00:00Z"}}))  # fmt: skip
+    assert (running.exit_code, running.finished_at, running.running) == (None, None, True)

@@ -1,0 +1,202 @@
+"""The job monitor's hands: carry out a Decision's actions for one job, in order.
+
+Status changes go through StatusRepo (happy-path targets walked, each skipped step
+recorded; failures a single step); a write that loses its compare-and-swap stops the
+action list and marks the job for another look. Container actions go to the engine of
+the node that reported the container (`JobContainers`); restarts and releases to the LCM
+and the scheduler, retried on a deadline when those do not answer. Every action is
+idempotent: a container or network already gone is fine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from dlaas import jobspec
+from dlaas.errors import PermanentError
+from dlaas.ports import Container, EngineUnreachable, StatusRepo
+from dlaas.status import Status
+from services.jobmonitor import decide as d
+from services.jobmonitor.observe import (
+    INFO_CLEANED_UP,
+    INFO_HELPER_RESTARTS,
+    INFO_LOGS_INCOMPLETE,
+    INFO_LOGS_NOTE,
+    INFO_RELEASED,
+    INFO_REQUEUE,
+    INFO_RUN,
+    INFO_SIGNALLED_AT,
+    Observer,
+    RunInfo,
+    Seen,
+)
+from services.jobmonitor.workqueue import WorkQueue
+
+log = logging.getLogger("dlaas.jobmonitor")
+
+# Happy-path targets are walked (skipped steps recorded); failures are a single step.
+_WALKED = frozenset({Status.PROCESSING, Status.STORING, Status.COMPLETED})
+
+Requeue = Callable[..., object]  # requeue(job_id, reason, is_restart=True)
+
+
+class Actor:
+    """Applies decisions for one monitor."""
+
+    def __init__(
+        self,
+        observer: Observer,
+        queue: WorkQueue,
+        keeper: StatusRepo,
+        release: Callable[[str, bool], None],
+        requeue: Requeue | None,
+        clock: Callable[[], float],
+        *,
+        mark: Callable[[str], None],
+        stop_grace_s: int,
+        release_retry_s: float,
+    ):
+        self.observer = observer
+        self.queue = queue
+        self.keeper = keeper
+        self.release = release
+        self.requeue = requeue
+        self.clock = clock
+        self.mark = mark
+        self.stop_grace_s = stop_grace_s
+        self.release_retry_s = release_retry_s
+        self._stopping: set[str] = set()  # learner container ids being stopped
+
+    def apply(self, job_id: str, decision: d.Decision, seen: Seen) -> None:
+        info = seen.run
+        for action in decision.actions:
+            log.info("job %s: %s", job_id, action)
+            if isinstance(action, d.TransitionTo):
+                if not self._transition(job_id, action):
+                    # Someone else moved the job (a user halt): look again from scratch.
+                    self.mark(job_id)
+                    return
+            elif isinstance(action, d.Requeue):
+                self._requeue(job_id, action, info)
+            elif isinstance(action, d.RestartHelper):
+                if seen.helper is not None:
+                    self._on(seen, seen.helper, "start")
+                same_run = info.info.get(INFO_RUN, 0) == info.run
+                restarts = list(info.info.get(INFO_HELPER_RESTARTS) or []) if same_run else []
+                info.update(
+                    {
+                        INFO_HELPER_RESTARTS: [
+                            *restarts,
+                            {"at": self.clock(), "reason": action.reason},
+                        ]
+                    }
+                )
+            elif isinstance(action, d.SignalHelperFinish):
+                if seen.helper is not None:
+                    self._on(seen, seen.helper, "kill", signal=jobspec.HELPER_FINISH_SIGNAL)
+                info.update({INFO_SIGNALLED_AT: self.clock()})
+            elif isinstance(action, d.KillHelper):
+                if seen.helper is not None:
+                    self._on(seen, seen.helper, "kill")
+            elif isinstance(action, d.StopLearners):
+                self._stop_learners(seen)
+            elif isinstance(action, d.ReleaseAllocation):
+                self._release(job_id, info, action.ended)
+            elif isinstance(action, d.Cleanup):
+                self.remove_resources(job_id)
+                facts: dict[str, Any] = {INFO_CLEANED_UP: True}
+                if action.logs_incomplete:
+                    facts[INFO_LOGS_INCOMPLETE] = True
+                    facts[INFO_LOGS_NOTE] = action.reason
+                info.update(facts)
+                self.forget(job_id)
+
+    def remove_resources(self, job_id: str) -> None:
+        """Remove the job's containers, networks and volumes on every engine that answers."""
+        for node, engine in self.observer.reachable():
+            try:
+                self.observer.reach.call(node, engine.remove_resources, job_id)
+            except EngineUnreachable:
+                pass  # marked down; its engine's reconnection looks at every job again
+
+    def forget(self, job_id: str) -> None:
+        self.observer.forget(job_id)
+        self.queue.forget(job_id)
+
+    def _on(self, seen: Seen, c: Container, call: str, **kwargs) -> None:
+        """`engine.<call>(c, **kwargs)` on the engine of the node that reported `c`."""
+        node = seen.where[c.id]
+        engine = self.observer.engines[node]
+        self.observer.reach.call(node, getattr(engine, call), c, **kwargs)
+
+    def _transition(self, job_id: str, action: d.TransitionTo) -> bool:
+        if action.target in _WALKED:
+            new = self.keeper.walk_to(job_id, action.target, action.reason)
+        else:
+            new = self.keeper.try_transition(
+                job_id,
+                action.target,
+                action.reason,
+                error_code=action.error_code,
+                exit_code=action.exit_code,
+            )
+        return new is not None
+
+    def _requeue(self, job_id: str, action: d.Requeue, info: RunInfo) -> None:
+        """Ask the LCM to restart the gang; it checks max_restarts, records, tears down."""
+        if self.requeue is None:
+            log.error("job %s needs a restart (%s) but no LCM is configured", job_id, action)
+            return
+        try:
+            status = self.requeue(job_id, action.reason, is_restart=True)
+        except PermanentError as exc:
+            # The LCM refuses for good (the job moved on, was deleted): nothing to retry
+            # before the usual long wait; a changed status brings the job back anyway.
+            log.info("restart of job %s refused: %s", job_id, exc)
+        # Broad: the LCM client raises its transport's errors as well as temporary domain
+        # errors (down, failing over); every one of them means "ask again soon", logged.
+        except Exception as exc:  # noqa: BLE001
+            log.warning("restart request for job %s failed (%r); will retry", job_id, exc)
+            self.queue.due_at(job_id, self.clock() + self.release_retry_s)
+            return
+        else:
+            log.info("job %s: restart requested (%s); the LCM answered %s", job_id, action, status)
+        info.update({INFO_REQUEUE: {"at": self.clock(), "reason": action.reason}})
+
+    def _release(self, job_id: str, info: RunInfo, ended: bool) -> None:
+        try:
+            self.release(job_id, ended)
+        except PermanentError as exc:
+            # The scheduler holds nothing for this job (never placed, or released already).
+            log.info("release of job %s: %s", job_id, exc)
+        # Broad: as for a requeue, any other failure (scheduler down, network) means
+        # "release again soon", and is logged.
+        except Exception as exc:  # noqa: BLE001
+            log.warning("release of job %s failed (%r); will retry", job_id, exc)
+            self.queue.due_at(job_id, self.clock() + self.release_retry_s)
+            return
+        info.update({INFO_RELEASED: True})
+
+    def _stop_learners(self, seen: Seen) -> None:
+        """Stop running learners in the background (SIGTERM, SIGKILL after the grace time)."""
+        for c in seen.containers:
+            if c.role != jobspec.ROLE_LEARNER or not c.running or c.id in self._stopping:
+                continue
+            self._stopping.add(c.id)
+
+            def stop(c=c):
+                try:
+                    self._on(seen, c, "stop", timeout=self.stop_grace_s)
+                except EngineUnreachable as exc:
+                    log.warning("stopping container %s: %s", c.name, exc)
+                # Broad: a thread of its own, so whatever the adapter raises would be lost
+                # unless logged here; the next reconcile sees the learner still running.
+                except Exception:
+                    log.exception("stopping container %s", c.name)
+                finally:
+                    self._stopping.discard(c.id)
+
+            threading.Thread(target=stop, name=f"stop-{c.name}", daemon=True).start()

@@ -1,0 +1,200 @@
+"""What wakes the job monitor up: each engine's event stream, the etcd watch of the job keys,
+and which engines answer.
+
+One thread per node follows that node's `JobContainers.events()` (Docker's event stream of
+the platform's containers, or whatever the node's engine reports); one thread watches the
+job keys in etcd. They only mark jobs dirty (the work queue) and never decide anything.
+An engine whose stream breaks or that does not answer is marked down in `Reachability`
+and its stream reconnects with backoff; a successful reconnection marks it up and asks
+for a resync of every job, since events were missed meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+import pyetcd.events
+
+from dlaas.etcd_status import StatusKeeper
+from dlaas.ports import EngineUnreachable, JobContainers
+
+log = logging.getLogger("dlaas.jobmonitor")
+
+T = TypeVar("T")
+
+
+class Reachability:
+    """Which nodes' engines answer, and when each was last lost (decide() reads that to
+    tell a container that died with its engine from one that failed on its own)."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._down: set[str] = set()
+        self._lost_at: dict[str, float] = {}
+
+    def down(self) -> set[str]:
+        with self._lock:
+            return set(self._down)
+
+    def lost(self, node: str) -> None:
+        """The node's engine does not answer."""
+        with self._lock:
+            if node in self._down:
+                return
+            self._down.add(node)
+            self._lost_at[node] = self.clock()
+        log.warning("the container engine of node %s does not answer", node)
+
+    def back(self, node: str) -> bool:
+        """The node's engine answers; True when it was down."""
+        with self._lock:
+            if node not in self._down:
+                return False
+            self._down.discard(node)
+        log.info("the container engine of node %s answers again", node)
+        return True
+
+    def stream_ended(self, node: str) -> None:
+        """The node's event stream ended (its engine went away or restarted)."""
+        with self._lock:
+            self._lost_at[node] = self.clock()
+
+    def lost_at(self, nodes: set[str]) -> float | None:
+        with self._lock:
+            return max((self._lost_at[n] for n in nodes if n in self._lost_at), default=None)
+
+    def call(self, node: str, fn: Callable[..., T], *args, **kwargs) -> T:
+        """`fn(*args, **kwargs)`, a call to the node's engine; marks the node down (and
+        raises on) when the engine does not answer."""
+        try:
+            return fn(*args, **kwargs)
+        except EngineUnreachable:
+            self.lost(node)
+            raise
+
+
+class Watchers:
+    """The watcher threads of one monitor: `start()` them, `close()` their streams."""
+
+    def __init__(
+        self,
+        engines: Mapping[str, JobContainers],
+        reach: Reachability,
+        keeper: StatusKeeper,
+        *,
+        on_job: Callable[[str], None],
+        on_status_deleted: Callable[[str], None],
+        resync: Callable[[], None],
+        stop: threading.Event,
+        reconnect_max_s: float,
+    ):
+        self.engines = engines
+        self.reach = reach
+        self.keeper = keeper
+        self.on_job = on_job
+        self.on_status_deleted = on_status_deleted
+        self.resync = resync
+        self.stop = stop
+        self.reconnect_max_s = reconnect_max_s
+        self._closers: dict[str, Callable[[], None]] = {}  # stream -> how to close it
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._threads = [
+            threading.Thread(target=self._watch_engine, args=(node,), name=f"events-{node}",
+                             daemon=True)
+            for node in sorted(self.engines)
+        ]  # fmt: skip
+        self._threads.append(
+            threading.Thread(target=self._watch_etcd, name="etcd-watch", daemon=True)
+        )
+        for t in self._threads:
+            t.start()
+
+    def close(self) -> None:
+        for name, close in list(self._closers.items()):
+            try:
+                close()
+            # Broad: a stream that already broke may raise whatever its transport does
+            # on close; the monitor is stopping either way.
+            except Exception as exc:  # noqa: BLE001
+                log.debug("closing %s: %s", name, exc)
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def _watch_engine(self, node: str) -> None:
+        """Follow one engine's event stream; reconnect with backoff when it breaks.
+
+        A successful (re)connection also tells the monitor that the engine answers again:
+        every job is looked at, since events were missed while it was away.
+        """
+        engine = self.engines[node]
+        since = None  # wall time of the last event: the reconnected stream replays from it
+        delay = 0.5
+        first = True
+        while not self.stop.is_set():
+            try:
+                stream = engine.events(since=since)
+                self._closers[f"events-{node}"] = stream.close
+                if self.reach.back(node) or not first:
+                    self.resync()
+                first = False
+                delay = 0.5
+                for job_id in stream:
+                    if self.stop.is_set():
+                        break
+                    since = time.time()
+                    self.on_job(job_id)
+                if self.stop.is_set():
+                    break
+                # The stream ended: the engine went away or restarted. Probe it next.
+                self.reach.stream_ended(node)
+                log.warning("event stream of node %s ended; reconnecting", node)
+            except EngineUnreachable as exc:
+                if self.stop.is_set():
+                    break
+                self.reach.lost(node)
+                log.debug("node %s: %s; next try in %.1f s", node, exc, delay)
+                first = False
+            # Broad: a stream may break in ways its adapter does not name (a protocol
+            # error mid-event); whatever it was, the cure is to reconnect, and it is logged.
+            except Exception as exc:  # noqa: BLE001
+                if self.stop.is_set():
+                    break
+                log.warning("event stream of node %s broke (%r); reconnecting", node, exc)
+                first = False
+            self.stop.wait(delay)
+            delay = min(delay * 2, self.reconnect_max_s)
+
+    def _watch_etcd(self) -> None:
+        """Watch the job keys; reconnect when the watch breaks."""
+        prefix = self.keeper.jobs_prefix
+        delay = 0.5
+        while not self.stop.is_set():
+            try:
+                events, cancel = self.keeper.etcd.watch_prefix(prefix)
+                self._closers["etcd"] = cancel
+                for event in events:
+                    delay = 0.5
+                    if self.stop.is_set():
+                        break
+                    key = event.key.decode()
+                    job_id = key[len(prefix) :].split("/", 1)[0]
+                    if not job_id:
+                        continue
+                    if isinstance(event, pyetcd.events.DeleteEvent) and key.endswith("/status"):
+                        self.on_status_deleted(job_id)
+                    self.on_job(job_id)
+            # Broad: the etcd client raises its own errors and gRPC's (unavailable, stream
+            # reset, cancelled); any broken watch is cured by watching again, and logged.
+            except Exception as exc:  # noqa: BLE001
+                if self.stop.is_set():
+                    break
+                log.warning("etcd watch broke (%r); reconnecting", exc)
+            self.stop.wait(delay)
+            delay = min(delay * 2, self.reconnect_max_s)
