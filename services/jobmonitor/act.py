@@ -82,8 +82,9 @@ class Actor:
             elif isinstance(action, d.Requeue):
                 self._requeue(job_id, action, info)
             elif isinstance(action, d.RestartHelper):
-                if seen.helper is not None:
-                    self._on(seen, seen.helper, "start")
+                for h in seen.helpers:
+                    if h.exited:
+                        self._on(seen, h, "start")
                 same_run = info.info.get(INFO_RUN, 0) == info.run
                 restarts = list(info.info.get(INFO_HELPER_RESTARTS) or []) if same_run else []
                 info.update(
@@ -95,12 +96,14 @@ class Actor:
                     }
                 )
             elif isinstance(action, d.SignalHelperFinish):
-                if seen.helper is not None:
-                    self._on(seen, seen.helper, "kill", signal=jobspec.HELPER_FINISH_SIGNAL)
+                for h in seen.helpers:
+                    if h.running:
+                        self._on(seen, h, "kill", signal=jobspec.HELPER_FINISH_SIGNAL)
                 info.update({INFO_SIGNALLED_AT: self.clock()})
             elif isinstance(action, d.KillHelper):
-                if seen.helper is not None:
-                    self._on(seen, seen.helper, "kill")
+                for h in seen.helpers:
+                    if not h.exited:
+                        self._on(seen, h, "kill")
             elif isinstance(action, d.StopLearners):
                 self._stop_learners(seen)
             elif isinstance(action, d.ReleaseAllocation):

@@ -23,6 +23,7 @@ from dlaas.etcd_status import StatusKeeper, connect
 from dlaas.grpc_server import configure_logging
 from dlaas.nodes import nodes_or_exit
 from dlaas.notify import hook_notifier
+from dlaas.ports import JobContainers
 from dlaas.store import open_store
 from services.jobmonitor.decide import (
     DEFAULT_HELPER_TIMEOUT_S,
@@ -31,6 +32,7 @@ from services.jobmonitor.decide import (
 )
 from services.jobmonitor.monitor import JobMonitor
 from services.lcm.deployer import Deployer
+from services.lcm.swarm import SwarmEngine
 
 # The API version to speak to an engine that does not answer at start (the oldest the
 # platform supports); an engine that answers is asked for its own.
@@ -70,16 +72,25 @@ def main() -> None:
     # Imported here: the SDK pulls in gRPC, which the pure parts of this service never need.
     from dlaas.sdk import LcmClient, SchedulerClient
 
-    hosts = {
-        n.name: n.docker_host or settings.docker_host for n in nodes_or_exit(settings, "jobmonitor")
-    }
+    nodes = nodes_or_exit(settings, "jobmonitor")
+    hosts = {n.name: n.docker_host or settings.docker_host for n in nodes}
+    engines: dict[str, JobContainers]
     try:
-        engines = {
-            name: Deployer(
-                _engine(host, ms.docker_timeout_s, log), platform_id=settings.platform_id, node=name
+        if settings.swarm_manager:
+            # The swarm, through its manager's API alone; each node is a view of it.
+            swarm = SwarmEngine(
+                _engine(settings.swarm_manager, ms.docker_timeout_s, log), settings.platform_id
             )
-            for name, host in hosts.items()
-        }
+            engines = {n.name: swarm.node(n.name) for n in nodes}
+        else:
+            engines = {
+                name: Deployer(
+                    _engine(host, ms.docker_timeout_s, log),
+                    platform_id=settings.platform_id,
+                    node=name,
+                )
+                for name, host in hosts.items()
+            }
     except docker.errors.DockerException as exc:
         sys.exit(f"jobmonitor: bad Docker engine address: {exc}")
     store = open_store(settings.store_url)

@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlaas import jobspec
 from dlaas.errors import DlaasError, JobNotFound
+from dlaas.jobspec import EVENT_DATA_READY, EVENT_ERROR
 from dlaas.manifest import parse_manifest
 from dlaas.ports import Container, EngineUnreachable, JobContainers, StatusRepo
 from dlaas.status import Status
@@ -96,8 +97,39 @@ class Seen:
     view: d.JobView
     containers: list[Container]
     where: dict[str, str]  # container id -> the node whose engine reported it
-    helper: Container | None
+    helper: Container | None  # the job's helper
     run: RunInfo
+    helpers: list[Container] = field(default_factory=list)  # every node's, the job's first
+
+
+def fold_helpers(helpers: list[Container]) -> Container:
+    """The helpers of a gang spanning nodes as the one helper decide() judges (pure): running
+    while any runs, exited when all have, with the first non-zero exit code."""
+    first = helpers[0]
+    live = [h for h in helpers if not h.exited]
+    if live:
+        return replace(first, state=live[0].state, exit_code=None, finished_at=None)
+    failed = [h for h in helpers if h.exit_code]
+    worst = failed[0] if failed else first
+    return replace(
+        first,
+        state=worst.state,
+        exit_code=worst.exit_code,
+        oom_killed=worst.oom_killed,
+        finished_at=max((h.finished_at or 0.0) for h in helpers) or None,
+    )
+
+
+def fold_events(per_helper: list[list[dict]]) -> list[dict]:
+    """The events of every node's helper as one stream (pure): the job's helper's, with
+    `data_ready` only once every helper printed it, and every helper's errors."""
+    if len(per_helper) <= 1:
+        return list(per_helper[0]) if per_helper else []
+    ready = all(any(e.get("event") == EVENT_DATA_READY for e in evs) for evs in per_helper)
+    events = [e for e in per_helper[0] if ready or e.get("event") != EVENT_DATA_READY]
+    for evs in per_helper[1:]:
+        events += [e for e in evs if e.get("event") == EVENT_ERROR]
+    return events
 
 
 @dataclass
@@ -181,18 +213,18 @@ class Observer:
         info = dict(record.info) if record is not None else {}
         run = run_of(record)
         mine = info if info.get(INFO_RUN, 0) == run else {}  # this run's bookkeeping only
-        helper = next((c for c in containers if c.role == jobspec.ROLE_HELPER), None)
-        events: list[dict] = []
-        if helper is not None:
-            with self._lock:
-                self._helpers.setdefault(job_id, set()).add(helper.id)
-            if helper.exited:
-                events = self.all_events(helper, where[helper.id])
-            else:
-                with self._lock:
-                    events = list(self._events.get(helper.id, ()))
-                if helper.running and not state.final and state.status != Status.QUEUED:
-                    self.follow(job_id, helper, where[helper.id])
+        # The job's helper first; a gang spanning nodes has one more per other node.
+        helpers = sorted(
+            (c for c in containers if c.role == jobspec.ROLE_HELPER),
+            key=lambda c: c.name != jobspec.helper_name(job_id),
+        )
+        per_helper = [self.helper_events(job_id, state, h, where[h.id]) for h in helpers]
+        helper = helpers[0] if helpers else None
+        events = fold_events(per_helper)
+        judged = containers
+        if len(helpers) > 1:
+            others = [c for c in containers if c.role != jobspec.ROLE_HELPER]
+            judged = [*others, fold_helpers(helpers)]
         tails = {
             c.learner: self.tail(c, where[c.id], d.LOG_TAIL_LINES)
             for c in containers
@@ -209,7 +241,7 @@ class Observer:
         requested = mine.get(INFO_REQUEUE)
         view = d.JobView(
             state=state,
-            containers=containers,
+            containers=judged,
             helper_events=events,
             log_tails=tails,
             now=self.clock(),
@@ -224,7 +256,21 @@ class Observer:
             requeue_retry_s=self.requeue_retry_s,
             helper_restarts=len(mine.get(INFO_HELPER_RESTARTS) or []),
         )
-        return Seen(view, containers, where, helper, RunInfo(self.store, job_id, run, info))
+        return Seen(
+            view, containers, where, helper, RunInfo(self.store, job_id, run, info), helpers
+        )
+
+    def helper_events(self, job_id: str, state, helper: Container, node: str) -> list[dict]:
+        """The events `helper` printed so far (followed while it runs, read once exited)."""
+        with self._lock:
+            self._helpers.setdefault(job_id, set()).add(helper.id)
+        if helper.exited:
+            return self.all_events(helper, node)
+        with self._lock:
+            events = list(self._events.get(helper.id, ()))
+        if helper.running and not state.final and state.status != Status.QUEUED:
+            self.follow(job_id, helper, node)
+        return events
 
     # ---- the engines -------------------------------------------------------------------
 

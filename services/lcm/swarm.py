@@ -97,7 +97,8 @@ def container_of(service: dict, task: dict | None, node: str) -> Container:
     if exited and code is None:
         code = 0 if status.get("State") == "complete" else 125  # never ran: the engine's
     return Container(
-        id=(task or {}).get("ID", ""),
+        # No task yet: the service stands in (an id that is never a task's).
+        id=(task or {}).get("ID") or f"service:{service.get('ID', '')}",
         name=(service.get("Spec") or {}).get("Name", ""),
         job_id=labels.get(jobspec.LABEL_JOB, ""),
         role=labels.get(jobspec.LABEL_ROLE, jobspec.ROLE_LEARNER),
@@ -520,15 +521,15 @@ class SwarmNodeView(ContainerEngine):
         return _PollStream(self.engine, self.name)
 
     def logs(self, c: Container, *, tail: int | None = None) -> bytes | None:
-        if not c.id:
-            return b""
+        if c.id.startswith("service:"):
+            return b""  # no task has run yet
         try:
             return self.engine.task_logs(c.id, tail=tail)
         except docker.errors.NotFound:
             return None
 
     def follow_logs(self, c: Container) -> Iterator[bytes]:
-        if not c.id:
+        if c.id.startswith("service:"):
             return iter(())
         try:
             return self.engine.task_logs(c.id, follow=True)
