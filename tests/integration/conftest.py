@@ -1,5 +1,6 @@
 """Fixtures for the integration tests of the LCM: a real scheduler service over gRPC,
-real etcd and the real Docker engine, each test in its own etcd prefix."""
+real etcd and the real Docker engine, each test in its own etcd prefix; and a 2-node Docker
+Swarm on this machine (`swarm_lab`, dlaas.local.swarm) for the tests of the Swarm engine."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper
 from dlaas.grpc_server import start_server
+from dlaas.local.swarm import SwarmLab, SwarmLabError, check_requirements
 from dlaas.nodes import NodeSpec
 from dlaas.sdk import SchedulerClient
 from dlaas.servers import free_port
@@ -75,3 +77,32 @@ def lcm_factory(etcd_server, docker_client, job_store, learner_image, s3_server,
 @pytest.fixture
 def lcm(lcm_factory):
     return lcm_factory()
+
+
+@pytest.fixture(scope="session")
+def swarm_lab(tmp_path_factory, learner_image):
+    """A running 2-node swarm (SwarmLab, already up) shared by the session; down at the end.
+
+    `swarm_lab.info()` gives the manager's socket (a Docker base URL), the node names
+    ("node-1" is the manager, "node-2" a worker; labels rack=r1/r2, area=a1), their sockets
+    and `host_address`, where containers on the swarm reach the host's servers (S3 binds
+    0.0.0.0 in these tests). `swarm_lab.client()` is a DockerClient on the manager. A test
+    that kills a node restarts it (`restart_node` waits until the manager sees it Ready).
+    Skipped where a lab cannot run (not root, a tool missing); the learner image is copied
+    to every node.
+    """
+    try:
+        check_requirements()
+    except SwarmLabError as e:
+        pytest.skip(str(e))
+    lab = SwarmLab(
+        tmp_path_factory.mktemp("swarm"),
+        nodes=2,
+        labels={"node-1": {"rack": "r1", "area": "a1"}, "node-2": {"rack": "r2", "area": "a1"}},
+        images=[learner_image],
+    )
+    try:
+        lab.up()
+        yield lab
+    finally:
+        lab.down()

@@ -1,0 +1,611 @@
+"""An N-node Docker Swarm on this machine, for the tests, chaos runs and `dlaas up --nodes N`.
+
+Each node is a `dockerd` in its own network namespace (and UTS namespace, so that every
+node has its own hostname: "node-1", "node-2", ...), plugged by a veth pair into one host
+bridge on a /24 of its own. Node 1 is the only manager (`swarm init`); the others join with
+the worker token. The platform reaches the swarm only through the manager's socket; the
+node sockets are there for the tests (and for copying images, as there is no registry).
+
+    lab = SwarmLab(state_dir, nodes=2, labels={"node-1": {"rack": "r1"}})
+    info = lab.up()                      # SwarmInfo: manager_socket, node_sockets, ...
+    docker.DockerClient(base_url=info.manager_socket).nodes.list()
+    lab.kill_node("node-2"); lab.restart_node("node-2")
+    lab.down()                           # no process, namespace, veth or bridge left
+
+How it is wired, and why:
+- `nsenter --net=/var/run/netns/NAME`, never `ip netns exec`: the latter remounts /sys in a
+  new mount namespace and dockerd then fails ("Devices cgroup isn't mounted").
+- `unshare --uts` + `hostname node-K` before dockerd: otherwise all nodes report the
+  machine's hostname and `node.hostname==...` placement cannot tell them apart.
+- `--iptables=false --bridge=none`: the node's dockerd touches no firewall and makes no
+  default bridge; swarm tasks reach the outside through `docker_gwbridge` inside the
+  namespace. Each namespace masquerades what leaves through its veth (one iptables rule in
+  that namespace, not on the host): a task's source address (docker_gwbridge, 172.x, the same
+  range in every namespace and on the host) would otherwise get no reply. That is how
+  containers reach the host's servers (S3) at `host_address`, the bridge's host address.
+- The bridge's /24 is taken from 10.199.0.0/16, skipping every network in use on the machine
+  (host routes, other labs' bridges, the machine engine's networks), chosen under a
+  machine-wide lock so that labs of concurrent test runs never share one. Overlay networks
+  of the swarm come from Docker's 10.0.0.0/8 pool counting up from 10.0.0.0: far below.
+- Names carry a random suffix (namespaces, veths, bridge, exec roots), so labs of other
+  worktrees run side by side; everything the lab made is in its state file
+  (`state_dir/lab.json`), which `down()` (from any process) reads to remove it all.
+
+Not simulated: `kill_node` SIGKILLs the node's dockerd only (an engine crash); its
+containerd and containers keep running until `restart_node` (dockerd adopts them again) or
+`down()`; `kill_node(..., machine=True)` kills them too (a machine loss). An `--opt
+encrypted` overlay passes no traffic here (no IPsec in this kernel). A service's virtual IP
+(the default endpoint mode) does not route either: its load balancing needs the iptables
+rules that `--iptables=false` turns off. Give services `endpoint_mode="dnsrr"` (the name
+resolves to the tasks' own addresses) or dial `tasks.<service>`; both work across nodes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlaas import servers
+
+# The engines' process and mount helpers (dlaas.servers) find a node's leftovers the same
+# way they find an extra engine's: by its exec root in their command lines and mounts.
+from dlaas.servers import _descendants, _pids_with_token, _taken_networks, _unmount_under
+
+RUN_DIR = Path("/run/dlaas-swarm")  # exec roots: short paths (containerd's unix sockets)
+NETNS_DIR = Path("/var/run/netns")
+STATE_FILE = "lab.json"
+SUBNET_POOL = "10.199.0.0/16"  # the lab bridges' /24s
+DEFAULT_IMAGES = ("dlaas/learner:latest",)
+SOCKET_PATH_MAX = 100  # unix socket paths: 108 bytes in the kernel, some margin
+
+
+class SwarmLabError(servers.ServerError):
+    """The lab cannot be built, reached or removed here; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class SwarmInfo:
+    """A running lab. Sockets are Docker base URLs ("unix:///.../docker.sock")."""
+
+    manager_socket: str
+    nodes: list[str]
+    node_sockets: dict[str, str]
+    node_addresses: dict[str, str]
+    host_address: str  # the host on the lab bridge: how containers reach host servers
+    subnet: str
+    bridge: str
+    state_dir: str
+    manager_address: str = ""  # node 1's address, port 2377 for `swarm join`
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    gpus: dict[str, int] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def choose_subnet(taken: Sequence[str], pool: str = SUBNET_POOL) -> str:
+    """The first /24 of `pool` that overlaps none of `taken` (CIDRs). Pure."""
+    used = [ipaddress.ip_network(t, strict=False) for t in taken]
+    for candidate in ipaddress.ip_network(pool).subnets(new_prefix=24):
+        if not any(candidate.overlaps(u) for u in used):
+            return str(candidate)
+    raise SwarmLabError(f"no free /24 left in {pool} for a swarm lab bridge")
+
+
+def node_names(n: int) -> list[str]:
+    return [f"node-{k}" for k in range(1, n + 1)]
+
+
+def lab_plan(state_dir: Path, suffix: str, subnet: str, n: int) -> dict:
+    """Every name and address of a lab with `n` nodes, as recorded in its state file. Pure.
+
+    Interface names stay within Linux's 15 characters: "dsw<6 hex>", "dsw<6 hex>v<k>".
+    """
+    net = ipaddress.ip_network(subnet)
+    hosts = list(net.hosts())
+    if n < 1 or n > len(hosts) - 1:
+        raise SwarmLabError(f"nodes must be between 1 and {len(hosts) - 1}, got {n}")
+    bridge = f"dsw{suffix}"
+    nodes = []
+    for k, name in enumerate(node_names(n), start=1):
+        root = state_dir / name
+        nodes.append({
+            "name": name,
+            "netns": f"dlaas-swarm-{suffix}-{k}",
+            "veth": f"{bridge}v{k}",
+            "peer": f"{bridge}p{k}",
+            "address": str(hosts[k]),
+            "socket": str(root / "docker.sock"),
+            "data_root": str(root / "data"),
+            "exec_root": str(RUN_DIR / f"{suffix}-{k}"),
+            "pidfile": str(RUN_DIR / f"{suffix}-{k}.pid"),
+            "log": str(root / "dockerd.log"),
+            "pid": 0,
+        })  # fmt: skip
+    return {
+        "suffix": suffix,
+        "subnet": str(net),
+        "prefixlen": net.prefixlen,
+        "bridge": bridge,
+        "host_address": str(hosts[0]),
+        "nodes": nodes,
+    }
+
+
+def dockerd_argv(node: Mapping, gpus: int = 0) -> list[str]:
+    """The command that starts `node`'s dockerd in its namespaces (see the module docstring)."""
+    argv = [
+        "nsenter", f"--net={NETNS_DIR / node['netns']}",
+        "unshare", "--uts",
+        "sh", "-c", 'hostname "$0" && exec "$@"', node["name"],
+        "dockerd",
+        "--data-root", node["data_root"],
+        "--exec-root", node["exec_root"],
+        "-H", f"unix://{node['socket']}",
+        "--pidfile", node["pidfile"],
+        "--iptables=false",
+        "--bridge=none",
+        "--label", f"dlaas.lab.node={node['name']}",
+    ]  # fmt: skip
+    if gpus:
+        argv += ["--node-generic-resource", f"gpu={gpus}"]
+    return argv
+
+
+def missing_requirements(euid: int, which: Callable[[str], str | None]) -> list[str]:
+    """What this machine lacks to run a lab, each with how to get it. Pure (given `which`)."""
+    missing = []
+    if euid != 0:
+        missing.append("root (network namespaces and dockerd need it)")
+    hints = {
+        "ip": "iproute2 (`apt-get install -y iproute2`)",
+        "nsenter": "nsenter (`apt-get install -y util-linux`)",
+        "unshare": "unshare (`apt-get install -y util-linux`)",
+        "hostname": "hostname (`apt-get install -y hostname`)",
+        "iptables": "iptables (`apt-get install -y iptables`)",
+        "dockerd": "dockerd (`apt-get install -y docker.io`)",
+    }
+    missing += [hint for binary, hint in hints.items() if which(binary) is None]
+    return missing
+
+
+# --------------------------------------------------------------------------- the lab
+
+
+class SwarmLab:
+    """Build, inspect, break and remove one lab whose state lives in `state_dir`.
+
+    `labels`: node name -> swarm node labels (set through the manager API). `gpus`: node
+    name -> GPUs it advertises as the swarm generic resource "gpu" (none by default).
+    `images`: tags copied from the machine's engine to every node (`docker save`/`load`).
+    `heartbeat_s`: the swarm dispatcher heartbeat; a node whose engine dies is Down a few
+    heartbeats later.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path | str,
+        nodes: int = 2,
+        labels: Mapping[str, Mapping[str, str]] | None = None,
+        gpus: Mapping[str, int] | None = None,
+        images: Sequence[str] = DEFAULT_IMAGES,
+        progress: Callable[[str], None] | None = None,
+        heartbeat_s: float = 2.0,
+        machine_docker_host: str = servers.DEFAULT_DOCKER_HOST,
+        timeout: float = 90.0,
+    ) -> None:
+        self.state_dir = Path(state_dir).resolve()
+        self.n = nodes
+        self.labels = {k: dict(v) for k, v in (labels or {}).items()}
+        self.gpus = dict(gpus or {})
+        self.images = list(images)
+        self.progress = progress or (lambda _msg: None)
+        self.heartbeat_s = heartbeat_s
+        self.machine_docker_host = machine_docker_host
+        self.timeout = timeout
+        names = set(node_names(nodes))
+        unknown = sorted((set(self.labels) | set(self.gpus)) - names)
+        if unknown:
+            raise SwarmLabError(
+                f"labels/gpus name nodes this lab does not have: {', '.join(unknown)} "
+                f"(nodes are {', '.join(node_names(nodes))})"
+            )
+
+    # ---- public --------------------------------------------------------------------
+
+    def up(self) -> SwarmInfo:
+        """Start the lab, or return the running one recorded in the state file."""
+        check_requirements()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            record = self._read()
+            if record and self._healthy(record):
+                self.progress("swarm lab already running")
+                return self._info(record)
+            if record:
+                self.progress("removing the remains of a previous swarm lab")
+                self._teardown(record)
+            t0 = time.monotonic()
+            record = self._create()
+            try:
+                self._form_swarm(record)
+                self._copy_images(record)
+            except BaseException:  # Ctrl-C too: never leave a half-built lab behind
+                self._teardown(record)
+                raise
+            self.progress(f"swarm lab up: {self.n} nodes in {time.monotonic() - t0:.1f}s")
+            return self._info(record)
+
+    def info(self) -> SwarmInfo:
+        """The running lab's addresses; SwarmLabError if none is recorded."""
+        record = self._read()
+        if not record:
+            raise SwarmLabError(f"no swarm lab recorded in {self.state_dir}")
+        return self._info(record)
+
+    def client(self, node: str | None = None, timeout: int = 30):
+        """A docker.DockerClient on the manager (or on `node`'s own engine)."""
+        import docker
+
+        info = self.info()
+        url = info.manager_socket if node is None else info.node_sockets[self._known(node)]
+        return docker.DockerClient(base_url=url, timeout=timeout)
+
+    def kill_node(self, name: str, machine: bool = False) -> None:
+        """SIGKILL `name`'s dockerd (an engine crash); `machine`: its containerd and
+        containers too (the machine is lost)."""
+        record = self._read()
+        node = self._node(record, name)
+        pid = int(node["pid"])
+        if not servers.pid_matches(pid, node["pidfile"]):
+            return
+        victims = [pid]
+        if machine:
+            victims += _descendants([pid]) + _pids_with_token(node["exec_root"] + "/")
+        for victim in dict.fromkeys(victims):
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        servers.wait_until(lambda: not servers.pid_alive(pid), 10, f"{name}'s dockerd to die")
+
+    def restart_node(self, name: str, wait_ready: bool = True) -> None:
+        """Start `name`'s dockerd again (same data: it rejoins the swarm); with `wait_ready`,
+        return once the manager lists it Ready."""
+        with self._locked():
+            record = self._read()
+            node = self._node(record, name)
+            if not servers.pid_matches(int(node["pid"]), node["pidfile"]):
+                self._start_dockerd(record, node)
+                self._write(record)
+                self._wait_answers(node)
+        if wait_ready:
+            self.wait_node_state(name, "ready")
+
+    def node_state(self, name: str) -> str:
+        """The manager's view of `name`: "ready", "down", "unknown", ... ("" if not listed)."""
+        client = self.client(timeout=10)
+        try:
+            for node in client.nodes.list():
+                if node.attrs["Description"]["Hostname"] == name:
+                    return node.attrs["Status"]["State"]
+            return ""
+        finally:
+            client.close()
+
+    def wait_node_state(self, name: str, state: str, timeout: float | None = None) -> None:
+        """Poll the manager until it reports `name` in `state`; SwarmLabError on timeout."""
+        timeout = timeout or self.timeout
+        try:
+            servers.wait_until(
+                lambda: self.node_state(name) == state, timeout,
+                f"swarm manager to report {name} {state}", interval=0.25,
+            )  # fmt: skip
+        except servers.ServerError as e:
+            raise SwarmLabError(str(e)) from None
+
+    def down(self) -> None:
+        """Stop every dockerd of the lab and remove its namespaces, veths, bridge and data."""
+        if not self.state_dir.exists():
+            return
+        with self._locked():
+            record = self._read()
+            if record:
+                self._teardown(record)
+
+    # ---- building ------------------------------------------------------------------
+
+    def _create(self) -> dict:
+        RUN_DIR.mkdir(parents=True, exist_ok=True)
+        # The machine-wide lock covers choosing the subnet and creating the bridge that
+        # takes it (its route then marks it taken for every later lab).
+        with open(RUN_DIR / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                subnet = choose_subnet(_taken_networks())
+                record = lab_plan(self.state_dir, secrets.token_hex(3), subnet, self.n)
+                record["labels"], record["gpus"] = self.labels, self.gpus
+                for node in record["nodes"]:
+                    if len(node["socket"]) > SOCKET_PATH_MAX:
+                        raise SwarmLabError(
+                            f"state_dir {self.state_dir} is too long: the node sockets under "
+                            f"it ({node['socket']}) pass the {SOCKET_PATH_MAX}-byte limit"
+                        )
+                # Recorded before anything exists: a failed start is cleaned up from it.
+                self._write(record)
+                self.progress(f"bridge {record['bridge']} on {subnet}")
+                _run("ip", "link", "add", record["bridge"], "type", "bridge")
+                _run("ip", "addr", "add", f"{record['host_address']}/24", "dev", record["bridge"])
+                _run("ip", "link", "set", record["bridge"], "up")
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        try:
+            for node in record["nodes"]:
+                self._plug(record, node)
+                self._start_dockerd(record, node)
+                self._write(record)
+            for node in record["nodes"]:
+                self._wait_answers(node)
+        except BaseException:
+            self._teardown(record)
+            raise
+        return record
+
+    def _plug(self, record: dict, node: dict) -> None:
+        """Namespace, veth into the bridge, address, default route via the host, masquerade."""
+        ns, veth, peer = node["netns"], node["veth"], node["peer"]
+        self.progress(f"{node['name']}: namespace {ns}, address {node['address']}")
+        _run("ip", "netns", "add", ns)
+        _run("ip", "link", "add", veth, "type", "veth", "peer", "name", peer)
+        _run("ip", "link", "set", veth, "master", record["bridge"])
+        _run("ip", "link", "set", veth, "up")
+        _run("ip", "link", "set", peer, "netns", ns)
+        _run("ip", "-n", ns, "link", "set", peer, "name", "eth0")
+        _run("ip", "-n", ns, "addr", "add", f"{node['address']}/{record['prefixlen']}",
+             "dev", "eth0")  # fmt: skip
+        _run("ip", "-n", ns, "link", "set", "eth0", "up")
+        _run("ip", "-n", ns, "link", "set", "lo", "up")
+        _run("ip", "-n", ns, "route", "add", "default", "via", record["host_address"])
+        _run("nsenter", f"--net={NETNS_DIR / ns}", "iptables", "-t", "nat", "-A",
+             "POSTROUTING", "-o", "eth0", "-j", "MASQUERADE")  # fmt: skip
+
+    def _start_dockerd(self, record: dict, node: dict) -> None:
+        Path(node["data_root"]).mkdir(parents=True, exist_ok=True)
+        Path(node["exec_root"]).mkdir(parents=True, exist_ok=True)
+        Path(node["socket"]).unlink(missing_ok=True)
+        env = {
+            **os.environ,
+            "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin",
+            # A swarm task pulls its image before it starts, even one the node has; with no
+            # registry reachable that attempt hangs ~20 s per task. Local images only.
+            "DOCKER_SERVICE_PREFER_OFFLINE_IMAGE": "1",
+        }
+        argv = dockerd_argv(node, int(record.get("gpus", {}).get(node["name"], 0)))
+        mp = servers.spawn(f"dockerd {node['name']}", argv, Path(node["log"]), env=env)
+        # nsenter, unshare and sh all exec: the child's pid is dockerd's.
+        node["pid"] = mp.pid
+
+    def _wait_answers(self, node: dict) -> None:
+        pid, url = int(node["pid"]), f"unix://{node['socket']}"
+        try:
+            servers.wait_until(
+                lambda: servers.docker_answers(url), self.timeout,
+                f"dockerd of {node['name']} ({url})",
+                alive=lambda: servers.pid_alive(pid), log=Path(node["log"]),
+            )  # fmt: skip
+        except servers.ServerError as e:
+            raise SwarmLabError(str(e)) from None
+
+    def _form_swarm(self, record: dict) -> None:
+        import docker
+
+        first, *others = record["nodes"]
+        manager = docker.DockerClient(base_url=f"unix://{first['socket']}", timeout=60)
+        try:
+            self.progress(f"swarm init on {first['name']} ({first['address']})")
+            spec = manager.api.create_swarm_spec(
+                dispatcher_heartbeat_period=int(self.heartbeat_s * 1e9)
+            )
+            manager.api.init_swarm(
+                advertise_addr=first["address"], listen_addr="0.0.0.0:2377", swarm_spec=spec
+            )
+            token = manager.swarm.attrs["JoinTokens"]["Worker"]
+            for node in others:
+                self.progress(f"{node['name']} joins")
+                worker = docker.DockerClient(base_url=f"unix://{node['socket']}", timeout=60)
+                try:
+                    worker.swarm.join(
+                        remote_addrs=[f"{first['address']}:2377"], join_token=token,
+                        advertise_addr=node["address"], listen_addr="0.0.0.0:2377",
+                    )  # fmt: skip
+                finally:
+                    worker.close()
+            self._write(record)
+            for node in record["nodes"]:
+                self.wait_node_state(node["name"], "ready")
+            for swarm_node in manager.nodes.list():
+                name = swarm_node.attrs["Description"]["Hostname"]
+                if record["labels"].get(name):
+                    spec = dict(swarm_node.attrs["Spec"])
+                    spec["Labels"] = {**spec.get("Labels", {}), **record["labels"][name]}
+                    swarm_node.update(spec)
+        finally:
+            manager.close()
+
+    def _copy_images(self, record: dict) -> None:
+        """Each image saved once from the machine's engine to a file, loaded into every node."""
+        import docker
+
+        if not self.images:
+            return
+        source = docker.DockerClient(base_url=self.machine_docker_host, timeout=300)
+        try:
+            for tag in self.images:
+                try:
+                    image = source.images.get(tag)
+                except docker.errors.ImageNotFound:
+                    raise SwarmLabError(
+                        f"image {tag} is not on the machine's engine ({self.machine_docker_host})"
+                        "; build it first (`dlaas images build`)"
+                    ) from None
+                tar = self.state_dir / "images.tar"
+                self.progress(f"copying {tag} to {len(record['nodes'])} nodes")
+                with open(tar, "wb") as out:
+                    out.writelines(image.save(named=tag))
+                nodes = record["nodes"]
+                try:
+                    with ThreadPoolExecutor(len(nodes)) as pool:
+                        list(pool.map(_load, nodes, [tar] * len(nodes), [tag] * len(nodes)))
+                finally:
+                    tar.unlink(missing_ok=True)
+        finally:
+            source.close()
+
+    # ---- state ---------------------------------------------------------------------
+
+    def _healthy(self, record: dict) -> bool:
+        nodes = record.get("nodes", [])
+        if len(nodes) != self.n:
+            return False
+        if not all(servers.pid_matches(int(n["pid"]), n["pidfile"]) for n in nodes):
+            return False
+        try:
+            return all(self.node_state(n["name"]) == "ready" for n in nodes)
+        except Exception:  # noqa: BLE001 - any failure to ask the manager means "not usable"
+            return False
+
+    def _info(self, record: dict) -> SwarmInfo:
+        nodes = record["nodes"]
+        return SwarmInfo(
+            manager_socket=f"unix://{nodes[0]['socket']}",
+            nodes=[n["name"] for n in nodes],
+            node_sockets={n["name"]: f"unix://{n['socket']}" for n in nodes},
+            node_addresses={n["name"]: n["address"] for n in nodes},
+            host_address=record["host_address"],
+            subnet=record["subnet"],
+            bridge=record["bridge"],
+            state_dir=str(self.state_dir),
+            manager_address=f"{nodes[0]['address']}:2377",
+            labels={k: dict(v) for k, v in record.get("labels", {}).items()},
+            gpus=dict(record.get("gpus", {})),
+        )
+
+    def _known(self, name: str) -> str:
+        if name not in node_names(self.n):
+            raise SwarmLabError(f"no node {name!r} in this lab ({', '.join(node_names(self.n))})")
+        return name
+
+    def _node(self, record: dict | None, name: str) -> dict:
+        self._known(name)
+        if not record:
+            raise SwarmLabError(f"no swarm lab recorded in {self.state_dir}")
+        return next(n for n in record["nodes"] if n["name"] == name)
+
+    def _read(self) -> dict | None:
+        try:
+            return json.loads((self.state_dir / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _write(self, record: dict) -> None:
+        tmp = self.state_dir / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(self.state_dir / STATE_FILE)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One up/down/restart at a time per state dir (threads and processes alike)."""
+        with open(self.state_dir / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _teardown(self, record: dict) -> None:
+        """Remove everything `record` names; tolerant of parts that never existed."""
+        nodes = record.get("nodes", [])
+        if nodes:
+            # In parallel: a dockerd takes seconds to stop its swarm agent and containerd.
+            with ThreadPoolExecutor(len(nodes)) as pool:
+                list(pool.map(_stop_node, nodes))
+        bridge = record.get("bridge", "")
+        if bridge and Path(f"/sys/class/net/{bridge}").exists():
+            _run("ip", "link", "del", bridge, check=False)
+        for node in record.get("nodes", []):
+            shutil.rmtree(Path(node["data_root"]).parent, ignore_errors=True)
+        (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+        self.progress("swarm lab removed")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def check_requirements() -> None:
+    """Raise SwarmLabError naming everything this machine lacks to run a lab."""
+    missing = missing_requirements(os.geteuid(), _which)
+    if missing:
+        raise SwarmLabError("a swarm lab cannot run here: missing " + "; ".join(missing))
+
+
+def _which(binary: str) -> str | None:
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/bin:/bin"
+    return shutil.which(binary, path=path)
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    exe = _which(argv[0]) or argv[0]
+    done = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise SwarmLabError(f"`{' '.join(argv)}` failed: {done.stderr.strip()}")
+    return done
+
+
+def _load(node: Mapping, tar: Path, tag: str) -> None:
+    import docker
+
+    client = docker.DockerClient(base_url=f"unix://{node['socket']}", timeout=300)
+    try:
+        with open(tar, "rb") as data:
+            client.images.load(data)
+        client.images.get(tag)  # loaded under its name, or this raises
+    finally:
+        client.close()
+
+
+def _stop_node(node: Mapping) -> None:
+    """dockerd by its pid (SIGTERM: it stops its containers and containerd), then whatever
+    outlived it, found by the exec root; mounts, namespace, exec root."""
+    exec_root = node["exec_root"]
+    pid = int(node.get("pid") or 0)
+    # Matched by the pid file's path, which names this node alone ("<sfx>-1" is also the
+    # start of "<sfx>-10"); its containerd and shims by paths inside its exec root.
+    if pid and servers.pid_matches(pid, node["pidfile"]):
+        servers.stop_pid(pid, timeout=20)
+    leftovers = _pids_with_token(exec_root + "/")
+    # Container processes do not name the exec root: they are the shims' descendants.
+    for victim in _descendants(leftovers):
+        servers.stop_pid(victim, 0)
+    for victim in leftovers:
+        servers.stop_pid(victim, 5)
+    _unmount_under(Path(exec_root), Path(node["data_root"]))
+    if (NETNS_DIR / node["netns"]).exists():
+        _run("ip", "netns", "del", node["netns"], check=False)
+    # The host end of the veth goes with the namespace (asynchronously); a veth whose peer
+    # never reached the namespace is deleted here.
+    if Path(f"/sys/class/net/{node['veth']}").exists():
+        _run("ip", "link", "del", node["veth"], check=False)
+    shutil.rmtree(exec_root, ignore_errors=True)
+    Path(node["pidfile"]).unlink(missing_ok=True)
