@@ -250,7 +250,8 @@ function Actions({ job, final, reload }) {
   const [error, setError] = useState(null);
   const [note, setNote] = useState("");
   const m = job.manifest || {};
-  const elastic = m.min_learners != null || m.max_learners != null;
+  // Elastic: the manifest allows a range of learner counts (plain jobs have one).
+  const elastic = (m.min_learners ?? m.learners) !== (m.max_learners ?? m.learners);
   const act = async (fn) => {
     setError(null);
     setNote("");
@@ -351,6 +352,8 @@ function Metrics({ id, learners, final }) {
   const [learner, setLearner] = useState(0);
   const [series, setSeries] = useState({});
   const [error, setError] = useState(null);
+  useEffect(() => setSeries({}), [id, learner]);
+  // Not reset when the job ends: the charts stay while the snapshot replaces their data.
   useEffect(() => {
     const abort = new AbortController();
     const base = `/v1/jobs/${encodeURIComponent(id)}/metrics`;
@@ -369,7 +372,6 @@ function Metrics({ id, learners, final }) {
         if (points.length) setSeries((old) => addPoints(old, points));
       }
     };
-    setSeries({});
     setError(null);
     (final ? snapshot() : follow().then(snapshot)).catch((err) => {
       if (!abort.signal.aborted) setError(err);
