@@ -319,11 +319,12 @@ function LogTail({ id, learner, final }) {
       try {
         const r = await api(`/v1/jobs/${encodeURIComponent(id)}/logs?${qs({ learner, offset: offset.current })}`, { raw: true });
         const text = await r.text();
+        if (!live) return; // a newer poll loop owns the offset now
         const fresh = text ? text.replace(/\n$/, "").split("\n") : [];
         got = fresh.length;
         offset.current += got;
-        if (live && got) setLines((old) => old.concat(fresh).slice(-LOG_TAIL_LINES));
-        if (live) setError(null);
+        if (got) setLines((old) => old.concat(fresh).slice(-LOG_TAIL_LINES));
+        setError(null);
       } catch (err) {
         if (live) setError(err);
       }
