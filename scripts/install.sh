@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install what the platform and its tests need on a Debian 12 machine (as root), idempotently:
 # the servers from Debian's archive (Docker engine, etcd, Redis, docker-compose, debootstrap,
-# iptables), then a virtualenv in .venv with the project installed editable with its test and
-# examples extras.
+# iptables) and Chromium for the dashboard's browser test, then a virtualenv in .venv with
+# the project installed editable with its test and examples extras.
 # A second run changes nothing and takes a second: packages present are not reinstalled and
 # pip runs again only when pyproject.toml changed.
 set -euo pipefail
@@ -23,6 +23,9 @@ declare -A PACKAGES=(
   [docker-compose]=docker-compose
   [debootstrap]=debootstrap
   [iptables]=iptables  # dlaas up fences job containers in with host firewall rules
+  # The dashboard's browser test drives Debian's Chromium through Playwright (a test
+  # dependency); `playwright install` is never run: its browser download fails here.
+  [chromium]=chromium
 )
 missing=()
 for bin in "${!PACKAGES[@]}"; do

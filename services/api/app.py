@@ -289,7 +289,9 @@ def create_app(
             metrics.requests.labels(request.method, path, str(status)).inc()
             metrics.latency.labels(request.method, path).observe(time.perf_counter() - start)
 
+    from services.api import dashboard
     from services.api.admin import router as admin_router
+    from services.api.dashboard.nodes import router as nodes_router
     from services.api.data import router as data_router
     from services.api.hooks import router as hooks_router
     from services.api.metrics import router as metrics_router
@@ -303,6 +305,10 @@ def create_app(
     app.include_router(data_router, responses=v1_errors)
     app.include_router(metrics_router, responses=v1_errors)
     app.include_router(hooks_router, responses=v1_errors)
+    app.include_router(nodes_router, responses=v1_errors)
+    # The web dashboard at /ui: static files, and its own Content-Security-Policy.
+    dashboard.mount(app)
+    app.add_middleware(dashboard.SecurityHeaders)
     _document(app)
     return app
 

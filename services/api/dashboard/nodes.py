@@ -1,0 +1,154 @@
+"""`GET /v1/nodes`: each node's capacity and what the running jobs hold of it.
+
+The dashboard's capacity page reads it; nothing else in the REST API said what the
+cluster is. Capacity and health come from the LCM (`Cluster`, the nodes it deploys to);
+the allocation is summed from the jobs that hold one (placed and not yet ended), each
+learner counted on the node the LCM deployed it to (`info.learners[].node`) with the
+resources its manifest asks for. `allocation()` is that sum, pure; the route is the
+adapter around it.
+
+Totals count every job (they are the cluster's); the jobs listed per node are only the
+caller's own, or all of them for an administrator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from dlaas.errors import InvalidManifest
+from dlaas.manifest import parse_manifest
+from dlaas.sdk import NodeInfo
+from dlaas.status import ACTIVE, Status
+from dlaas.store.base import JobRecord
+from services.api.routes import CallerDep, DepsDep
+
+router = APIRouter(prefix="/v1", tags=["cluster"])
+
+# Placed jobs hold their allocation until they end; a QUEUED job holds nothing yet.
+HOLDING = frozenset(ACTIVE - {Status.QUEUED})
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One job's learners as deployed: what each learner asks for and where each runs."""
+
+    job_id: str
+    user: str
+    cpus: float
+    memory_mb: int
+    gpus: int
+    nodes: tuple[str, ...]  # one entry per learner
+
+
+@dataclass
+class NodeUse:
+    cpus: float = 0.0
+    memory_mb: int = 0
+    gpus: int = 0
+    learners: int = 0
+    jobs: set[str] = field(default_factory=set)
+
+
+def allocation(placed: Iterable[Placed]) -> dict[str, NodeUse]:
+    """Node name -> what the placed jobs hold on it (learners of a job on one node add up)."""
+    use: dict[str, NodeUse] = {}
+    for job in placed:
+        for node in job.nodes:
+            u = use.setdefault(node, NodeUse())
+            u.cpus += job.cpus
+            u.memory_mb += job.memory_mb
+            u.gpus += job.gpus
+            u.learners += 1
+            u.jobs.add(job.job_id)
+    return use
+
+
+def placed_job(record: JobRecord, manifest_yaml: str) -> Placed | None:
+    """A record as `Placed`, or None when it says of no learner where it runs."""
+    learners = record.info.get("learners")
+    if not isinstance(learners, list):
+        return None
+    nodes = tuple(
+        e["node"] for e in learners if isinstance(e, dict) and isinstance(e.get("node"), str)
+    )
+    if not nodes:
+        return None
+    try:
+        m = parse_manifest(manifest_yaml)
+    except InvalidManifest:
+        return None  # accepted under older rules: its size is unknown, not guessed
+    return Placed(record.job_id, record.user, m.cpus, m.memory_mb, m.gpus, nodes)
+
+
+class NodeAllocation(BaseModel):
+    cpus: float
+    memory_mb: int
+    gpus: int
+    learners: int
+
+
+class NodePublic(BaseModel):
+    name: str
+    healthy: bool
+    gpu_type: str
+    capacity: NodeAllocation = Field(description="what the node offers (learners: 0)")
+    allocated: NodeAllocation = Field(description="what placed, unfinished jobs hold on it")
+    jobs: list[str] = Field(description="jobs with learners here (yours; every one for an admin)")
+
+
+class NodesReply(BaseModel):
+    nodes: list[NodePublic]
+
+
+def nodes_public(
+    nodes: list[NodeInfo], use: dict[str, NodeUse], visible: set[str] | None
+) -> NodesReply:
+    """The reply; `visible`: the job ids the caller may see (None: all)."""
+    out = []
+    for n in nodes:
+        u = use.get(n.name, NodeUse())
+        jobs = sorted(u.jobs if visible is None else u.jobs & visible)
+        out.append(
+            NodePublic(
+                name=n.name,
+                healthy=n.healthy,
+                gpu_type=n.gpu_type,
+                capacity=NodeAllocation(
+                    cpus=n.cpus, memory_mb=n.memory_mb, gpus=n.gpus, learners=0
+                ),
+                allocated=NodeAllocation(
+                    cpus=round(u.cpus, 3), memory_mb=u.memory_mb, gpus=u.gpus, learners=u.learners
+                ),
+                jobs=jobs,
+            )
+        )
+    return NodesReply(nodes=out)
+
+
+def _holding_records(deps) -> Iterator[JobRecord]:
+    page = 500
+    for status in sorted(HOLDING):
+        offset = 0
+        while True:
+            records, total = deps.store.list(status=status, offset=offset, limit=page)
+            yield from records
+            offset += page
+            if not records or offset >= total:
+                break
+
+
+@router.get("/nodes", response_model=NodesReply)
+def list_nodes(deps: DepsDep, caller: CallerDep) -> NodesReply:
+    """Each node's capacity, health and what running jobs hold of it (CPUs, memory, GPUs)."""
+    placed = []
+    for record in _holding_records(deps):
+        # Sealed secrets stay sealed: only the sizes are read.
+        job = placed_job(record, record.manifest_yaml)
+        if job is not None:
+            placed.append(job)
+    visible = None if caller.admin else {p.job_id for p in placed if p.user == caller.user}
+    return nodes_public(deps.lcm.cluster(), allocation(placed), visible)
