@@ -10,7 +10,8 @@ preempted or resumed job gets a new gang: new containers with the same names, wh
   on, and at its end. Its user metadata `RUN_START_META` ("dlaas-run-start-line")
   says how many of its lines the earlier runs wrote: the object holds
   `earlier runs' lines ++ (a prefix of) the current run's lines`;
-- the current learner container's `docker logs`: the current run's lines only.
+- the current learner container's log (`docker logs`, read through the port
+  `dlaas.ports.JobContainers` of the learner's node): the current run's lines only.
 
 So the stream is `object[:run_start] ++ docker logs`, while the container exists, and
 the whole object once it is gone (the monitor removes containers only after the helper
@@ -33,7 +34,7 @@ removes a gang's containers before it starts the next gang.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain, islice
 from typing import Any
@@ -46,6 +47,7 @@ from dlaas.errors import JobNotFound
 from dlaas.learner.paths import RUN_START_META
 from dlaas.locations import S3Location, job_locations
 from dlaas.manifest import parse_manifest
+from dlaas.ports import Container, EngineUnreachable, JobContainers
 from dlaas.s3 import client_for
 from dlaas.secretbox import SecretBox
 from dlaas.status import FINAL
@@ -105,19 +107,37 @@ def split_lines(chunks: Iterable[bytes]) -> Iterator[str]:
         yield pending.removesuffix(b"\r").decode("utf-8", "replace")
 
 
+@dataclass(frozen=True)
+class LiveContainer:
+    """A learner's container and the node view that reported it (its logs are read there)."""
+
+    engine: JobContainers
+    container: Container
+
+    @property
+    def id(self) -> str:
+        return self.container.id
+
+    @property
+    def status(self) -> str:
+        return self.container.state
+
+
 class LogReader:
     """Reads one learner's log lines from its container or, once it is gone, from S3.
 
-    `docker` is a docker.DockerClient or None (then only S3 is read); `s3_for` turns a
-    job's results location into a boto3 client (the platform's own client is reused
-    for the platform's S3). `sleep` and `poll_s` pace the follow loop.
+    `engines` maps node names to their JobContainers (one view alone is the only node; None
+    or empty: only S3 is read); the learner's container is looked for on the node the LCM
+    recorded for it (the job's info["learners"][i]["node"]), or on every node. `s3_for`
+    turns a job's results location into a boto3 client (the platform's own client is
+    reused for the platform's S3). `sleep` and `poll_s` pace the follow loop.
     """
 
     def __init__(
         self,
         store: JobStore,
         settings: PlatformSettings,
-        docker: Any | None,
+        engines: Mapping[str, JobContainers] | JobContainers | None,
         s3_for: Callable[[S3Location], Any] = client_for,
         *,
         poll_s: float = 0.5,
@@ -125,46 +145,61 @@ class LogReader:
     ):
         self.store = store
         self.settings = settings
-        self.docker = docker
+        if isinstance(engines, JobContainers):
+            engines = {"": engines}
+        self.engines: dict[str, JobContainers] = dict(engines or {})
         self.s3_for = s3_for
         self.poll_s = poll_s
         self.sleep = sleep
 
     # --- adapters -------------------------------------------------------------------
 
-    def _container(self, job_id: str, learner: int):
-        if self.docker is None:
-            return None
-        import docker.errors  # local: keeps the module importable where no engine is used
-
+    def _engines_for(self, job_id: str, learner: int) -> list[JobContainers]:
+        """The view of the learner's node when the job's record names it, else every one."""
+        if len(self.engines) <= 1:
+            return list(self.engines.values())
         try:
-            return self.docker.containers.get(jobspec.learner_name(job_id, learner))
-        except docker.errors.NotFound:
-            return None
-        except (docker.errors.DockerException, OSError):
-            # The engine is not answering: behave as if the container were gone, so the
-            # reader falls back to S3 and tries the engine again on the next round.
-            return None
+            placed = self.store.get(job_id).info.get("learners")
+        except JobNotFound:
+            placed = None
+        node = next(
+            (e.get("node") for e in placed or () if isinstance(e, dict) and e.get("id") == learner),
+            None,
+        )
+        if node in self.engines:
+            return [self.engines[node]]
+        return [self.engines[n] for n in sorted(self.engines)]
 
-    def _container_lines(self, container, follow: bool) -> Iterator[str]:
-        import docker.errors
+    def _container(self, job_id: str, learner: int) -> LiveContainer | None:
+        for engine in self._engines_for(job_id, learner):
+            try:
+                found = engine.job_containers(job_id)
+            except EngineUnreachable:
+                # Behave as if the container were gone, so the reader falls back to S3 and
+                # tries the engine again on the next round.
+                continue
+            mine = [c for c in found if c.role == jobspec.ROLE_LEARNER and c.learner == learner]
+            if mine:
+                # The LCM removes a gang before it starts the next: one, or a running one.
+                return LiveContainer(engine, max(mine, key=lambda c: c.running))
+        return None
 
+    def _container_lines(self, live: LiveContainer, follow: bool) -> Iterator[str]:
         try:
             if follow:
-                chunks = container.logs(stdout=True, stderr=True, stream=True, follow=True)
+                chunks: Iterable[bytes] = live.engine.follow_logs(live.container)
             else:
-                chunks = [container.logs(stdout=True, stderr=True)]
+                chunks = [live.engine.logs(live.container) or b""]
             yield from split_lines(chunks)
-        except (docker.errors.DockerException, OSError):
+        except (EngineUnreachable, OSError):
             return  # removed while we read: the next round reads S3 from where we are
 
-    def _has_output(self, container) -> bool:
-        import docker.errors
-
+    def _has_output(self, live: LiveContainer) -> bool:
         try:
-            return bool(container.logs(stdout=True, stderr=True, tail=1))
-        except (docker.errors.DockerException, OSError):
+            raw = live.engine.logs(live.container, tail=1)
+        except (EngineUnreachable, OSError):
             return True  # gone: do not read ahead in S3, the next round sorts it out
+        return True if raw is None else bool(raw)  # None: gone, as above
 
     def _s3_log(self, results: S3Location, job_id: str, learner: int) -> S3Log | None:
         s3 = self.s3_for(results)

@@ -210,6 +210,31 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": resp.body})
 
 
+def _node_views(settings: PlatformSettings) -> dict[str, Any]:
+    """One JobContainers per configured node whose Docker engine answers now (the learners'
+    live log lines are read there; a node left out is read from S3 only)."""
+    import docker as docker_sdk
+
+    from dlaas.nodes import NodesFileError, configured_nodes
+    from services.lcm.deployer import Deployer
+
+    try:
+        nodes = {n.name: n.docker_host or settings.docker_host for n in configured_nodes(settings)}
+    except NodesFileError as exc:
+        log.warning("nodes file unusable (%s); live logs from the local engine only", exc)
+        nodes = {"local": settings.docker_host}
+    views = {}
+    for name, host in nodes.items():
+        try:
+            client = docker_sdk.DockerClient(base_url=host)
+        except docker_sdk.errors.DockerException:  # no engine: its logs come from S3 only
+            log.warning("Docker engine of node %s at %s not reachable; logs from S3 only",
+                        name, host)  # fmt: skip
+            continue
+        views[name] = Deployer(client, platform_id=settings.platform_id, node=name)
+    return views
+
+
 def create_app(
     settings: PlatformSettings,
     api_settings: ApiSettings,
@@ -224,7 +249,9 @@ def create_app(
 ) -> FastAPI:
     """The API app; real adapters are built from `settings` for any not given.
 
-    `docker=False` runs without a Docker engine (log lines then come from S3 only).
+    `docker`: the nodes' container views for live log lines (node name -> JobContainers,
+    or one JobContainers); None builds one per configured node; `docker=False` runs
+    without an engine (log lines then come from S3 only).
     """
     from dlaas.sdk import LcmClient, SchedulerClient
 
@@ -236,15 +263,7 @@ def create_app(
     if docker is False:  # explicitly no engine: logs come from S3 only
         docker = None
     elif docker is None:
-        import docker as docker_sdk
-
-        try:
-            docker = docker_sdk.DockerClient(base_url=settings.docker_host)
-        except docker_sdk.errors.DockerException:  # no engine: logs come from S3 only
-            log.warning(
-                "Docker engine at %s not reachable; logs from S3 only", settings.docker_host
-            )
-            docker = None
+        docker = _node_views(settings)
     tokens = Authenticator(store, api_settings.admin_token.get_secret_value())
     metrics = Metrics()
     deps = Deps(settings, api_settings, store, lcm, s3, scheduler, tokens, None, metrics)  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dlaas import jobspec
-from dlaas.errors import PermanentError
+from dlaas.errors import DlaasError, PermanentError
 from dlaas.ports import Container, EngineUnreachable, StatusRepo
 from dlaas.status import Status
 from services.jobmonitor import decide as d
@@ -40,7 +40,9 @@ log = logging.getLogger("dlaas.jobmonitor")
 # Happy-path targets are walked (skipped steps recorded); failures are a single step.
 _WALKED = frozenset({Status.PROCESSING, Status.STORING, Status.COMPLETED})
 
-Requeue = Callable[..., object]  # requeue(job_id, reason, is_restart=True)
+# requeue(job_id, reason, is_restart=True) and release(job_id, ended): the LCM's and the
+# scheduler's calls; they raise DlaasError (PermanentError: never retry) like dlaas.sdk's.
+Requeue = Callable[..., object]
 
 
 class Actor:
@@ -115,7 +117,9 @@ class Actor:
                     facts[INFO_LOGS_INCOMPLETE] = True
                     facts[INFO_LOGS_NOTE] = action.reason
                 info.update(facts)
-                self.forget(job_id)
+                # Only what was learned goes: a deadline still pending (a release to try
+                # again) must outlive the cleanup, or no later pass would ever retry it.
+                self.observer.forget(job_id)
 
     def remove_resources(self, job_id: str) -> None:
         """Remove the job's containers, networks and volumes on every engine that answers."""
@@ -126,6 +130,7 @@ class Actor:
                 pass  # marked down; its engine's reconnection looks at every job again
 
     def forget(self, job_id: str) -> None:
+        """Drop everything about a job that is gone (deleted): what was learned, deadlines."""
         self.observer.forget(job_id)
         self.queue.forget(job_id)
 
@@ -159,9 +164,9 @@ class Actor:
             # The LCM refuses for good (the job moved on, was deleted): nothing to retry
             # before the usual long wait; a changed status brings the job back anyway.
             log.info("restart of job %s refused: %s", job_id, exc)
-        # Broad: the LCM client raises its transport's errors as well as temporary domain
-        # errors (down, failing over); every one of them means "ask again soon", logged.
-        except Exception as exc:  # noqa: BLE001
+        except DlaasError as exc:
+            # Temporary (LCM down, failing over) or not classed: the LCM client turns every
+            # gRPC failure into a DlaasError. Ask again soon.
             log.warning("restart request for job %s failed (%r); will retry", job_id, exc)
             self.queue.due_at(job_id, self.clock() + self.release_retry_s)
             return
@@ -175,9 +180,8 @@ class Actor:
         except PermanentError as exc:
             # The scheduler holds nothing for this job (never placed, or released already).
             log.info("release of job %s: %s", job_id, exc)
-        # Broad: as for a requeue, any other failure (scheduler down, network) means
-        # "release again soon", and is logged.
-        except Exception as exc:  # noqa: BLE001
+        except DlaasError as exc:
+            # Scheduler down, network: as for a requeue, release again soon.
             log.warning("release of job %s failed (%r); will retry", job_id, exc)
             self.queue.due_at(job_id, self.clock() + self.release_retry_s)
             return

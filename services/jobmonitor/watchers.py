@@ -134,7 +134,7 @@ class Watchers:
         every job is looked at, since events were missed while it was away.
         """
         engine = self.engines[node]
-        since = None  # wall time of the last event: the reconnected stream replays from it
+        since: int | None = None  # time of the last event: a reconnection replays from it
         delay = 0.5
         first = True
         while not self.stop.is_set():
@@ -148,7 +148,7 @@ class Watchers:
                 for job_id in stream:
                     if self.stop.is_set():
                         break
-                    since = time.time()
+                    since = int(time.time())
                     self.on_job(job_id)
                 if self.stop.is_set():
                     break

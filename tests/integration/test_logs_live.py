@@ -16,16 +16,20 @@ from dlaas import jobspec
 from dlaas.learner.paths import RUN_START_META
 from dlaas.locations import S3Location
 from dlaas.logs import LogReader
+from services.lcm.deployer import Deployer
 
 RUN1 = [f"run1 line {i}" for i in range(5)]
 RUN2 = [f"run2 line {i}" for i in range(4)]
+PLATFORM = "test-logs"
 
 
 class RealReader(LogReader):
-    """The real reader on the real engine and S3; the job's status is the test's."""
+    """The real reader on the real engine (through its Docker adapter) and S3; the job's
+    status is the test's."""
 
     def __init__(self, docker_client, s3_client):
-        super().__init__(None, None, docker_client, lambda _loc: s3_client, poll_s=0.05)
+        engine = Deployer(docker_client, platform_id=PLATFORM, node="local")
+        super().__init__(None, None, {"local": engine}, lambda _loc: s3_client, poll_s=0.05)
         self.final = threading.Event()
 
     def _final(self, job_id):
@@ -38,7 +42,12 @@ def test_a_live_stream_spans_a_restart_without_gap_or_duplicate(
 ):
     job_id = "l" + str(time.monotonic_ns())[-10:]
     name, key = jobspec.learner_name(job_id, 0), jobspec.log_object_key(job_id, 0)
-    labels = {jobspec.LABEL_MANAGED: "test-logs", jobspec.LABEL_JOB: job_id}
+    labels = {  # as the LCM labels a learner
+        jobspec.LABEL_MANAGED: PLATFORM,
+        jobspec.LABEL_JOB: job_id,
+        jobspec.LABEL_ROLE: jobspec.ROLE_LEARNER,
+        jobspec.LABEL_LEARNER: "0",
+    }
 
     def learner(lines: list[str], wait_s: float):
         script = (

@@ -9,12 +9,14 @@ tests/integration/test_monitor.py.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 from lcm_fakes import FakeEngine, InMemoryStatusRepo
 
 from dlaas import jobspec
+from dlaas.errors import TemporaryError
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
 from services.jobmonitor.monitor import JobMonitor
@@ -193,3 +195,27 @@ def test_a_learner_killed_from_outside_asks_the_lcm_for_a_restart(world):
     assert world.requeued and world.requeued[0][0] == "job-k"
     assert decision is not None and decision.recheck_at is not None  # asks again if ignored
     assert world.status("job-k") == Status.DOWNLOADING  # the LCM moves it, not the monitor
+
+
+def test_a_release_the_scheduler_does_not_answer_is_tried_again_later(world):
+    engine = world.engines["local"]
+    helper, (_, second) = world.running_job("job-rel", learners=2)
+    engine.set_state(second, "exited", 3)
+    engine.set_state(helper, "exited", 0)
+
+    def down(job_id, ended):
+        raise TemporaryError("scheduler at nowhere is not answering")
+
+    world.monitor.actor.release = down
+    world.monitor.reconcile_job("job-rel")
+    assert world.status("job-rel") == Status.FAILED
+    assert not world.store.get("job-rel").info.get("released")
+    # The job was cleaned up in the same pass; the retry must outlive that.
+    assert world.store.get("job-rel").info["cleaned_up"] is True
+    world.now += 10  # past the retry deadline: the worker takes the job again
+    assert "job-rel" in world.monitor.queue.next_batch(world.now, threading.Event())
+
+    world.monitor.actor.release = lambda job_id, ended: world.released.append((job_id, ended))
+    world.monitor.reconcile_job("job-rel")
+    assert world.released == [("job-rel", True)]
+    assert world.store.get("job-rel").info["released"] is True
