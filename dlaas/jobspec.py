@@ -130,6 +130,9 @@ ENV_CHECKPOINT_PREFIX = "DLAAS_CHECKPOINT_PREFIX"
 # mirrors the checkpoints and prints the events; "0": it only restores them).
 ENV_HELPER_LEARNERS = "DLAAS_HELPER_LEARNERS"
 ENV_HELPER_PRIMARY = "DLAAS_HELPER_PRIMARY"
+# "1": the helper finishes by itself once every learner of its node has exited (their exit
+# codes in LOG_DIR), for engines that cannot signal a running container (Swarm).
+ENV_HELPER_FINISH_ON_EXIT = "DLAAS_HELPER_FINISH_ON_EXIT"
 # Where the helper finds its secret env entries as a file of NAME=value lines, when the
 # engine hands secrets over as files (Swarm secrets) instead of env values.
 ENV_SECRET_FILE = "DLAAS_SECRET_ENV_FILE"

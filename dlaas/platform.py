@@ -6,8 +6,7 @@ Everything lives in a state directory ($DLAAS_HOME or ~/.dlaas):
     client.json    {"url", "token"} for the CLI: the first user's (0600)
     admin.json     {"url", "admin_token"}: the bootstrap administrator's (0600)
     platform.json  the ports chosen, kept across restarts so clients keep working
-    nodes.yaml     with `--nodes N` (N > 1): every node the services deploy on
-    engines/<node>/ the data root (image cache) and log of each extra Docker engine
+    swarm/         with `--nodes N` (N > 1): the local swarm's nodes (data roots, sockets)
     jobs.db        the job store (embedded SQLite)
     etcd/ s3/      server data
     redis/         the worker's queue (Redis, append-only file: queued purges survive it)
@@ -20,16 +19,12 @@ would get changed (a server came back on another port), recognised by a fingerpr
 environment. `down` stops by PID what `up` started: services first, then servers, and the
 Docker engine only if `up` started it (it holds the image cache and may be the machine's).
 
-Several nodes on one machine (`up(nodes=N)`, `dlaas up --nodes N`): the machine's engine
-is node "local"; N-1 extra Docker engines (servers.start_engine) are nodes node-2 ...
-node-N, each given a copy of the job image (no registry: save/load). Declared capacity:
-every node declares all the machine's CPUs (containers share CPU time and a job must fit
-on one node: with 2 cores and 3 nodes, a third of a core each would fit no job) and an
-N-th of its memory (memory is not shared: the sum stays what the machine has).
-DLAAS_NODE_CPUS / DLAAS_NODE_MEMORY_MB / DLAAS_NODE_GPUS, when set, are declared per
-node instead. Each node's containers reach S3 through their own engine's bridge gateway.
-The node count is kept in platform.json: a later `up` without one keeps it, one with
-fewer nodes stops the engines left over.
+Several nodes on one machine (`up(nodes=N)`, `dlaas up --nodes N`): a Docker Swarm of N
+nodes, one dockerd per network namespace (dlaas.local.swarm), each given a copy of the job
+image (no registry: save/load). The services reach it only through the swarm manager's
+API (DLAAS_SWARM_MANAGER), as they would a real cluster; gangs may span nodes. Declared
+capacity: see `_Up.swarm_lab`. The node count is kept in platform.json: a later `up`
+without one keeps it; `--nodes 1` takes the swarm down.
 """
 
 from __future__ import annotations
@@ -53,7 +48,8 @@ from pathlib import Path
 
 from dlaas import firewall, jobspec, secretbox, servers
 from dlaas.accounts import DEFAULT_TEAM, audit_entry
-from dlaas.nodes import NodeSpec, dump_nodes, machine_capacity
+from dlaas.local.swarm import SwarmInfo, SwarmLab, SwarmLabError
+from dlaas.nodes import machine_capacity
 
 Progress = Callable[[str], None]
 
@@ -579,78 +575,60 @@ class _Up:
             client.close()
 
     # -- nodes
-    def nodes(self, count: int | None, gateway: str, s3_port: str) -> Path | None:
-        """Bring the extra engines to `count` nodes in all; the nodes file (None for one node)."""
+    def nodes(self, count: int | None) -> SwarmInfo | None:
+        """Bring the platform to `count` nodes: a local swarm of that many for N > 1 (None
+        for one node: the machine's engine alone)."""
         count = count or int(self.config.get("nodes") or 1)
         if count < 1:
             raise PlatformError(f"nodes: must be at least 1, got {count}")
-        wanted = [f"node-{i}" for i in range(2, count + 1)]
+        # Extra engines of a version before the swarm (the home-made multi-engine mode).
         for name in self.state.engine_records():
-            if name not in wanted:
-                _stop_engine(self.state, name, self.progress)
+            _stop_engine(self.state, name, self.progress)
+        self.state.nodes_file.unlink(missing_ok=True)
         self.config.update(nodes=count)
         self.save_config()
+        lab = self.swarm_lab(count)
         if count == 1:
-            self.state.nodes_file.unlink(missing_ok=True)
+            lab.down()
             return None
+        running = None
+        with contextlib.suppress(SwarmLabError):
+            running = lab.info()
+        if running is not None and len(running.nodes) != count:
+            self.progress(f"swarm: {len(running.nodes)} nodes running, {count} wanted: rebuilding")
+            lab.down()
+        try:
+            info = lab.up()
+        except SwarmLabError as e:
+            raise PlatformError(f"swarm: {e}") from None
+        self.progress(f"swarm: nodes {', '.join(info.nodes)}; manager at {info.manager_socket}")
+        return info
+
+    def swarm_lab(self, count: int) -> SwarmLab:
+        """The local swarm of `count` nodes, each declaring its share of the machine.
+
+        Every node declares all the machine's CPUs (containers share CPU time, and a gang
+        packed on one node must fit it) and an N-th of its memory (memory is not shared);
+        DLAAS_NODE_CPUS / DLAAS_NODE_MEMORY_MB / DLAAS_NODE_GPUS declare per node instead.
+        """
+        from dlaas.images import LEARNER_IMAGE
+
         cpus, memory_mb = machine_capacity()
         cpus = float(os.environ.get("DLAAS_NODE_CPUS") or 0) or cpus
         memory_mb = int(os.environ.get("DLAAS_NODE_MEMORY_MB") or 0) or memory_mb // count
         gpus = int(os.environ.get("DLAAS_NODE_GPUS") or 0)
-        gpu_type = os.environ.get("DLAAS_NODE_GPU_TYPE", "")
-
-        def spec(i: int, name: str, docker_host: str, gateway: str) -> NodeSpec:
-            return NodeSpec(
-                name=name, cpus=cpus, memory_mb=memory_mb, gpus=gpus, gpu_type=gpu_type,
-                docker_host=docker_host, labels={"rack": f"rack-{i}", "area": "local"},
-                s3_endpoint_for_containers=f"http://{gateway}:{s3_port}",
-            )  # fmt: skip
-
-        local = os.environ.get("DLAAS_NODE_NAME") or LOCAL_NODE
-        specs = [spec(1, local, self.docker_host, gateway)]
-        for i, name in enumerate(wanted, start=2):
-            engine = self.engine(name)
-            specs.append(spec(i, name, engine.docker_host, engine.gateway))
-        path = self.state.nodes_file
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(dump_nodes(specs))
-        os.replace(tmp, path)
-        self.progress(f"nodes: {', '.join(n.name for n in specs)} (in {path})")
-        return path
-
-    def engine(self, name: str) -> servers.EngineServer:
-        """Extra engine `name` running (found or started), with the job image on it."""
-        engine = servers.start_engine(name, self.state.engines)
-        self.state.write_pid(
-            ENGINE_PREFIX + name,
-            # The exec root is this engine's alone: a reused pid won't match it.
-            {"pid": engine.pid, "match": str(engine.exec_root), "address": engine.docker_host},
-        )
-        verb = "started" if engine.started else "running"
-        self.progress(f"{name}: Docker engine {verb} on {engine.docker_host} (pid {engine.pid})")
-        self.copy_job_image(name, engine.docker_host)
-        return engine
-
-    def copy_job_image(self, name: str, docker_host: str) -> None:
-        import docker
-        import docker.errors
-
-        from dlaas.images import LEARNER_IMAGE
-
-        tag = os.environ.get("DLAAS_LEARNER_IMAGE") or LEARNER_IMAGE
-        src = docker.DockerClient(base_url=self.docker_host, timeout=600)
-        dst = docker.DockerClient(base_url=docker_host, timeout=600)
-        try:
-            started = time.monotonic()
-            copied = servers.copy_image(src, dst, tag)
-        except docker.errors.ImageNotFound:
-            self.progress(f"{name}: {tag} is not on the machine's engine, nothing to copy")
-            return
-        finally:
-            src.close()
-            dst.close()
-        if copied:
-            self.progress(f"{name}: copied {tag} ({time.monotonic() - started:.1f}s)")
+        names = [f"node-{i}" for i in range(1, count + 1)]
+        labels = {
+            name: {"rack": f"rack-{i}", "area": "local", "dlaas.cpus": f"{cpus:g}",
+                   "dlaas.memory_mb": str(memory_mb), "dlaas.gpus": str(gpus)}
+            for i, name in enumerate(names, start=1)
+        }  # fmt: skip
+        image = os.environ.get("DLAAS_LEARNER_IMAGE") or LEARNER_IMAGE
+        return SwarmLab(
+            self.state.root / "swarm", nodes=count, labels=labels, images=[image],
+            progress=lambda line: self.progress(f"swarm: {line}"),
+            machine_docker_host=self.docker_host,
+        )  # fmt: skip
 
     def gateway_ip(self) -> str:
         import docker
@@ -801,7 +779,7 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
     run.images()
     gateway = run.gateway_ip()
     s3_port = s3_endpoint.rsplit(":", 1)[1]
-    nodes_file = run.nodes(nodes, gateway, s3_port)
+    swarm = run.nodes(nodes)
 
     lcm_ports = {name: run.service_port(name) for name in LCM_NAMES}
     scheduler_port = run.service_port("scheduler")
@@ -838,8 +816,11 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
         "DLAAS_SECRETS_KEY": creds["secrets_key"],
     }
     _first_user(state.root / "jobs.db", creds["user_token"])
-    if nodes_file is not None:
-        env["DLAAS_NODES_FILE"] = str(nodes_file)
+    if swarm is not None:
+        # The services reach the swarm through its manager's API; its containers reach S3
+        # through the lab's bridge.
+        env["DLAAS_SWARM_MANAGER"] = swarm.manager_socket
+        env["DLAAS_S3_ENDPOINT_FOR_CONTAINERS"] = f"http://{swarm.host_address}:{s3_port}"
     api_url = f"http://127.0.0.1:{api_port}"
     addresses = {
         "scheduler": env["DLAAS_SCHEDULER_ADDR"],
@@ -932,6 +913,9 @@ def down(state_dir: Path | None = None, progress: Progress = print) -> list[str]
         for node in reversed(state.engine_records()):
             if _stop_engine(state, node, progress):
                 stopped.append(ENGINE_PREFIX + node)
+        if (state.root / "swarm").exists():
+            SwarmLab(state.root / "swarm", progress=lambda line: progress(f"swarm: {line}")).down()
+            stopped.append("swarm")
         for name in (*reversed(SERVERS), *EXTRA_ETCD, "dockerd"):
             if _stop_recorded(state, name, progress):
                 stopped.append(name)

@@ -53,3 +53,7 @@ class JobPaths:
 
     def learner_log(self, learner_id: str | int) -> Path:
         return self.log_dir / f"learner-{learner_id}.log"
+
+    def learner_exit(self, learner_id: str | int) -> Path:
+        """Written by the wrapper when the learner's command ended: its exit code."""
+        return self.log_dir / f"learner-{learner_id}.exit"

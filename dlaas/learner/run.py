@@ -80,9 +80,20 @@ def wait_for_data(mark: Path, signals: _Signals) -> bool:
 
 
 def run(command: str, env: dict[str, str], out=None) -> int:
-    out = out or sys.stdout.buffer
+    """Run the learner; its exit code is also left in LOG_DIR/learner-<id>.exit, where a
+    helper that finishes by itself (on a Swarm node) sees that its learners are done."""
     paths = JobPaths.from_env(env)
     learner_id = env.get("LEARNER_ID") or "0"
+    code = _run(command, env, paths, learner_id, out or sys.stdout.buffer)
+    try:
+        paths.log_dir.mkdir(parents=True, exist_ok=True)
+        paths.learner_exit(learner_id).write_text(f"{code}\n")
+    except OSError as exc:  # the volume is gone or full: the exit code still counts
+        print(f"learner: cannot record the exit code: {exc}", file=sys.stderr)
+    return code
+
+
+def _run(command: str, env: dict[str, str], paths: JobPaths, learner_id: str, out) -> int:
     signals = _Signals()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signals.handle)

@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 SECRET_FILE = "dlaas-env"
 SECRET_PATH = f"/run/secrets/{SECRET_FILE}"
 LEARNER_STOP_GRACE_S = 10
+STOPPED_EXIT_CODE = 143  # 128 + SIGTERM: what a stopped learner reports
 HELPER_STOP_GRACE_S = 30  # as long as the LCM waits for a helper to store
 _UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
 # A task's state (swarm) as a container state (Docker's words, dlaas.ports).
@@ -92,6 +93,13 @@ def container_of(service: dict, task: dict | None, node: str) -> Container:
     learner = labels.get(jobspec.LABEL_LEARNER)
     status = (task or {}).get("Status") or {}
     state = _STATES.get(status.get("State", "new"), "created")
+    replicas = ((service.get("Spec") or {}).get("Mode") or {}).get("Replicated") or {}
+    if replicas.get("Replicas", 1) == 0 and state in ("created", "removing"):
+        # Scaled to 0 (stopped by the platform) and its task shut down: swarm deletes the
+        # task, and its exit code with it. A stopped container's code stands in.
+        state = "exited"
+        status = {"State": "shutdown", "ContainerStatus": {"ExitCode": STOPPED_EXIT_CODE},
+                  "Timestamp": status.get("Timestamp") or service.get("UpdatedAt", "")}  # fmt: skip
     exited = state in ("exited", "dead")
     code = (status.get("ContainerStatus") or {}).get("ExitCode")
     if exited and code is None:
@@ -120,6 +128,9 @@ def secret_env(spec: ContainerSpec) -> tuple[dict[str, str], dict[str, str]]:
     plain = {k: v for k, v in spec.env.items() if k not in secret}
     if secret:
         plain[jobspec.ENV_SECRET_FILE] = SECRET_PATH
+    # A service's container cannot be signalled: the helper finishes once its learners
+    # (stopped by scaling their services to 0) have exited.
+    plain[jobspec.ENV_HELPER_FINISH_ON_EXIT] = "1"
     return plain, secret
 
 
@@ -495,8 +506,8 @@ class SwarmNodeView(ContainerEngine):
         self.engine.wait_stopped(job_id, jobspec.ROLE_LEARNER, timeout + 5)
 
     def signal_helper(self, job_id: str) -> None:
-        for c in self.containers(job_id, jobspec.ROLE_HELPER):
-            self.engine.scale(c.name, 0)
+        """Nothing to send: a helper here finishes by itself once its learners have exited
+        (stop_learners comes first)."""
 
     def wait_helper(self, job_id: str, timeout_s: float) -> bool:
         return self.engine.wait_stopped(job_id, jobspec.ROLE_HELPER, timeout_s)
@@ -541,9 +552,8 @@ class SwarmNodeView(ContainerEngine):
 
     def kill(self, c: Container, signal: str | None = None) -> None:
         if signal == jobspec.HELPER_FINISH_SIGNAL and c.role == jobspec.ROLE_HELPER:
-            self.engine.scale(c.name, 0)  # its StopSignal is the finish signal
-        else:
-            self.engine.remove_service(c.name)
+            return  # it finishes by itself once its learners have exited (signal_helper)
+        self.engine.remove_service(c.name)
 
     def stop(self, c: Container, timeout: int) -> None:
         self.engine.scale(c.name, 0)

@@ -65,6 +65,7 @@ from pathlib import Path
 from dlaas.jobspec import (
     ENV_CHECKPOINT_INTERVAL,
     ENV_CHECKPOINT_PREFIX,
+    ENV_HELPER_FINISH_ON_EXIT,
     ENV_HELPER_LEARNERS,
     ENV_HELPER_PRIMARY,
     ENV_SECRET_FILE,
@@ -112,6 +113,9 @@ class HelperConfig:
     # whether it is the job's helper, which alone mirrors the checkpoints to S3.
     learners: tuple[int, ...] = ()
     primary: bool = True
+    # Finish by itself once its learners have exited (an engine that cannot signal a
+    # running container, Swarm, stops the learners instead).
+    finish_on_exit: bool = False
 
     def __repr__(self) -> str:  # never show the secret, even in a traceback
         return f"HelperConfig(job_id={self.job_id!r}, endpoint={self.endpoint!r}, ...)"
@@ -186,6 +190,7 @@ class HelperConfig:
             checkpoint_interval_s=interval,
             learners=learners,
             primary=get(ENV_HELPER_PRIMARY) != "0",
+            finish_on_exit=get(ENV_HELPER_FINISH_ON_EXIT) == "1",
         )
 
 
@@ -373,6 +378,10 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
     except UnsafeArchive as exc:
         return fail(HELPER_EXIT_BAD_ARCHIVE, "bad_archive", f"code archive refused: {exc}")
 
+    if not rejoin:
+        # A gang before this one on the same volume left its exit codes.
+        for i in cfg.learners:
+            paths.learner_exit(i).unlink(missing_ok=True)
     paths.ready_mark.touch()
     emit(EVENT_DATA_READY)
     interval = cfg.checkpoint_interval_s
@@ -381,6 +390,9 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
     # only the work done since the learner's last checkpoint. Logs go every interval_s.
     next_logs, next_try = time.monotonic() + interval, 0.0
     while not stop.wait(0.5):
+        if cfg.finish_on_exit and all(paths.learner_exit(i).exists() for i in cfg.learners):
+            say("every learner of this node has exited")
+            break
         now = time.monotonic()
         if not interval or now < next_try:
             continue

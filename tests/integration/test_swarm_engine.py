@@ -23,12 +23,16 @@ from services.lcm.swarm import SECRET_PATH, SwarmEngine
 pytestmark = pytest.mark.docker
 
 SECRET = "s3cret-value-never-in-a-spec"
-# The helper: waits for the finish signal (SIGUSR1, the service's StopSignal), then says so.
+# The helper's contract on a swarm (no signal reaches a service's container): it finishes
+# once its node's learners have left their exit codes in LOG_DIR, as the wrapper does.
 HELPER = (
-    "trap 'echo finishing; exit 0' USR1 TERM; "
     f"cut -d= -f1 {SECRET_PATH} | sort | tr '\\n' ' '; echo; "
     "echo env-has-secret=$(env | grep -c s3cret); "
-    "while true; do sleep 0.2; done"
+    "while [ ! -f /job/logs/learner-0.exit ]; do sleep 0.2; done; echo finishing"
+)
+# A learner stopped with SIGTERM records its exit code as the wrapper does.
+STOPPABLE = (
+    "mkdir -p /job/logs; trap 'echo 143 > /job/logs/learner-0.exit; exit 143' TERM; sleep 60 & wait"
 )
 
 # Learner 0 listens; learner 1, on the other node, connects to it by its alias.
@@ -136,11 +140,11 @@ def test_a_gang_spans_two_nodes_and_its_learners_find_each_other_by_name(swarm):
     assert engine.node(n2).logs(learners[1], tail=1).strip() == b"sent"
 
 
-def test_credentials_are_a_secret_file_not_env_and_the_helper_finishes_on_signal(swarm):
+def test_credentials_are_a_secret_file_and_the_helper_finishes_after_its_learners(swarm):
     engine, info = swarm
     n1 = info.nodes[0]
     job = "job-secret"
-    plan = _plan(engine.platform_id, job, ["sleep 60"], [n1])
+    plan = _plan(engine.platform_id, job, [STOPPABLE], [n1])
     view = engine.node(n1)
     view.deploy(plan)
     helper = _wait(
@@ -157,7 +161,8 @@ def test_credentials_are_a_secret_file_not_env_and_the_helper_finishes_on_signal
         assert SECRET not in str(svc) and "job-key" not in str(svc)
 
     view.stop_learners(job, timeout=2)
-    assert all(c.exited for c in view.containers(job, jobspec.ROLE_LEARNER))
+    stopped = view.containers(job, jobspec.ROLE_LEARNER)
+    assert all(c.exited and c.exit_code == 143 for c in stopped), stopped
     view.signal_helper(job)
     assert view.wait_helper(job, 30)
     done = next(iter(view.containers(job, jobspec.ROLE_HELPER)))
