@@ -325,13 +325,18 @@ def validate(
             raise typer.Exit(EXIT_FAILED) from None
         _fail(f"{file} is not a valid manifest", exc.problems)
     warnings = []
-    # What depends on the cluster is only a warning here; submit checks it again.
+    # A framework with no image is refused as submit would refuse it: which frameworks
+    # have one is the platform's, not the cluster's. What depends on the cluster (GPUs,
+    # an image present on the nodes) is only a warning here; submit checks it again.
     try:
         from dlaas.manifest import resolve_image
 
         resolve_image(manifest, "dlaas/learner:latest")
     except ImageUnavailable as exc:
-        warnings.append(exc.message)
+        if as_json:
+            _json({"valid": False, "problems": [exc.message]})
+            raise typer.Exit(EXIT_FAILED) from None
+        _fail(f"{file} cannot run on this platform", [exc.message])
     if manifest.gpus:
         warnings.append(f"gpus: {manifest.gpus} per learner; submit refuses it if no node has them")
     normalized = manifest.normalized()

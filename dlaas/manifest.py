@@ -90,7 +90,7 @@ _MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*$", re.IGNORECASE)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URL_RE = re.compile(r"^https?://[^\s/?#]+(?:[/?#]\S*)?$", re.IGNORECASE)
-_BUCKET_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_BUCKET_RE = re.compile(r"^[A-Za-z0-9.-]+$")
 
 
 def parse_memory_mb(value: Any) -> int:
@@ -171,9 +171,17 @@ class Bucket(_Model):
     @field_validator("container")
     @classmethod
     def _bucket_name(cls, v: str) -> str:
-        # What S3 clients accept as a bucket name; anything else fails in the client later.
+        # FfDL's examples name buckets with underscores (its object store allowed them); S3
+        # does not, and the failure came much later, from the client, as a traceback. Refused
+        # here, not mapped: a silently renamed bucket would not be the one the data went to.
+        if "_" in v:
+            raise ValueError(
+                f"{v!r} is not an S3 bucket name: '_' is not allowed (S3 bucket names hold "
+                f"lowercase letters, digits, '.' and '-'); rename the bucket, e.g. to "
+                f"{v.replace('_', '-').lower()!r}, and use that name here and in `dlaas data upload`"
+            )
         if not _BUCKET_RE.match(v):
-            raise ValueError("must be a bucket name: letters, digits, '.', '_' and '-'")
+            raise ValueError("must be a bucket name: letters, digits, '.' and '-'")
         return v
 
 
@@ -442,6 +450,12 @@ class _ManifestLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
+    def construct_scalar(self, node: Any) -> Any:
+        value = super().construct_scalar(node)
+        if node.style == ">" and isinstance(value, str):
+            return join_folded(value)
+        return value
+
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
         if event.anchor is not None:  # an anchor (&name) or an alias (*name)
@@ -453,6 +467,29 @@ class _ManifestLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+# A line break and the indentation of the line after it: a more-indented line of a
+# folded (`>`) scalar, which YAML keeps on a line of its own.
+_CONTINUATION = re.compile(r"\n[ \t]+")
+
+
+def join_folded(value: str) -> str:
+    """A folded (`command: >`) scalar as FfDL ran it: one line.
+
+    YAML folds the lines of `>` into one, except lines indented deeper than the first, which
+    keep their line break. FfDL's examples indent their continuation lines:
+
+        command: >
+          python train.py --data ${DATA_DIR}
+            --epochs 20
+
+    is "python train.py --data ${DATA_DIR}\n  --epochs 20\n" to YAML, and `sh -c` ran
+    `--epochs 20` as a second command. FfDL ran it as one line, so an indented line here
+    continues the one before it. A line break before an unindented line (a blank line in
+    the YAML) is kept: the writer asked for it. Literal (`|`) scalars are left as written.
+    """
+    return _CONTINUATION.sub(" ", value).strip()
 
 
 def _refusal(event: Any, what: str) -> InvalidManifest:
@@ -498,8 +535,32 @@ def resolve_image(manifest: Manifest, learner_image: str) -> str:
         return fw.image
     if fw.name.lower() in BUILTIN_FRAMEWORKS:
         return learner_image
+    library = _NO_IMAGE_FOR.get(fw.name.lower())
+    if library is not None:
+        # FfDL picked an image by framework name and version; the platform has one learner
+        # image, with Python 3, numpy and boto3 and no deep-learning library.
+        raise ImageUnavailable(
+            f"framework.name: the platform has no {library} image (its learner image has "
+            f"Python 3 with numpy and boto3 only), so framework {fw.name} {fw.version} cannot "
+            f"run as written; set framework.image to an image with {library} that is present "
+            f"on the nodes (e.g. built FROM the learner image, see images/README.md), or use "
+            f"framework name 'python' for a script that does not import {library}"
+        )
     raise ImageUnavailable(
         f"framework.name: no image is known for framework {fw.name} {fw.version}; "
         f"use framework name 'python' (the platform's learner image) or set framework.image "
         f"to an image present on the nodes"
     )
+
+
+# Framework names FfDL had images for, by the library the job imports.
+_NO_IMAGE_FOR = {
+    "tensorflow": "TensorFlow",
+    "tf": "TensorFlow",
+    "keras": "TensorFlow",
+    "pytorch": "PyTorch",
+    "torch": "PyTorch",
+    "horovod": "Horovod",
+    "caffe": "Caffe",
+    "caffe2": "Caffe2",
+}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -54,31 +55,49 @@ PUBLIC_PATHS = frozenset({"/health", "/metrics", "/docs", "/docs/oauth2-redirect
 
 
 class Metrics:
-    """The API's Prometheus metrics, in a registry of its own (one per app)."""
+    """The API's Prometheus metrics, in a registry of its own (one per app).
 
-    def __init__(self) -> None:
+    `registry` is what /metrics exposes: this replica's own counters (kept in `counted`)
+    with its `replica` label added, and, once `watch()` is called, the platform's series
+    computed at scrape time (services/api/opmetrics.py).
+    """
+
+    def __init__(self, replica: str = "") -> None:
+        # Imported here: opmetrics reuses the nodes route, which imports this module.
+        from services.api.opmetrics import ReplicaLabels
+
+        # Named replicas share one port: unnamed, the host name still tells them apart.
+        self.replica = replica or socket.gethostname()
+        self.counted = CollectorRegistry()
         self.registry = CollectorRegistry()
+        self.registry.register(ReplicaLabels(self.counted, self.replica))
         self.requests = Counter(
             "dlaas_api_requests_total",
             "HTTP requests by method, route and status code",
             ["method", "route", "status"],
-            registry=self.registry,
+            registry=self.counted,
         )
         self.latency = Histogram(
             "dlaas_api_request_seconds",
             "Time to answer an HTTP request (to the first byte of a stream)",
             ["method", "route"],
-            registry=self.registry,
+            registry=self.counted,
         )
         self.submitted = Counter(
-            "dlaas_api_jobs_submitted_total", "Jobs accepted by the LCM", registry=self.registry
+            "dlaas_api_jobs_submitted_total", "Jobs accepted by the LCM", registry=self.counted
         )
         self.refused = Counter(
             "dlaas_api_jobs_refused_total",
             "Submissions refused, by error code",
             ["error"],
-            registry=self.registry,
+            registry=self.counted,
         )
+
+    def watch(self, store: JobStore, lcm: Any) -> None:
+        """Expose the platform's state (jobs, queue, nodes, restarts) read at each scrape."""
+        from services.api.opmetrics import PlatformCollector
+
+        self.registry.register(PlatformCollector(store, lcm, self.replica))
 
 
 @dataclass
@@ -265,7 +284,8 @@ def create_app(
     elif docker is None:
         docker = _node_views(settings)
     tokens = Authenticator(store, api_settings.admin_token.get_secret_value())
-    metrics = Metrics()
+    metrics = Metrics(api_settings.replica)
+    metrics.watch(store, lcm)
     deps = Deps(settings, api_settings, store, lcm, s3, scheduler, tokens, None, metrics)  # type: ignore[arg-type]
     deps.logs = LogReader(store, settings, docker, deps.s3_for, poll_s=log_poll_s)
     if tasks is None:

@@ -654,5 +654,5 @@ def health(
 
 @system_router.get("/metrics", response_class=Response)
 def metrics(deps: DepsDep) -> Response:
-    """Prometheus metrics: requests, latencies, jobs submitted and refused."""
+    """Prometheus metrics: requests, jobs by status, queue, nodes, deploys, restarts."""
     return Response(generate_latest(deps.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -920,10 +920,12 @@ def test_metrics_count_requests_and_submissions(env):
     env.submit(manifest="name: [")
     env.client.get("/v1/jobs", headers=auth(ALICE))
     text = env.client.get("/metrics").text
-    assert "dlaas_api_jobs_submitted_total 1.0" in text
-    assert 'dlaas_api_jobs_refused_total{error="invalid_manifest"} 1.0' in text
-    assert 'dlaas_api_requests_total{method="GET",route="/v1/jobs",status="200"} 1.0' in text
-    assert 'dlaas_api_request_seconds_count{method="POST",route="/v1/jobs"} 2.0' in text
+    # Each series names the replica that counted it (unnamed: the host name).
+    r = 'replica="' + env.client.app.state.deps.metrics.replica + '"'
+    assert f"dlaas_api_jobs_submitted_total{{{r}}} 1.0" in text
+    assert f'dlaas_api_jobs_refused_total{{error="invalid_manifest",{r}}} 1.0' in text
+    assert f'dlaas_api_requests_total{{method="GET",{r},route="/v1/jobs",status="200"}} 1.0' in text
+    assert f'dlaas_api_request_seconds_count{{method="POST",{r},route="/v1/jobs"}} 2.0' in text
 
 
 def test_error_bodies_never_carry_a_trace(env):

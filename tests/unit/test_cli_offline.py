@@ -56,12 +56,13 @@ def test_validate_lists_every_problem_and_exits_1(tmp_path):
     assert "Traceback" not in r.output
 
 
-def test_validate_warns_about_an_unknown_framework_image(tmp_path):
+def test_validate_refuses_a_framework_without_an_image(tmp_path):
     path = tmp_path / "m.yml"
     path.write_text(MANIFEST.format(learners=1, results="r").replace("name: python", "name: caffe"))
     r = runner.invoke(app, ["validate", str(path)])
-    assert r.exit_code == 0
-    assert "warning" in r.output and "caffe" in r.output
+    assert r.exit_code == 1
+    assert "framework.name:" in r.output and "caffe" in r.output
+    assert "framework.image" in r.output  # the fix
 
 
 def test_validate_missing_file_is_a_clear_error(tmp_path):
