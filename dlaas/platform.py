@@ -913,8 +913,10 @@ def down(state_dir: Path | None = None, progress: Progress = print) -> list[str]
         for node in reversed(state.engine_records()):
             if _stop_engine(state, node, progress):
                 stopped.append(ENGINE_PREFIX + node)
-        if (state.root / "swarm").exists():
-            SwarmLab(state.root / "swarm", progress=lambda line: progress(f"swarm: {line}")).down()
+        lab = SwarmLab(state.root / "swarm", progress=lambda line: progress(f"swarm: {line}"))
+        with contextlib.suppress(SwarmLabError):
+            lab.info()  # raises when no lab is recorded
+            lab.down()
             stopped.append("swarm")
         for name in (*reversed(SERVERS), *EXTRA_ETCD, "dockerd"):
             if _stop_recorded(state, name, progress):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import stat
 import time
@@ -154,41 +153,43 @@ def test_the_api_answers_while_one_replica_is_dead(up_state):
     assert replicas == {"api-0", "api-1"}  # both serve the one port again
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="extra Docker engines need root")
-def test_up_with_two_nodes_adds_an_engine_and_back_to_one_stops_it(up_state):
-    """`up(nodes=2)`: a second engine with the job image, a nodes file the services get."""
+@pytest.mark.skipif(os.geteuid() != 0, reason="a local swarm needs root")
+def test_up_with_two_nodes_builds_a_swarm_and_back_to_one_takes_it_down(up_state):
+    """`up(nodes=2)`: a 2-node swarm with the job image on each node, which the services
+    reach through its manager; `up(nodes=1)` takes it down again."""
+    import docker
+
     from dlaas.images import LEARNER_IMAGE
-    from dlaas.nodes import load_nodes_file, machine_capacity
+    from dlaas.local.swarm import SwarmLab
+    from dlaas.nodes import machine_capacity
 
     state_dir, info, _ = up_state
     before = _pids(state_dir)
-    lines: list[str] = []
-    platform.up(state_dir, progress=lines.append, build_images=False, nodes=2)
+    platform.up(state_dir, progress=lambda _: None, build_images=False, nodes=2)
     after = _pids(state_dir)
-    local, node2 = load_nodes_file(state_dir / "nodes.yaml")
-    assert (local.name, node2.name) == ("local", "node-2")
-    assert local.docker_host == info.docker_host
-    assert servers.docker_answers(node2.docker_host)
-    assert after["engine-node-2"] and servers.pid_alive(after["engine-node-2"])
-    # Each node declares the machine's CPUs and half its memory; its own rack, one area.
-    cpus, memory_mb = machine_capacity()
-    assert node2.cpus == cpus and local.memory_mb + node2.memory_mb <= memory_mb
-    assert (local.labels["rack"], node2.labels["rack"]) == ("rack-1", "rack-2")
-    # Its containers reach S3 through the node's own bridge gateway.
-    s3_port = info.s3_endpoint.rsplit(":", 1)[1]
-    engine = servers.find_engine("node-2", state_dir / "engines")
-    assert node2.s3_endpoint_for_containers == f"http://{engine.gateway}:{s3_port}"
-    import docker
-
+    lab = SwarmLab(state_dir / "swarm").info()
+    assert lab.nodes == ["node-1", "node-2"]
+    manager = docker.DockerClient(base_url=lab.manager_socket, timeout=60)
+    try:
+        nodes = {n.attrs["Description"]["Hostname"]: n.attrs for n in manager.nodes.list()}
+        assert set(nodes) == {"node-1", "node-2"}
+        cpus, memory_mb = machine_capacity()
+        labels = nodes["node-2"]["Spec"]["Labels"]
+        # Each node declares the machine's CPUs and half its memory; its own rack, one area.
+        assert float(labels["dlaas.cpus"]) == cpus
+        assert int(labels["dlaas.memory_mb"]) * 2 <= memory_mb
+        assert (labels["rack"], labels["area"]) == ("rack-2", "local")
+    finally:
+        manager.close()
     machine = docker.DockerClient(base_url=info.docker_host, timeout=60)
-    other = docker.DockerClient(base_url=node2.docker_host, timeout=60)
+    worker = docker.DockerClient(base_url=lab.node_sockets["node-2"], timeout=60)
     try:
         if machine.images.list(name=LEARNER_IMAGE):
-            assert other.images.get(LEARNER_IMAGE).id == machine.images.get(LEARNER_IMAGE).id
+            assert worker.images.get(LEARNER_IMAGE).id == machine.images.get(LEARNER_IMAGE).id
     finally:
         machine.close()
-        other.close()
-    # The services were restarted with the nodes file; the servers were left alone.
+        worker.close()
+    # The services were restarted to reach the swarm; the servers were left alone.
     for name in platform.SERVICES:
         assert after[name] != before[name], name
     for name in platform.SERVERS:
@@ -200,12 +201,11 @@ def test_up_with_two_nodes_adds_an_engine_and_back_to_one_stops_it(up_state):
     assert _pids(state_dir) == after
 
     platform.up(state_dir, progress=lambda _: None, build_images=False, nodes=1)
-    assert not (state_dir / "nodes.yaml").exists()
-    assert "engine-node-2" not in _pids(state_dir)
-    assert not servers.pid_alive(after["engine-node-2"])
-    assert engine.processes() == []
-    # Its data root (an image cache kept for the next `up --nodes 2`) is 300 MB: not here.
-    shutil.rmtree(state_dir / "engines", ignore_errors=True)
+    from dlaas.local.swarm import SwarmLabError
+
+    with pytest.raises(SwarmLabError):
+        SwarmLab(state_dir / "swarm").info()  # no lab recorded any more
+    assert not servers.docker_answers(lab.manager_socket, timeout=1)
 
 
 def test_down_stops_everything_and_is_idempotent(up_state):
