@@ -52,7 +52,7 @@ from services.scheduler.policy import (
     predict_waiting,
     schedule,
 )
-from services.scheduler.policy.core import _service, _thresholds, preempts
+from services.scheduler.policy.core import LEVELED, _service, _thresholds, preempts
 
 _FINISH, _SUBMIT, _TICK = 0, 1, 2
 
@@ -215,7 +215,7 @@ def simulate(
     busy_gpu_s = 0.0
     last_t = None
     tick_pending = False
-    thresholds = _thresholds(policy, cfg) if policy in ("las", "default") else ()
+    thresholds = _thresholds(policy, cfg) if policy in LEVELED else ()
     first_t = events[0][0] if events else 0.0
     last_end = first_t
 

@@ -32,6 +32,11 @@ Policies (all duration-blind; the policy never sees how long a job will run):
   priority - priority class, then submit order; preempts strictly lower classes.
   las      - Tiresias discretized 2D-LAS: class = (priority, queue level of attained GPU-seconds);
              FIFO inside a level; preempts worse levels; starving jobs promoted to level 0.
+  tiresias-las - 2D-LAS as Tiresias' own simulator runs it (`run_sim.py --schedule dlas-gpu`):
+             thresholds 3,250 / 7,200 GPU-s, no starvation promotion, no reservation, no thrash
+             guard, no cap on victims; a job that does not fit lets later ones try. Where it
+             still differs from that simulator (placement, preemption cost, order inside a
+             level) is said at PolicyConfig.tiresias_thresholds.
   fair     - DRF across users: the user with the smallest dominant share goes next.
   default  - priority classes over 2D-LAS with few, high levels (2e4/2e5 GPU-s), small gangs
              first at equal level, starvation promotion, reservation + backfill for a blocked
@@ -55,7 +60,9 @@ from . import quota as qt
 from .model import Allocation, Decision, Node, QueuedJob, RunningJob, Snapshot
 from .placement import FreeIndex
 
-POLICIES: tuple[str, ...] = ("fifo", "priority", "las", "fair", "default")
+POLICIES: tuple[str, ...] = ("fifo", "priority", "las", "tiresias-las", "fair", "default")
+# Policies whose preemption class is (priority, level of attained GPU-seconds).
+LEVELED: tuple[str, ...] = ("las", "tiresias-las", "default")
 # The one default: the live scheduler (DLAAS_SCHEDULER_POLICY unset, hence `dlaas up`), the
 # simulator, the benchmarks and `schedule()` itself all use it, with DEFAULT_CONFIG. It is the
 # policy whose figures the README reports.
@@ -77,6 +84,22 @@ class PolicyConfig:
     las_thresholds: tuple[float, ...] = (1_000.0, 10_000.0, 100_000.0)
     # las: promote a waiting job to level 0 once it waited this many times its executed time.
     starve_factor: float = 2.0
+    # tiresias-las: the thresholds of Tiresias' simulator for dlas-gpu (jobs.py: num_queue 3,
+    # queue_limit [3250, 7200, 18000]: three queues, so the last limit is never used). What
+    # `tiresias-las` takes from that simulator's dlas_sim_jobs(gputime=True): levels by attained
+    # GPU-seconds, FIFO inside a level, any job of a better level preempts, no starvation
+    # promotion (solve_starvation=0 for dlas-gpu), no reservation, no thrash guard, no victim
+    # cap, non-blocking (a job that does not fit is skipped). Where it differs, on purpose:
+    #  - placement: that simulator COUNTS GPUs (a 16-GPU job starts on any 16 free GPUs,
+    #    scattered over nodes); here a gang's learners are placed whole on nodes (16 GPUs on
+    #    8-GPU nodes: two whole nodes), the same constraint every policy here lives with;
+    #  - preemption cost: free there; the simulator here charges a checkpoint save and a restore;
+    #  - order inside a level: there, the order jobs entered the level (a demoted job goes to
+    #    the back of its new level, a preempted one to the front of the pending ones); here the
+    #    submit order (the core keeps no entry time), and a running job is never preempted for a
+    #    pending job of its own level (there, one that entered the level earlier may take it);
+    #  - rounds: there at every event; here every 10 s and at level crossings (simulator).
+    tiresias_thresholds: tuple[float, ...] = (3_250.0, 7_200.0)
     # default: few levels with a high first threshold (GPU-seconds). Most jobs finish inside
     # level 0 and run in arrival order; only the long tail is demoted behind them. Measured on
     # both Philly windows (see simulator.py): low first thresholds (Tiresias' 1e3) preempt
@@ -192,7 +215,14 @@ def _service(attained: float, gpus: int, policy: str, cfg: PolicyConfig) -> floa
 
 
 def _thresholds(policy: str, cfg: PolicyConfig) -> tuple[float, ...]:
+    if policy == "tiresias-las":
+        return cfg.tiresias_thresholds
     return cfg.default_thresholds if policy == "default" else cfg.las_thresholds
+
+
+def _min_run_s(policy: str, cfg: PolicyConfig) -> float:
+    """The thrash guard (Tiresias' simulator has none: a job may be preempted at any event)."""
+    return 0.0 if policy == "tiresias-las" else cfg.min_run_s
 
 
 def _starving(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> bool:
@@ -208,7 +238,7 @@ def _starving(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> bool:
 
 def queued_class(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> tuple:
     """The class used to decide who may preempt whom (smaller = more important)."""
-    if policy in ("las", "default"):
+    if policy in LEVELED:
         lvl = las_level(_service(j.attained_service, j.gpus, policy, cfg), _thresholds(policy, cfg))
         if lvl and policy == "las" and _starving(j, now, policy, cfg):
             lvl = 0  # las: starvation promotion also lets it preempt (as in Tiresias)
@@ -219,7 +249,7 @@ def queued_class(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> tu
 
 
 def running_class(r: RunningJob, policy: str, cfg: PolicyConfig) -> tuple:
-    if policy in ("las", "default"):
+    if policy in LEVELED:
         service = r.attained_service
         if policy == "default" and cfg.level_gpu_exponent != 1.0:
             service = _service(service, r.gpus, policy, cfg)
@@ -257,7 +287,7 @@ def order_key(policy: str, now: float, cfg: PolicyConfig) -> Callable[[QueuedJob
 
 
 def preempts(policy: str) -> bool:
-    return policy in ("priority", "las", "default")
+    return policy in ("priority", *LEVELED)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -567,8 +597,8 @@ class _Round:
     def _ranked(self) -> list[tuple[tuple, RunningJob]]:
         """Running jobs, least important first, then least work lost; computed once a round."""
         if self._ranked_cache is None:
-            now, min_run = self.now, self.cfg.min_run_s
-            leveled = self.policy in ("las", "default")
+            now, min_run = self.now, _min_run_s(self.policy, self.cfg)
+            leveled = self.policy in LEVELED
             th = _thresholds(self.policy, self.cfg) if leveled else ()
             by_service = self.policy == "default" and self.cfg.level_gpu_exponent != 1.0
             rows = []
@@ -724,7 +754,7 @@ class _Round:
         if reclaim:
             victims = itertools.chain(self._reclaim_victims(j), victims)
         for r in victims:
-            if len(chosen) >= self.cfg.max_victims:
+            if len(chosen) >= self.cfg.max_victims and self.policy != "tiresias-las":
                 break
             self.idx.give(r.allocations)
             chosen.append(r)
@@ -1095,6 +1125,8 @@ class _Round:
         rest = None
         preempted = 0
         move_tries = 1
+        # tiresias-las: no storm guard (Tiresias' simulator preempts whatever the walk leaves out)
+        max_pre = self.cfg.max_preemptions_per_round if self.policy != "tiresias-las" else 1 << 30
         for k, j in self.ordered():
             if rest is not None:
                 self.wait(j, "")
@@ -1159,14 +1191,14 @@ class _Round:
             reclaim = guaranteed and can_reclaim
             if (can_preempt or reclaim) and self.try_preempt(j, can_preempt, reclaim):
                 preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
-                if preempted >= self.cfg.max_preemptions_per_round:
+                if preempted >= max_pre:
                     # storm guard: the rest waits for the next round
                     can_preempt = can_reclaim = False
                 continue
             if (
                 move_tries
                 and self.policy in self.cfg.move_policies
-                and preempted < self.cfg.max_preemptions_per_round
+                and preempted < max_pre
                 and j.gpus_per_learner
                 and self.idx.total_free_gpus(j.gpu_type) >= j.min_gang * j.gpus_per_learner
             ):
@@ -1174,7 +1206,7 @@ class _Round:
                 move_tries -= 1
                 if self.try_move(j):
                     preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
-                    if preempted >= self.cfg.max_preemptions_per_round:
+                    if preempted >= max_pre:
                         can_preempt = can_reclaim = False
                     continue
             why = self.why_not(j) if self.include_waits else ""
