@@ -160,6 +160,11 @@ class PolicyConfig:
     # half its GPUs was measured too: A's avg JCT rose to 17,500 s (short jobs queue behind
     # the long gangs), so gangs stay victims and moves bring them back.
     max_victims: int = 16
+    # Measured on 8-GPU nodes and NOT here: at equal level, smaller victims first (a preempted
+    # 8-GPU gang must find a whole empty node to come back): Philly VC ee9e8c on 14 x 8 (C8)
+    # 108,748 -> 104,491 s, its October weeks 219,738 -> 210,765, but window A's jobs on 8 x 8
+    # 13,832 -> 14,039 and A 12,492 -> 12,513. Nor a bigger victim cap (64 or 1,000: A8x8
+    # 13,824, C8 unchanged) nor no reservation for default (C8 107,895, A8x8 13,923).
     # fifo: when the first job that does not fit blocks the ones behind it.
     #   "count" - while fewer GPUs (of its type) are free than it needs in total; when enough
     #             are free but fragmented, later jobs may start (the peer simulators' FIFO,
