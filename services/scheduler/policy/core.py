@@ -400,9 +400,9 @@ class _Round:
         if self.quotas:
             # "" is no team, whatever a caller put in the quotas
             self._limits = {t: qt.limits(q) for t, q in self.quotas.items() if t}
-            self.borrowed = qt.borrowed_jobs(self.snapshot.running, self.quotas)
-            for r in self.snapshot.running:
-                self._account(r.team, r.allocations, 1.0, r.job_id in self.borrowed)
+            self.borrowed, self.used, self.used_borrowed = qt.round_usage(
+                self.snapshot.running, self.quotas
+            )
 
     # -- helpers --------------------------------------------------------------------------
     def _place(self, j: QueuedJob, learners: int) -> list[Allocation] | None:
@@ -437,15 +437,31 @@ class _Round:
 
     # -- team quotas ----------------------------------------------------------------------
     def _account(self, team: str, allocs: Iterable[Allocation], sign: float, borrowed: bool):
-        use = qt.held(allocs)
-        self.used[team] = qt.add(self.used.get(team, qt.ZERO), use, sign)
+        # qt.held and qt.add inlined: a round calls this for every start
+        g = c = m = 0.0
+        for a in allocs:
+            g += len(a.gpu_indices)
+            c += a.cpus
+            m += a.memory_mb
+        u = self.used.get(team, qt.ZERO)
+        self.used[team] = (u[0] + sign * g, u[1] + sign * c, u[2] + sign * m)
         if borrowed:
-            self.used_borrowed[team] = qt.add(self.used_borrowed.get(team, qt.ZERO), use, sign)
+            b = self.used_borrowed.get(team, qt.ZERO)
+            self.used_borrowed[team] = (b[0] + sign * g, b[1] + sign * c, b[2] + sign * m)
 
     def _guaranteed(self, j: QueuedJob) -> bool:
         """The queued job fits in what is left of its team's guarantee."""
         lim = self._limits.get(j.team)
-        return lim is not None and qt.fits(self.used.get(j.team, qt.ZERO), qt.demand(j), lim)
+        if lim is None:
+            return False
+        # qt.fits(used, qt.demand(j), lim) inlined: a round asks this of every queued job
+        used = self.used.get(j.team, qt.ZERO)
+        n, eps = j.learners, qt._EPS
+        return (
+            used[0] + n * j.gpus_per_learner <= lim[0] + eps
+            and used[1] + n * j.cpus_per_learner <= lim[1] + eps
+            and used[2] + n * j.memory_mb_per_learner <= lim[2] + eps
+        )
 
     def _reclaimable(self) -> list[RunningJob]:
         """Borrowed running jobs, best victim first: lowest priority, least work lost since the
