@@ -391,6 +391,7 @@ class _Round:
     in_guarantee: bool = False  # the job being considered fits its team's guarantee
     _limits: dict[str, qt.Use] = field(default_factory=dict)
     _reclaim: list[RunningJob] | None = None
+    _pools: dict[tuple, list] = field(default_factory=dict)  # see _class_victims
 
     def __post_init__(self) -> None:
         self.idx = FreeIndex(
@@ -448,20 +449,6 @@ class _Round:
         if borrowed:
             b = self.used_borrowed.get(team, qt.ZERO)
             self.used_borrowed[team] = (b[0] + sign * g, b[1] + sign * c, b[2] + sign * m)
-
-    def _guaranteed(self, j: QueuedJob) -> bool:
-        """The queued job fits in what is left of its team's guarantee."""
-        lim = self._limits.get(j.team)
-        if lim is None:
-            return False
-        # qt.fits(used, qt.demand(j), lim) inlined: a round asks this of every queued job
-        used = self.used.get(j.team, qt.ZERO)
-        n, eps = j.learners, qt._EPS
-        return (
-            used[0] + n * j.gpus_per_learner <= lim[0] + eps
-            and used[1] + n * j.cpus_per_learner <= lim[1] + eps
-            and used[2] + n * j.memory_mb_per_learner <= lim[2] + eps
-        )
 
     def _reclaimable(self) -> list[RunningJob]:
         """Borrowed running jobs, best victim first: lowest priority, least work lost since the
@@ -663,10 +650,14 @@ class _Round:
                 return True
         return False
 
-    def _victims(self, j: QueuedJob, elastic_only: bool = False):
-        """Lower-class running jobs this job may take resources from, best victim first."""
+    def _victims(self, j: QueuedJob, elastic_only: bool = False, pool=None):
+        """Lower-class running jobs this job may take resources from, best victim first
+        (`pool`: only from this sub-list of `_ranked()`, in its order)."""
         cls = queued_class(j, self.now, self.policy, self.cfg)
         ranked = self._ranked()
+        if pool is not None:
+            yield from self._pool_victims(j, cls, pool)
+            return
         if not elastic_only and len(self.touched) - self._compacted_at > max(64, len(ranked) // 16):
             # victims taken this round lie scattered in the list: drop them (amortized O(n))
             ranked = self._ranked_cache = [x for x in ranked if x[1].job_id not in self.touched]
@@ -709,16 +700,43 @@ class _Round:
             yielded += 1
             yield r
 
+    def _pool_victims(self, j: QueuedJob, cls: tuple, pool: list):
+        margin = self.cfg.preempt_margin_gpu_s if self.policy == "default" else 0.0
+        touched = self.touched
+        for rcls, r in pool:
+            if rcls <= cls:
+                return  # sorted: everyone after is at least as important
+            if r.job_id in touched:
+                continue
+            if r.attained_service < j.attained_service + margin:
+                continue
+            if j.gpu_type and not self._frees_for(r, j):
+                continue
+            yield r
+
     def _class_victims(self, j: QueuedJob, elastic_only: bool, reclaim: bool):
         """`_victims`, less those team quotas protect: another team's guaranteed job is never
         one (and in a reclaim, other teams' borrowed jobs come from `_reclaim_victims`)."""
-        victims = self._victims(j, elastic_only)
         if not self.quotas:
-            return victims
-        team, borrowed = j.team, self.borrowed
-        if reclaim:
-            return (r for r in victims if team and r.team == team)
-        return (r for r in victims if r.job_id in borrowed or (team and r.team == team))
+            return self._victims(j, elastic_only)
+        # Per team, the ranked victims it may take (built once a round: scanning the whole
+        # ranked list past other teams' guaranteed jobs on every attempt was a third of a
+        # 10,000-job round's quota overhead)
+        team = j.team
+        key = (team, elastic_only, reclaim)
+        pool = self._pools.get(key)
+        if pool is None:
+            ranked = self._ranked()
+            base = self._elastic if elastic_only else ranked
+            if reclaim:
+                pool = [x for x in base if team and x[1].team == team]
+            else:
+                borrowed = self.borrowed
+                pool = [x for x in base if x[1].job_id in borrowed or (team and x[1].team == team)]
+            if elastic_only:
+                pool = [x for x in pool if x[1].learners > x[1].min_gang]
+            self._pools[key] = pool
+        return self._victims(j, elastic_only, pool)
 
     def try_preempt(self, j: QueuedJob, by_class: bool = True, reclaim: bool = False) -> bool:
         """Make room for j by shrinking or preempting lower-class jobs (`by_class`, as the policy
@@ -1071,12 +1089,24 @@ class _Round:
             yield from self._policy_order(self.snapshot.queue)
             return
         deferred = []
+        # whether j fits what is left of its team's guarantee, inlined (a round asks it of
+        # every queued job); `used` changes as the round starts and preempts jobs, so it is
+        # read at each job's turn
+        limits, used_by, zero, eps = self._limits, self.used, qt.ZERO, qt._EPS
         for k, j in self._policy_order(self.snapshot.queue):
-            if self._guaranteed(j):
-                self.in_guarantee = True
-                yield k, j
-            else:
-                deferred.append((k, j))
+            lim = limits.get(j.team)
+            if lim is not None:
+                used = used_by.get(j.team, zero)
+                n = j.learners
+                if (
+                    used[0] + n * j.gpus_per_learner <= lim[0] + eps
+                    and used[1] + n * j.cpus_per_learner <= lim[1] + eps
+                    and used[2] + n * j.memory_mb_per_learner <= lim[2] + eps
+                ):
+                    self.in_guarantee = True
+                    yield k, j
+                    continue
+            deferred.append((k, j))
         self.in_guarantee = False
         if self.policy == "fair":  # DRF's order depends on the starts so far: build it again
             yield from self._policy_order([j for _, j in deferred])
