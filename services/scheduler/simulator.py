@@ -1,7 +1,7 @@
 """Trace-driven, event-driven simulator: replays a Philly-style trace through `schedule()`.
 
     python -m services.scheduler.simulator --trace PATH --vc VC --start DATE --end DATE \
-        --nodes N --gpus-per-node G --policy NAME [--teams N] [--json]
+        --nodes N --gpus-per-node G --policy NAME [--teams N] [--gpu-count] [--json]
 
 It calls the SAME pure `schedule()` the live scheduler service calls, once per batch of events
 (submits and finishes at the same instant, plus LAS level crossings and a coarse tick while jobs
@@ -10,7 +10,13 @@ wait so starvation promotion is noticed). Time only jumps between events; nothin
 Modelling choices (all stated, none hidden):
 - a job of n GPUs on G-GPU nodes is a gang of learners: n <= G is one learner of n GPUs; a bigger
   job is n/d learners of d GPUs, d the largest divisor of n that is <= G (16 GPUs on 4-GPU nodes:
-  4 learners of 4 GPUs, which need 4 whole nodes at once);
+  4 learners of 4 GPUs, which need 4 whole nodes at once; on 8-GPU nodes, `--nodes 14
+  --gpus-per-node 8`, a 16-GPU job is 2 learners of 8 GPUs on two whole nodes);
+- `--gpu-count` replaces that with the placement model of Tiresias' simulator (its `count`
+  scheme, which its 2D-LAS uses): every job is n learners of 1 GPU that may land on any free
+  GPUs of any nodes (packed onto the fewest nodes when it can), so a gang never waits for
+  whole nodes. Only to compare with figures from that simulator: a real gang's learners are
+  not 1-GPU pieces;
 - a job larger than the cluster is REFUSED at submit and counted, never silently dropped;
 - a preemption costs the victim a checkpoint save (`--checkpoint-save-s`, the preemptor starts
   that much later on the freed GPUs) and a restore on its next start (`--restore-s`); the victim
@@ -52,7 +58,7 @@ from services.scheduler.policy import (
     predict_waiting,
     schedule,
 )
-from services.scheduler.policy.core import _service, _thresholds, preempts
+from services.scheduler.policy.core import LEVELED, _service, _thresholds, preempts
 
 _FINISH, _SUBMIT, _TICK = 0, 1, 2
 
@@ -165,6 +171,7 @@ def simulate(
     per_job: bool = False,
     teams: int = 0,
     guarantees: bool = True,
+    gpu_count: bool = False,
 ) -> dict:
     """Replay `jobs`; metrics as a dict. `teams` > 0 labels the jobs with teams (see
     `team_of`) and reports per team; `guarantees=False` then leaves the quotas out of the
@@ -201,7 +208,7 @@ def simulate(
         if j.gpus > capacity or j.gpus <= 0:
             refused += 1
             continue
-        learners, gpl = _gang(j.gpus, gpus_per_node)
+        learners, gpl = (j.gpus, 1) if gpu_count else _gang(j.gpus, gpus_per_node)
         states[j.job_id] = _State(j, learners, gpl, j.duration)
         if teams > 0:
             states[j.job_id].team = team_of(j.job_id, teams)
@@ -215,7 +222,7 @@ def simulate(
     busy_gpu_s = 0.0
     last_t = None
     tick_pending = False
-    thresholds = _thresholds(policy, cfg) if policy in ("las", "default") else ()
+    thresholds = _thresholds(policy, cfg) if policy in LEVELED else ()
     first_t = events[0][0] if events else 0.0
     last_end = first_t
 
@@ -482,6 +489,12 @@ def main(argv: list[str] | None = None) -> int:
         help="split the jobs into N teams by a hash of the job id, equal guarantees summing to "
         "the cluster; print each team's avg JCT and share of GPU time (default 0: no teams)",
     )
+    p.add_argument(
+        "--gpu-count",
+        action="store_true",
+        help="Tiresias' simulator's placement model: a job takes any free GPUs, not whole "
+        "learners on nodes (for comparison with that simulator only)",
+    )
     p.add_argument("--json", action="store_true", help="last line: one JSON object of metrics")
     a = p.parse_args(argv)
     for name in ("nodes", "gpus_per_node"):
@@ -498,7 +511,14 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     jobs = load_trace(a.trace, a.vc, start, end)
     m = simulate(
-        jobs, a.nodes, a.gpus_per_node, a.policy, a.checkpoint_save_s, a.restore_s, teams=a.teams
+        jobs,
+        a.nodes,
+        a.gpus_per_node,
+        a.policy,
+        a.checkpoint_save_s,
+        a.restore_s,
+        teams=a.teams,
+        gpu_count=a.gpu_count,
     )
     wall = time.perf_counter() - t0
     print(

@@ -349,3 +349,23 @@ def test_a_zero_quota_is_the_same_as_none(policy):
     )
     no_a = replace(snap, quotas={"b": quota(4)})
     assert schedule(snap, 10_000, policy) == schedule(no_a, 10_000, policy)
+
+
+@settings(max_examples=200, deadline=None)
+@given(team_snapshots())
+def test_round_usage_agrees_with_borrowed_jobs_and_held(snap):
+    # the round's one-pass start state is the same as borrowed_jobs plus summing held()
+    from services.scheduler.policy import quota as qt
+
+    borrowed, used, used_b = qt.round_usage(snap.running, snap.quotas)
+    assert borrowed == borrowed_jobs(snap.running, snap.quotas)
+    want: dict = {}
+    want_b: dict = {}
+    for r in snap.running:
+        want[r.team] = qt.add(want.get(r.team, qt.ZERO), qt.held(r.allocations))
+        if r.job_id in borrowed:
+            want_b[r.team] = qt.add(want_b.get(r.team, qt.ZERO), qt.held(r.allocations))
+    for got, exp in ((used, want), (used_b, want_b)):
+        assert set(got) == set(exp)
+        for team, use in exp.items():
+            assert got[team] == pytest.approx(use)

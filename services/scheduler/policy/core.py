@@ -32,6 +32,11 @@ Policies (all duration-blind; the policy never sees how long a job will run):
   priority - priority class, then submit order; preempts strictly lower classes.
   las      - Tiresias discretized 2D-LAS: class = (priority, queue level of attained GPU-seconds);
              FIFO inside a level; preempts worse levels; starving jobs promoted to level 0.
+  tiresias-las - 2D-LAS as Tiresias' own simulator runs it (`run_sim.py --schedule dlas-gpu`):
+             thresholds 3,250 / 7,200 GPU-s, no starvation promotion, no reservation, no thrash
+             guard, no cap on victims; a job that does not fit lets later ones try. Where it
+             still differs from that simulator (placement, preemption cost, order inside a
+             level) is said at PolicyConfig.tiresias_thresholds.
   fair     - DRF across users: the user with the smallest dominant share goes next.
   default  - priority classes over 2D-LAS with few, high levels (2e4/2e5 GPU-s), small gangs
              first at equal level, starvation promotion, reservation + backfill for a blocked
@@ -55,7 +60,9 @@ from . import quota as qt
 from .model import Allocation, Decision, Node, QueuedJob, RunningJob, Snapshot
 from .placement import FreeIndex
 
-POLICIES: tuple[str, ...] = ("fifo", "priority", "las", "fair", "default")
+POLICIES: tuple[str, ...] = ("fifo", "priority", "las", "tiresias-las", "fair", "default")
+# Policies whose preemption class is (priority, level of attained GPU-seconds).
+LEVELED: tuple[str, ...] = ("las", "tiresias-las", "default")
 # The one default: the live scheduler (DLAAS_SCHEDULER_POLICY unset, hence `dlaas up`), the
 # simulator, the benchmarks and `schedule()` itself all use it, with DEFAULT_CONFIG. It is the
 # policy whose figures the README reports.
@@ -77,6 +84,22 @@ class PolicyConfig:
     las_thresholds: tuple[float, ...] = (1_000.0, 10_000.0, 100_000.0)
     # las: promote a waiting job to level 0 once it waited this many times its executed time.
     starve_factor: float = 2.0
+    # tiresias-las: the thresholds of Tiresias' simulator for dlas-gpu (jobs.py: num_queue 3,
+    # queue_limit [3250, 7200, 18000]: three queues, so the last limit is never used). What
+    # `tiresias-las` takes from that simulator's dlas_sim_jobs(gputime=True): levels by attained
+    # GPU-seconds, FIFO inside a level, any job of a better level preempts, no starvation
+    # promotion (solve_starvation=0 for dlas-gpu), no reservation, no thrash guard, no victim
+    # cap, non-blocking (a job that does not fit is skipped). Where it differs, on purpose:
+    #  - placement: that simulator COUNTS GPUs (a 16-GPU job starts on any 16 free GPUs,
+    #    scattered over nodes); here a gang's learners are placed whole on nodes (16 GPUs on
+    #    8-GPU nodes: two whole nodes), the same constraint every policy here lives with;
+    #  - preemption cost: free there; the simulator here charges a checkpoint save and a restore;
+    #  - order inside a level: there, the order jobs entered the level (a demoted job goes to
+    #    the back of its new level, a preempted one to the front of the pending ones); here the
+    #    submit order (the core keeps no entry time), and a running job is never preempted for a
+    #    pending job of its own level (there, one that entered the level earlier may take it);
+    #  - rounds: there at every event; here every 10 s and at level crossings (simulator).
+    tiresias_thresholds: tuple[float, ...] = (3_250.0, 7_200.0)
     # default: few levels with a high first threshold (GPU-seconds). Most jobs finish inside
     # level 0 and run in arrival order; only the long tail is demoted behind them. Measured on
     # both Philly windows (see simulator.py): low first thresholds (Tiresias' 1e3) preempt
@@ -137,6 +160,11 @@ class PolicyConfig:
     # half its GPUs was measured too: A's avg JCT rose to 17,500 s (short jobs queue behind
     # the long gangs), so gangs stay victims and moves bring them back.
     max_victims: int = 16
+    # Measured on 8-GPU nodes and NOT here: at equal level, smaller victims first (a preempted
+    # 8-GPU gang must find a whole empty node to come back): Philly VC ee9e8c on 14 x 8 (C8)
+    # 108,748 -> 104,491 s, its October weeks 219,738 -> 210,765, but window A's jobs on 8 x 8
+    # 13,832 -> 14,039 and A 12,492 -> 12,513. Nor a bigger victim cap (64 or 1,000: A8x8
+    # 13,824, C8 unchanged) nor no reservation for default (C8 107,895, A8x8 13,923).
     # fifo: when the first job that does not fit blocks the ones behind it.
     #   "count" - while fewer GPUs (of its type) are free than it needs in total; when enough
     #             are free but fragmented, later jobs may start (the peer simulators' FIFO,
@@ -155,7 +183,11 @@ class PolicyConfig:
     # each. Moves cut window A's avg JCT 13,305 -> 12,681 s (B unchanged, 23,640 s); 2 moves
     # measured 12,756, 8 the same as 4. One attempt per round (its cost is O(nodes)), and moves
     # count toward `max_preemptions_per_round`. Only under `default`: fifo stays calibrated.
-    max_moves: int = 4
+    # 8, not 4: the cap was set on 4-GPU nodes, where clearing a node for a node-sized learner
+    # moves at most 3 jobs. An 8-GPU node holds up to 8 one-GPU jobs, so with a cap of 4 a
+    # preempted 8-GPU job could never have a node cleared for it and waited for one to drain
+    # (window A's jobs on 8 x 8 GPUs: 14,032 -> 13,832 s; on 16 x 4 12,494 -> 12,492 s).
+    max_moves: int = 8
     move_policies: tuple[str, ...] = ("default",)
 
 
@@ -192,7 +224,14 @@ def _service(attained: float, gpus: int, policy: str, cfg: PolicyConfig) -> floa
 
 
 def _thresholds(policy: str, cfg: PolicyConfig) -> tuple[float, ...]:
+    if policy == "tiresias-las":
+        return cfg.tiresias_thresholds
     return cfg.default_thresholds if policy == "default" else cfg.las_thresholds
+
+
+def _min_run_s(policy: str, cfg: PolicyConfig) -> float:
+    """The thrash guard (Tiresias' simulator has none: a job may be preempted at any event)."""
+    return 0.0 if policy == "tiresias-las" else cfg.min_run_s
 
 
 def _starving(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> bool:
@@ -208,7 +247,7 @@ def _starving(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> bool:
 
 def queued_class(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> tuple:
     """The class used to decide who may preempt whom (smaller = more important)."""
-    if policy in ("las", "default"):
+    if policy in LEVELED:
         lvl = las_level(_service(j.attained_service, j.gpus, policy, cfg), _thresholds(policy, cfg))
         if lvl and policy == "las" and _starving(j, now, policy, cfg):
             lvl = 0  # las: starvation promotion also lets it preempt (as in Tiresias)
@@ -219,7 +258,7 @@ def queued_class(j: QueuedJob, now: float, policy: str, cfg: PolicyConfig) -> tu
 
 
 def running_class(r: RunningJob, policy: str, cfg: PolicyConfig) -> tuple:
-    if policy in ("las", "default"):
+    if policy in LEVELED:
         service = r.attained_service
         if policy == "default" and cfg.level_gpu_exponent != 1.0:
             service = _service(service, r.gpus, policy, cfg)
@@ -257,7 +296,7 @@ def order_key(policy: str, now: float, cfg: PolicyConfig) -> Callable[[QueuedJob
 
 
 def preempts(policy: str) -> bool:
-    return policy in ("priority", "las", "default")
+    return policy in ("priority", *LEVELED)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,6 +391,7 @@ class _Round:
     in_guarantee: bool = False  # the job being considered fits its team's guarantee
     _limits: dict[str, qt.Use] = field(default_factory=dict)
     _reclaim: list[RunningJob] | None = None
+    _pools: dict[tuple, list] = field(default_factory=dict)  # see _class_victims
 
     def __post_init__(self) -> None:
         self.idx = FreeIndex(
@@ -361,9 +401,9 @@ class _Round:
         if self.quotas:
             # "" is no team, whatever a caller put in the quotas
             self._limits = {t: qt.limits(q) for t, q in self.quotas.items() if t}
-            self.borrowed = qt.borrowed_jobs(self.snapshot.running, self.quotas)
-            for r in self.snapshot.running:
-                self._account(r.team, r.allocations, 1.0, r.job_id in self.borrowed)
+            self.borrowed, self.used, self.used_borrowed = qt.round_usage(
+                self.snapshot.running, self.quotas
+            )
 
     # -- helpers --------------------------------------------------------------------------
     def _place(self, j: QueuedJob, learners: int) -> list[Allocation] | None:
@@ -398,15 +438,17 @@ class _Round:
 
     # -- team quotas ----------------------------------------------------------------------
     def _account(self, team: str, allocs: Iterable[Allocation], sign: float, borrowed: bool):
-        use = qt.held(allocs)
-        self.used[team] = qt.add(self.used.get(team, qt.ZERO), use, sign)
+        # qt.held and qt.add inlined: a round calls this for every start
+        g = c = m = 0.0
+        for a in allocs:
+            g += len(a.gpu_indices)
+            c += a.cpus
+            m += a.memory_mb
+        u = self.used.get(team, qt.ZERO)
+        self.used[team] = (u[0] + sign * g, u[1] + sign * c, u[2] + sign * m)
         if borrowed:
-            self.used_borrowed[team] = qt.add(self.used_borrowed.get(team, qt.ZERO), use, sign)
-
-    def _guaranteed(self, j: QueuedJob) -> bool:
-        """The queued job fits in what is left of its team's guarantee."""
-        lim = self._limits.get(j.team)
-        return lim is not None and qt.fits(self.used.get(j.team, qt.ZERO), qt.demand(j), lim)
+            b = self.used_borrowed.get(team, qt.ZERO)
+            self.used_borrowed[team] = (b[0] + sign * g, b[1] + sign * c, b[2] + sign * m)
 
     def _reclaimable(self) -> list[RunningJob]:
         """Borrowed running jobs, best victim first: lowest priority, least work lost since the
@@ -567,8 +609,8 @@ class _Round:
     def _ranked(self) -> list[tuple[tuple, RunningJob]]:
         """Running jobs, least important first, then least work lost; computed once a round."""
         if self._ranked_cache is None:
-            now, min_run = self.now, self.cfg.min_run_s
-            leveled = self.policy in ("las", "default")
+            now, min_run = self.now, _min_run_s(self.policy, self.cfg)
+            leveled = self.policy in LEVELED
             th = _thresholds(self.policy, self.cfg) if leveled else ()
             by_service = self.policy == "default" and self.cfg.level_gpu_exponent != 1.0
             rows = []
@@ -608,10 +650,14 @@ class _Round:
                 return True
         return False
 
-    def _victims(self, j: QueuedJob, elastic_only: bool = False):
-        """Lower-class running jobs this job may take resources from, best victim first."""
+    def _victims(self, j: QueuedJob, elastic_only: bool = False, pool=None):
+        """Lower-class running jobs this job may take resources from, best victim first
+        (`pool`: only from this sub-list of `_ranked()`, in its order)."""
         cls = queued_class(j, self.now, self.policy, self.cfg)
         ranked = self._ranked()
+        if pool is not None:
+            yield from self._pool_victims(j, cls, pool)
+            return
         if not elastic_only and len(self.touched) - self._compacted_at > max(64, len(ranked) // 16):
             # victims taken this round lie scattered in the list: drop them (amortized O(n))
             ranked = self._ranked_cache = [x for x in ranked if x[1].job_id not in self.touched]
@@ -654,16 +700,43 @@ class _Round:
             yielded += 1
             yield r
 
+    def _pool_victims(self, j: QueuedJob, cls: tuple, pool: list):
+        margin = self.cfg.preempt_margin_gpu_s if self.policy == "default" else 0.0
+        touched = self.touched
+        for rcls, r in pool:
+            if rcls <= cls:
+                return  # sorted: everyone after is at least as important
+            if r.job_id in touched:
+                continue
+            if r.attained_service < j.attained_service + margin:
+                continue
+            if j.gpu_type and not self._frees_for(r, j):
+                continue
+            yield r
+
     def _class_victims(self, j: QueuedJob, elastic_only: bool, reclaim: bool):
         """`_victims`, less those team quotas protect: another team's guaranteed job is never
         one (and in a reclaim, other teams' borrowed jobs come from `_reclaim_victims`)."""
-        victims = self._victims(j, elastic_only)
         if not self.quotas:
-            return victims
-        team, borrowed = j.team, self.borrowed
-        if reclaim:
-            return (r for r in victims if team and r.team == team)
-        return (r for r in victims if r.job_id in borrowed or (team and r.team == team))
+            return self._victims(j, elastic_only)
+        # Per team, the ranked victims it may take (built once a round: scanning the whole
+        # ranked list past other teams' guaranteed jobs on every attempt was a third of a
+        # 10,000-job round's quota overhead)
+        team = j.team
+        key = (team, elastic_only, reclaim)
+        pool = self._pools.get(key)
+        if pool is None:
+            ranked = self._ranked()
+            base = self._elastic if elastic_only else ranked
+            if reclaim:
+                pool = [x for x in base if team and x[1].team == team]
+            else:
+                borrowed = self.borrowed
+                pool = [x for x in base if x[1].job_id in borrowed or (team and x[1].team == team)]
+            if elastic_only:
+                pool = [x for x in pool if x[1].learners > x[1].min_gang]
+            self._pools[key] = pool
+        return self._victims(j, elastic_only, pool)
 
     def try_preempt(self, j: QueuedJob, by_class: bool = True, reclaim: bool = False) -> bool:
         """Make room for j by shrinking or preempting lower-class jobs (`by_class`, as the policy
@@ -724,7 +797,7 @@ class _Round:
         if reclaim:
             victims = itertools.chain(self._reclaim_victims(j), victims)
         for r in victims:
-            if len(chosen) >= self.cfg.max_victims:
+            if len(chosen) >= self.cfg.max_victims and self.policy != "tiresias-las":
                 break
             self.idx.give(r.allocations)
             chosen.append(r)
@@ -1016,12 +1089,24 @@ class _Round:
             yield from self._policy_order(self.snapshot.queue)
             return
         deferred = []
+        # whether j fits what is left of its team's guarantee, inlined (a round asks it of
+        # every queued job); `used` changes as the round starts and preempts jobs, so it is
+        # read at each job's turn
+        limits, used_by, zero, eps = self._limits, self.used, qt.ZERO, qt._EPS
         for k, j in self._policy_order(self.snapshot.queue):
-            if self._guaranteed(j):
-                self.in_guarantee = True
-                yield k, j
-            else:
-                deferred.append((k, j))
+            lim = limits.get(j.team)
+            if lim is not None:
+                used = used_by.get(j.team, zero)
+                n = j.learners
+                if (
+                    used[0] + n * j.gpus_per_learner <= lim[0] + eps
+                    and used[1] + n * j.cpus_per_learner <= lim[1] + eps
+                    and used[2] + n * j.memory_mb_per_learner <= lim[2] + eps
+                ):
+                    self.in_guarantee = True
+                    yield k, j
+                    continue
+            deferred.append((k, j))
         self.in_guarantee = False
         if self.policy == "fair":  # DRF's order depends on the starts so far: build it again
             yield from self._policy_order([j for _, j in deferred])
@@ -1095,6 +1180,8 @@ class _Round:
         rest = None
         preempted = 0
         move_tries = 1
+        # tiresias-las: no storm guard (Tiresias' simulator preempts whatever the walk leaves out)
+        max_pre = self.cfg.max_preemptions_per_round if self.policy != "tiresias-las" else 1 << 30
         for k, j in self.ordered():
             if rest is not None:
                 self.wait(j, "")
@@ -1159,14 +1246,14 @@ class _Round:
             reclaim = guaranteed and can_reclaim
             if (can_preempt or reclaim) and self.try_preempt(j, can_preempt, reclaim):
                 preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
-                if preempted >= self.cfg.max_preemptions_per_round:
+                if preempted >= max_pre:
                     # storm guard: the rest waits for the next round
                     can_preempt = can_reclaim = False
                 continue
             if (
                 move_tries
                 and self.policy in self.cfg.move_policies
-                and preempted < self.cfg.max_preemptions_per_round
+                and preempted < max_pre
                 and j.gpus_per_learner
                 and self.idx.total_free_gpus(j.gpu_type) >= j.min_gang * j.gpus_per_learner
             ):
@@ -1174,7 +1261,7 @@ class _Round:
                 move_tries -= 1
                 if self.try_move(j):
                     preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
-                    if preempted >= self.cfg.max_preemptions_per_round:
+                    if preempted >= max_pre:
                         can_preempt = can_reclaim = False
                     continue
             why = self.why_not(j) if self.include_waits else ""

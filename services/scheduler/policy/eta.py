@@ -47,7 +47,15 @@ DURATION_WINDOW = 1_000
 # a Monte Carlo replay with independent run times (A 16 %: far too narrow) or correlated ones
 # (rho 0.7: A 85 %, width 7,806 s); a queue-drain-rate estimate (position / recent starts) and
 # its geometric mean with the replay (10-90 % of actual/predicted: A 0.36-3.3x, B 0.8-2.2x).
-# None gets width <= the median wait at 80 % in range on both windows.
+# None gets width <= the median wait at 80 % in range on both windows. Nor (2026-11-23) a
+# split-conformal range: the median replay scaled by the 10th/90th percentiles of (actual wait
+# + 60 s) / (predicted + 60 s) over the last 500 jobs that started (the first prediction of
+# each, jobs predicted to wait >= 300 s): A 82.4 % in range, width 5,234 s vs 1,670 s; B 49.3 %,
+# 5,806 s vs 11,470 s (last 100 jobs: A 49.6 %, B 33.9 %). The ratio's spread is the problem:
+# 10-90 % of actual/median-replay is 0.17-3.16 on A (the replay ignores that fresh jobs
+# preempt demoted ones, so it is pessimistic there) and 0.75-4.25 on B (optimistic: later
+# arrivals of smaller gangs pass), and the ratios learned from jobs that started now lag B's
+# queue by a median wait of 11,470 s.
 ETA_QUANTILES = (0.1, 0.9)
 
 
