@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from test_policy import by_action, nodes, q, running
+
 from services.scheduler.policy import POLICIES, Node, PolicyConfig, Snapshot, schedule
 from services.scheduler.policy.core import queued_class
 from services.scheduler.simulator import TraceJob, _gang, simulate
-from tests.scheduler.test_policy import by_action, nodes, q, running
 
 
 def test_tiresias_las_is_a_policy_with_tiresias_thresholds():
