@@ -220,8 +220,8 @@ def up(
         int | None,
         typer.Option(
             min=1,
-            help="Docker engines to run jobs on: the machine's and N-1 extra ones "
-            "(default: as last time, else 1)",
+            help="nodes to run jobs on: N > 1 builds an N-node Docker Swarm on this machine, "
+            "1 is the machine's engine alone (default: as last time, else 1)",
         ),
     ] = None,
     etcd_members: Annotated[
