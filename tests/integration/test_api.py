@@ -954,6 +954,7 @@ def test_follow_hands_over_from_the_container_to_s3_without_gaps(env, docker_cli
     import docker.errors
 
     from dlaas.logs import LogReader
+    from services.lcm.deployer import Deployer
 
     job_id = env.submit().json()["job_id"]
     lines = [f"line {i}" for i in range(10)]
@@ -972,8 +973,15 @@ def test_follow_hands_over_from_the_container_to_s3_without_gaps(env, docker_cli
         name=jobspec.learner_name(job_id, 0),
         detach=True,
         init=True,
+        labels={  # as the LCM labels a learner
+            jobspec.LABEL_MANAGED: env.settings.platform_id,
+            jobspec.LABEL_JOB: job_id,
+            jobspec.LABEL_ROLE: jobspec.ROLE_LEARNER,
+            jobspec.LABEL_LEARNER: "0",
+        },
     )
-    reader = LogReader(env.store, env.settings, docker_client, lambda loc: env.s3, poll_s=0.05)
+    engine = Deployer(docker_client, platform_id=env.settings.platform_id, node="local")
+    reader = LogReader(env.store, env.settings, engine, lambda loc: env.s3, poll_s=0.05)
     got: list[str] = []
 
     def clean_up_like_the_monitor():

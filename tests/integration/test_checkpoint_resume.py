@@ -36,6 +36,7 @@ from dlaas.client import pack_code
 from dlaas.learner.paths import RUN_START_META
 from dlaas.locations import S3Location
 from dlaas.logs import LogReader
+from services.lcm.deployer import Deployer
 
 REPO = Path(__file__).resolve().parents[2]
 LABEL = "test-checkpoint-resume"  # our own LABEL_MANAGED value: we only ever touch these
@@ -82,13 +83,13 @@ class Gang:
         self.volume = client.volumes.create(jobspec.volume_name(job_id), labels=self.labels)
         self.containers = []
 
-    def start(self, name: str, command: list[str], env: dict[str, str], role: str):
+    def start(self, name: str, command: list[str], env: dict[str, str], role: str, **labels):
         container = self.client.containers.create(
             self.image,
             command,
             name=name,
             environment=env,
-            labels={**self.labels, jobspec.LABEL_ROLE: role},
+            labels={**self.labels, jobspec.LABEL_ROLE: role, **labels},
             volumes={self.volume.name: {"bind": jobspec.JOB_MOUNT, "mode": "rw"}},
             network=self.network.name,
             init=True,
@@ -111,6 +112,7 @@ class Gang:
             ["python3", "-m", "dlaas.learner.run", "--", command],
             jobspec.learner_env(self.job_id, 0, 1),
             jobspec.ROLE_LEARNER,
+            **{jobspec.LABEL_LEARNER: "0"},  # as the LCM labels a learner
         )
 
     def remove(self) -> None:
@@ -144,7 +146,8 @@ class FollowedReader(LogReader):
     (no job store here): `done` stands for "the job reached a final status"."""
 
     def __init__(self, docker_client, s3_client):
-        super().__init__(None, None, docker_client, lambda _loc: s3_client, poll_s=0.05)
+        engine = Deployer(docker_client, platform_id=LABEL, node="local")
+        super().__init__(None, None, {"local": engine}, lambda _loc: s3_client, poll_s=0.05)
         self.done = threading.Event()
 
     def _final(self, job_id: str) -> bool:
