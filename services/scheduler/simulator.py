@@ -17,7 +17,9 @@ Modelling choices (all stated, none hidden):
   GPUs of any nodes (packed onto the fewest nodes when it can), so a gang never waits for
   whole nodes. Only to compare with figures from that simulator: a real gang's learners are
   not 1-GPU pieces;
-- a job larger than the cluster is REFUSED at submit and counted, never silently dropped;
+- a job larger than the cluster, or whose learners can never be placed on it (15 GPUs as 3
+  learners of 5 on two 8-GPU nodes), is REFUSED at submit and counted, never silently dropped
+  (it would wait forever);
 - a preemption costs the victim a checkpoint save (`--checkpoint-save-s`, the preemptor starts
   that much later on the freed GPUs) and a restore on its next start (`--restore-s`); the victim
   loses no other work (cooperative checkpoint-on-preempt);
@@ -55,6 +57,7 @@ from services.scheduler.policy import (
     RunningJob,
     Snapshot,
     TeamQuota,
+    can_ever_fit,
     predict_waiting,
     schedule,
 )
@@ -204,11 +207,19 @@ def simulate(
     seq = 0
     states: dict[str, _State] = {}
     refused = 0
+    placeable: dict[tuple[int, int], bool] = {}  # (learners, GPUs each) -> fits an empty cluster
     for j in jobs:
         if j.gpus > capacity or j.gpus <= 0:
             refused += 1
             continue
         learners, gpl = (j.gpus, 1) if gpu_count else _gang(j.gpus, gpus_per_node)
+        ok = placeable.get((learners, gpl))
+        if ok is None:
+            probe = QueuedJob("probe", "trace", learners, gpl, 0.0, 0)
+            ok = placeable[(learners, gpl)] = can_ever_fit(probe, cluster)[0]
+        if not ok:
+            refused += 1
+            continue
         states[j.job_id] = _State(j, learners, gpl, j.duration)
         if teams > 0:
             states[j.job_id].team = team_of(j.job_id, teams)

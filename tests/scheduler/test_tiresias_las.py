@@ -78,3 +78,16 @@ def test_default_moves_enough_jobs_to_clear_an_8_gpu_node():
     assert len(by_action(ds, "preempt")) == 4
     capped = schedule(snap, 10_000.0, "default", PolicyConfig(max_moves=3))
     assert "big" not in [d.job_id for d in by_action(capped, "start")]
+
+
+def test_gpu_count_lets_a_gang_take_scattered_free_gpus():
+    # Tiresias' simulator's placement model: a 15-GPU job takes the 15 free GPUs of two 8-GPU
+    # nodes beside a 1-GPU job; as learners placed whole (3 x 5 GPUs) it can never fit two
+    # 8-GPU nodes, and is refused at submit rather than left waiting forever
+    jobs = [TraceJob("one", 0, 1_000, 1), TraceJob("gang", 10, 500, 15)]
+    whole = simulate(jobs, 2, 8, "tiresias-las", per_job=True)
+    assert whole["refused"] == 1 and whole["jobs"] == 1
+    count = simulate(jobs, 2, 8, "tiresias-las", per_job=True, gpu_count=True)
+    assert count["refused"] == 0
+    start = {p[2]: p[3] for p in count["_per_job"]}
+    assert start[15] < 100
