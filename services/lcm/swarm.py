@@ -304,7 +304,9 @@ class SwarmEngine:
             existing = {s["Spec"]["Name"] for s in self.services(plan.job_id)}
             created: list[str] = []
             try:
-                for spec in plan.containers:
+                # Learners first: they wait for their helper's data mark anyway, and their
+                # tasks then need not queue behind the helpers' (secret, volume) on a node.
+                for spec in [*plan.learners, *plan.helpers]:
                     if spec.name in existing:
                         continue
                     body = service_spec(spec, plan, ids[spec.node], secret)
