@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from dlaas.jobspec import EVENT_DATA_READY, EVENT_ERROR, HELPER_EXIT_REASONS, ROLE_HELPER
 from dlaas.ports import Container
-from dlaas.status import FINAL, JobState, Status, can_transition
+from dlaas.status import FINAL, TERMINAL, JobState, Status, between, can_transition
 
 # How many of a failed learner's last log lines go into the job's failure reason.
 LOG_TAIL_LINES = 10
@@ -39,6 +39,10 @@ LOG_TAIL_LINES = 10
 DEFAULT_HELPER_TIMEOUT_S = 60.0
 # How long a helper may take to store results and logs while the job is STORING.
 DEFAULT_STORE_TIMEOUT_S = 600.0
+# While QUEUED or PENDING the containers are the LCM's (a previous run's, or being
+# deployed); the learners run (beside the helper) from DOWNLOADING through PROCESSING.
+_LCM_OWNS = between(Status.QUEUED, Status.PENDING)
+_LEARNERS_RUN = between(Status.DOWNLOADING, Status.PROCESSING)
 
 ERROR_EXIT_CODE = "exit_code"
 ERROR_OOM = "oom_killed"
@@ -222,7 +226,7 @@ def _helper_lost_alone(
     """The helper died from outside while the learners are fine: restart it alone."""
     if helper is None or not helper.exited or helper.oom_killed:
         return None
-    if view.state.status not in (Status.DOWNLOADING, Status.PROCESSING) or all_done:
+    if view.state.status not in _LEARNERS_RUN or all_done:
         return None
     if view.helper_restarts >= MAX_HELPER_RESTARTS:
         return None
@@ -242,7 +246,7 @@ def _status_change(
 ) -> TransitionTo | Requeue | RestartHelper | None:
     """The one status change (or restart request) the containers call for, or None."""
     status = view.state.status
-    if status in (Status.QUEUED, Status.PENDING):
+    if status in _LCM_OWNS:
         # A QUEUED job has no containers yet, or those of its previous run that the LCM is
         # tearing down; while PENDING the LCM is still creating and starting them (it fails
         # the job itself when deployment fails), and acting now would race its deploy.
@@ -279,7 +283,7 @@ def _status_change(
         # The job's own fault, or too late to restart (STORING: the training is done).
         return TransitionTo(Status.FAILED, failure.reason, failure.error_code, failure.exit_code)
 
-    if all_done and status in (Status.DOWNLOADING, Status.PROCESSING):
+    if all_done and status in _LEARNERS_RUN:
         return TransitionTo(Status.STORING, f"all {len(learners)} learner(s) exited 0")
 
     if status == Status.DOWNLOADING and _saw(view.helper_events, EVENT_DATA_READY):
@@ -440,7 +444,7 @@ def _final(
 ) -> Decision:
     """A final job: release its allocation, let the helper store the logs, then clean up."""
     if not view.released:
-        ended = status in (Status.COMPLETED, Status.FAILED)
+        ended = status in TERMINAL
         actions.append(ReleaseAllocation(f"job is {status}", ended))
     if any(c.running for c in learners):
         actions.append(StopLearners(f"job is {status}"))

@@ -25,7 +25,7 @@ from dlaas.errors import DlaasError, JobNotFound
 from dlaas.jobspec import EVENT_DATA_READY, EVENT_ERROR
 from dlaas.manifest import parse_manifest
 from dlaas.ports import Container, EngineUnreachable, JobContainers, StatusRepo
-from dlaas.status import Status
+from dlaas.status import Status, between
 from dlaas.store.base import JobRecord, JobStore
 from services.jobmonitor import decide as d
 from services.jobmonitor.watchers import Reachability
@@ -235,7 +235,7 @@ class Observer:
         }
         # While QUEUED the containers are the previous run's; while PENDING the LCM writes
         # the learners.
-        if state.status not in (Status.QUEUED, Status.PENDING):
+        if state.status not in between(Status.QUEUED, Status.PENDING):
             self.record_learners(job_id, info, containers)
 
         requested = mine.get(INFO_REQUEUE)

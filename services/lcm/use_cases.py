@@ -14,7 +14,7 @@ import threading
 from dlaas import errors
 from dlaas.locations import check_buckets
 from dlaas.manifest import Manifest, parse_manifest, resolve_image
-from dlaas.status import Status
+from dlaas.status import REQUEUEABLE, Status
 from dlaas.store.base import JobRecord
 from dlaas.v1 import scheduler_pb2
 from services.lcm.restart_policy import backoff_s
@@ -22,7 +22,8 @@ from services.lcm.restart_policy import backoff_s
 log = logging.getLogger(__name__)
 
 ADMIN = "admin"
-RUNNING = (Status.PENDING, Status.DOWNLOADING, Status.PROCESSING)
+# Kept for imports elsewhere (node health before the status sets moved): use REQUEUEABLE.
+RUNNING = REQUEUEABLE
 
 
 class JobUseCases:
@@ -151,7 +152,7 @@ class JobUseCases:
         """Stop a placed job's gang and queue it again; restarts count against max_restarts."""
         record = self.store.get(job_id)
         state = self._state(job_id)
-        if state.status not in RUNNING:
+        if state.status not in REQUEUEABLE:
             raise errors.InvalidTransition(f"job {job_id} is {state.status}, not running")
         manifest = parse_manifest(record.manifest_yaml)
         not_before = 0.0
@@ -203,7 +204,7 @@ class JobUseCases:
         target = int(record.info.get("learners_target") or manifest.learners)
         if learners == target:
             return state.status.value
-        running = state.status in RUNNING
+        running = state.status in REQUEUEABLE
         if running and len(self._held_allocation(job_id)) == learners:
             self.store.update_info(job_id, {"learners_target": learners})
             # The scheduler takes an Enqueue of a running job as its new target: no restart.
