@@ -23,6 +23,7 @@ import pyetcd
 
 from dlaas.errors import InvalidRequest
 from dlaas.grpc_errors import translate_errors
+from dlaas.keys import EtcdKeys
 from dlaas.nodes import NodeSpec
 from dlaas.v1 import scheduler_pb2, scheduler_pb2_grpc
 from services.scheduler.policy import (
@@ -110,10 +111,11 @@ class SchedulerState:
 
     def __init__(self, etcd: pyetcd.Etcd3Client, prefix: str = "/dlaas"):
         self.etcd = etcd
-        self.queue_prefix = f"{prefix.rstrip('/')}/sched/queue/"
-        self.running_prefix = f"{prefix.rstrip('/')}/sched/running/"
-        self.nodes_prefix = f"{prefix.rstrip('/')}/nodes/"
-        self.quota_prefix = f"{prefix.rstrip('/')}/sched/quota/"
+        keys = EtcdKeys(prefix)
+        self.queue_prefix = keys.sched_queue
+        self.running_prefix = keys.sched_running
+        self.nodes_prefix = keys.nodes
+        self.quota_prefix = keys.sched_quota
 
     def _all(self, prefix: str) -> dict[str, dict]:
         return {
