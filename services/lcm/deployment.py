@@ -20,10 +20,11 @@ import requests
 from dlaas import errors, jobspec
 from dlaas.config import PlatformSettings
 from dlaas.locations import S3Location, job_locations
-from dlaas.manifest import Manifest, parse_manifest, resolve_image
+from dlaas.manifest import Manifest, resolve_image
 from dlaas.namespace import job_policy
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
+from dlaas.stored import stored_manifest
 from services.lcm.plan import deployment_plan
 from services.lcm.ports import ContainerEngine
 
@@ -85,7 +86,7 @@ class Deployment:
         try:
             deployer = self.deployers[node]
             record = self.store.get(job_id)
-            manifest = parse_manifest(self.box.open(record.manifest_yaml))
+            manifest = stored_manifest(record, self.box)
             # Containers reach the platform's S3 through their own engine's bridge.
             s = self.settings
             spec = {n.name: n for n in self.nodes}.get(node)

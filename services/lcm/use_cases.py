@@ -16,6 +16,7 @@ from dlaas.locations import check_buckets
 from dlaas.manifest import Manifest, parse_manifest, resolve_image
 from dlaas.status import REQUEUEABLE, Status
 from dlaas.store.base import JobRecord
+from dlaas.stored import stored_manifest
 from dlaas.v1 import scheduler_pb2
 from services.lcm.restart_policy import backoff_s
 
@@ -154,7 +155,7 @@ class JobUseCases:
         state = self._state(job_id)
         if state.status not in REQUEUEABLE:
             raise errors.InvalidTransition(f"job {job_id} is {state.status}, not running")
-        manifest = parse_manifest(record.manifest_yaml)
+        manifest = stored_manifest(record)
         not_before = 0.0
         if is_restart:
             done = int(record.info.get("restarts", 0))
@@ -187,7 +188,7 @@ class JobUseCases:
         recorded, its learners become its own); a job whose target it is already is left as
         it is (the scheduler grows a shrunk job back to its target by itself)."""
         record = self._owned(job_id, user)
-        manifest = parse_manifest(record.manifest_yaml)
+        manifest = stored_manifest(record)
         lo, hi = (
             manifest.min_learners or manifest.learners,
             manifest.max_learners or manifest.learners,
@@ -228,7 +229,7 @@ class JobUseCases:
         self.store.delete(job_id)
 
     def _enqueue(self, record: JobRecord) -> None:
-        manifest = parse_manifest(record.manifest_yaml)
+        manifest = stored_manifest(record)
         accepted, reason = self.scheduler.enqueue(self._gang(record, manifest))
         if not accepted:
             self.keeper.try_transition(
