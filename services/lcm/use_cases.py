@@ -13,7 +13,7 @@ import threading
 
 from dlaas import errors
 from dlaas.locations import check_buckets
-from dlaas.manifest import Manifest, parse_manifest, resolve_image
+from dlaas.manifest import Manifest, parse_manifest, resolve_image, scale_problem
 from dlaas.status import REQUEUEABLE, Status
 from dlaas.store.base import JobRecord
 from dlaas.stored import stored_manifest
@@ -189,16 +189,9 @@ class JobUseCases:
         it is (the scheduler grows a shrunk job back to its target by itself)."""
         record = self._owned(job_id, user)
         manifest = stored_manifest(record)
-        lo, hi = (
-            manifest.min_learners or manifest.learners,
-            manifest.max_learners or manifest.learners,
-        )
-        if lo == hi:
-            raise errors.InvalidRequest(
-                f"learners: job {job_id} is not elastic (min_learners = max_learners = {lo})"
-            )
-        if not lo <= learners <= hi:
-            raise errors.InvalidRequest(f"learners: must be between {lo} and {hi}, got {learners}")
+        problem = scale_problem(manifest, learners, job_id)
+        if problem:
+            raise errors.InvalidRequest(problem)
         state = self._state(job_id)
         if state.final:
             raise errors.InvalidTransition(f"job {job_id} has already ended ({state.status})")

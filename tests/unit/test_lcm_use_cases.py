@@ -167,3 +167,17 @@ def test_a_placement_decision_deploys_the_plan(job_store):
     assert plan.job_id == "job-p" and len(plan.learners) == 2
     assert lcm.keeper.get("job-p").status == Status.DOWNLOADING
     assert [entry["id"] for entry in job_store.get("job-p").info["learners"]] == [0, 1]
+
+
+def test_scale_outside_the_range_is_refused_with_the_one_rules_message(job_store):
+    from dlaas.errors import InvalidRequest
+    from dlaas.manifest import elastic_range_problem
+
+    lcm = fake_lcm(job_store)
+    lcm.submit("job-e", "alice", MANIFEST + "learners: 2\nmin_learners: 1\nmax_learners: 3\n", "")
+    with pytest.raises(InvalidRequest) as refused:
+        lcm.scale("job-e", "alice", 4)
+    assert refused.value.message == elastic_range_problem(4, 1, 3)
+    lcm.submit("job-f", "alice", MANIFEST, "")
+    with pytest.raises(InvalidRequest, match="learners: job job-f is not elastic"):
+        lcm.scale("job-f", "alice", 2)
