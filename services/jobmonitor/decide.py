@@ -29,7 +29,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dlaas.jobspec import EVENT_DATA_READY, EVENT_ERROR, HELPER_EXIT_REASONS, ROLE_HELPER
+from dlaas.jobspec import (
+    EVENT_DATA_READY,
+    EVENT_ERROR,
+    HELPER_EXIT_REASONS,
+    ROLE_HELPER,
+    JobErrorCode,
+)
 from dlaas.ports import Container
 from dlaas.status import FINAL, TERMINAL, JobState, Status, between, can_transition
 
@@ -44,13 +50,14 @@ DEFAULT_STORE_TIMEOUT_S = 600.0
 _LCM_OWNS = between(Status.QUEUED, Status.PENDING)
 _LEARNERS_RUN = between(Status.DOWNLOADING, Status.PROCESSING)
 
-ERROR_EXIT_CODE = "exit_code"
-ERROR_OOM = "oom_killed"
-ERROR_HELPER = "helper_failed"  # a helper exit code the contract does not name
-ERROR_CONTAINERS_MISSING = "containers_missing"
-ERROR_STORE_TIMEOUT = "store_timeout"
-ERROR_KILLED = "killed"  # SIGKILL from outside (exit 137 without an OOM kill)
-ERROR_TERMINATED = "terminated"  # SIGTERM from outside (exit 143, or a helper's unasked exit 0)
+# The codes this detector records (their one home: dlaas.errors.JobErrorCode).
+ERROR_EXIT_CODE = JobErrorCode.EXIT_CODE
+ERROR_OOM = JobErrorCode.OOM_KILLED
+ERROR_HELPER = JobErrorCode.HELPER_FAILED
+ERROR_CONTAINERS_MISSING = JobErrorCode.CONTAINERS_MISSING
+ERROR_STORE_TIMEOUT = JobErrorCode.STORE_TIMEOUT
+ERROR_KILLED = JobErrorCode.KILLED
+ERROR_TERMINATED = JobErrorCode.TERMINATED
 
 # Exit codes of a container whose main process died of a signal sent from outside: Docker
 # (and the init process) report 128 + the signal number.
@@ -59,12 +66,12 @@ EXIT_SIGTERM = 143
 # What a restarted Docker engine records for a container whose process died with the old
 # engine (it cannot learn the real exit code).
 EXIT_ENGINE_LOST = 255
-ERROR_ENGINE_LOST = "engine_lost"
+ERROR_ENGINE_LOST = JobErrorCode.ENGINE_LOST
 
 # Helper failures that are the job's own fault (bad location, credentials, archive): a
 # restart would fail the same way. Everything else the helper reports as an error is
 # the platform's: store_unreachable restarts; unknown codes fail as helper_failed.
-HELPER_INFRA_ERRORS = frozenset({"store_unreachable"})
+HELPER_INFRA_ERRORS = frozenset({JobErrorCode.STORE_UNREACHABLE})
 
 # How long the monitor waits for the LCM to act on a restart request before asking again
 # (the LCM lets the helper sync checkpoints and logs first, which takes a while).

@@ -111,12 +111,12 @@ class Deployment:
             )
             names = deployer.deploy(plan)
         except errors.ImageUnavailable as exc:
-            self._fail(job_id, exc.message, "image_missing")
+            self._fail(job_id, exc.message, jobspec.JobErrorCode.IMAGE_MISSING)
             return
         except errors.DeployRefused as exc:
             # The engine refused the job's own containers (a 4xx, the OCI runtime failing
             # them): every redeploy would be refused again, holding the allocation forever.
-            self._fail(job_id, exc.message, exc.code)
+            self._fail(job_id, exc.message, jobspec.JobErrorCode.DEPLOY_REFUSED)
             return
         except errors.TemporaryError as exc:
             log.warning("deploy %s: %s; will retry", job_id, exc.message)
@@ -133,7 +133,11 @@ class Deployment:
             # Neither the job's known faults nor known infrastructure trouble: a bug here
             # would fail every redeploy too, so the job ends instead of holding its GPUs.
             log.exception("deploy %s failed", job_id)
-            self._fail(job_id, f"deployment failed: {type(exc).__name__}", "deploy_failed")
+            self._fail(
+                job_id,
+                f"deployment failed: {type(exc).__name__}",
+                jobspec.JobErrorCode.DEPLOY_FAILED,
+            )
             return
         self.store.update_info(
             job_id,

@@ -12,6 +12,7 @@ import logging
 import threading
 
 from dlaas import errors
+from dlaas.jobspec import JobErrorCode
 from dlaas.locations import check_buckets
 from dlaas.manifest import Manifest, parse_manifest, resolve_image, scale_problem
 from dlaas.status import REQUEUEABLE, Status
@@ -164,7 +165,7 @@ class JobUseCases:
                     job_id,
                     Status.FAILED,
                     f"{reason}; no restarts left (max_restarts={manifest.max_restarts})",
-                    error_code="restarts_exhausted",
+                    error_code=JobErrorCode.RESTARTS_EXHAUSTED,
                 )
                 self.scheduler.release(job_id)
                 return Status.FAILED.value
@@ -226,7 +227,7 @@ class JobUseCases:
         accepted, reason = self.scheduler.enqueue(self._gang(record, manifest))
         if not accepted:
             self.keeper.try_transition(
-                record.job_id, Status.FAILED, reason, error_code="capacity_exceeded"
+                record.job_id, Status.FAILED, reason, error_code=JobErrorCode.CAPACITY_EXCEEDED
             )
         self._wake.set()
 
