@@ -134,6 +134,8 @@ class JobUseCases:
             for d in self._deployers_of(job_id):
                 d.stop_learners(job_id)
                 d.signal_helper(job_id)
+        # Broad: a thread of its own, so whatever an engine raises would be lost unless
+        # logged here; the monitor stops the learners of a HALTED job all the same.
         except Exception:
             log.exception("stopping job %s", job_id)
 
