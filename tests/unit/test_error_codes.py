@@ -8,12 +8,11 @@ spelled as a bare string where a status is written.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
+
+from source_scan import offenders
 
 from dlaas.jobspec import HELPER_EXIT_REASONS, JobErrorCode
 from services.jobmonitor import decide
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_codes_keep_their_values():
@@ -67,10 +66,5 @@ def test_the_scan_finds_a_bare_code():
 
 
 def test_no_status_write_spells_a_code_by_hand():
-    offenders = [
-        f"{path.relative_to(REPO)}:{line}"
-        for top in ("dlaas", "services")
-        for path in sorted((REPO / top).rglob("*.py"))
-        for line in bare_codes(path.read_text())
-    ]
-    assert offenders == [], "use dlaas.jobspec.JobErrorCode: " + ", ".join(offenders)
+    found = offenders(bare_codes, ("dlaas", "services"))
+    assert found == [], "use dlaas.jobspec.JobErrorCode: " + ", ".join(found)

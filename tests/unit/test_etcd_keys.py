@@ -11,15 +11,12 @@ from __future__ import annotations
 import ast
 import itertools
 import re
-from pathlib import Path
 
 import pytest
+from source_scan import offenders
 
 from dlaas.keys import EtcdKeys
 
-REPO = Path(__file__).resolve().parents[2]
-SCANNED = ["dlaas", "services", "benchmarks"]
-OWNER = REPO / "dlaas" / "keys.py"
 _KEY_PART = re.compile(r"^/(jobs|nodes|sched|lcm)/")
 _LITERAL_KEY = re.compile(r"/dlaas/(jobs|nodes|sched|lcm)\b")
 
@@ -99,11 +96,5 @@ def test_the_scan_lets_http_paths_pass(line):
 
 
 def test_no_module_but_keys_py_formats_an_etcd_key():
-    offenders = []
-    for top in SCANNED:
-        for path in sorted((REPO / top).rglob("*.py")):
-            if path == OWNER or "_pb2" in path.name:
-                continue
-            for line in hand_made_keys(path.read_text()):
-                offenders.append(f"{path.relative_to(REPO)}:{line}")
-    assert offenders == [], "etcd keys formatted outside dlaas/keys.py: " + ", ".join(offenders)
+    found = offenders(hand_made_keys, ("dlaas", "services", "benchmarks"), {"dlaas/keys.py"})
+    assert found == [], "etcd keys formatted outside dlaas/keys.py: " + ", ".join(found)
