@@ -383,7 +383,9 @@ class Platform:
         """The LCM leadership key's value ("host:pid@addr"), read over etcd's HTTP gateway."""
         import httpx
 
-        key = base64.b64encode(b"/dlaas/lcm/leader").decode()
+        from dlaas.keys import EtcdKeys
+
+        key = base64.b64encode(EtcdKeys().lcm_leader.encode()).decode()
         for endpoint in self.etcd_endpoints():
             with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
                 reply = httpx.post(f"http://{endpoint}/v3/kv/range", json={"key": key}, timeout=1)

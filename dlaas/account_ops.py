@@ -30,7 +30,8 @@ DAY_S = 86_400.0
 
 
 class AccountNotFound(InvalidRequest):
-    code = "not_found"
+    # Its own code: sharing JobNotFound's made it come back as a JobNotFound over gRPC.
+    code = "account_not_found"
 
 
 @dataclass(frozen=True)

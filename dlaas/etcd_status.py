@@ -23,6 +23,7 @@ from typing import Any
 import pyetcd
 
 from dlaas.errors import InvalidTransition, JobNotFound
+from dlaas.keys import EtcdKeys
 from dlaas.notify import NoNotifier, Notifier
 from dlaas.ports import StatusRepo
 from dlaas.status import JobState, Status, advance, initial
@@ -54,16 +55,17 @@ class StatusKeeper(StatusRepo):
     ):
         self.etcd = etcd
         self.store = store
-        self.prefix = prefix.rstrip("/")
+        self.keys = EtcdKeys(prefix)
+        self.prefix = self.keys.prefix
         self.clock = clock
         self.notifier = notifier or NoNotifier()
 
     def key(self, job_id: str) -> str:
-        return f"{self.prefix}/jobs/{job_id}/status"
+        return self.keys.status(job_id)
 
     @property
     def jobs_prefix(self) -> str:
-        return f"{self.prefix}/jobs/"
+        return self.keys.jobs
 
     def _read(self, job_id: str) -> tuple[JobState | None, int]:
         value, meta = self.etcd.get(self.key(job_id))
@@ -139,12 +141,12 @@ class StatusKeeper(StatusRepo):
         repaired = []
         for value, meta in self.etcd.get_prefix(self.jobs_prefix):
             key = meta.key.decode()
-            if not key.endswith("/status"):
+            if not self.keys.is_status(key):
                 continue
             state = JobState.from_dict(json.loads(value))
             if since is not None and state.final and state.at < since:
                 continue
-            job_id = key[len(self.jobs_prefix) : -len("/status")]
+            job_id = self.keys.job_of(key)
             if self._mirror(job_id, state):
                 repaired.append(job_id)
         return repaired
@@ -174,39 +176,33 @@ class StatusKeeper(StatusRepo):
             log.warning("notifier failed on job %s", job_id, exc_info=True)
 
     def delete(self, job_id: str) -> None:
-        self.etcd.delete_prefix(f"{self.prefix}/jobs/{job_id}/")
+        self.etcd.delete_prefix(self.keys.job(job_id))
 
     def active_jobs(self) -> dict[str, JobState]:
         out = {}
         for value, meta in self.etcd.get_prefix(self.jobs_prefix):
             key = meta.key.decode()
-            if not key.endswith("/status"):
+            if not self.keys.is_status(key):
                 continue
             state = JobState.from_dict(json.loads(value))
             if not state.final:
-                out[key[len(self.jobs_prefix) : -len("/status")]] = state
+                out[self.keys.job_of(key)] = state
         return out
 
     # ---- next to a job's status, and the cluster's facts (see StatusRepo) -------------
 
-    def _placement_key(self, job_id: str) -> str:
-        return f"{self.prefix}/jobs/{job_id}/placement"
-
     def placement(self, job_id: str) -> list[dict]:
-        value, _ = self.etcd.get(self._placement_key(job_id))
+        value, _ = self.etcd.get(self.keys.placement(job_id))
         return json.loads(value) if value else []
 
     def set_placement(self, job_id: str, placement: list[dict]) -> None:
-        self.etcd.put(self._placement_key(job_id), json.dumps(placement))
-
-    def _node_key(self, name: str) -> str:
-        return f"{self.prefix}/nodes/{name}"
+        self.etcd.put(self.keys.placement(job_id), json.dumps(placement))
 
     def set_node_health(self, name: str, health: dict[str, Any]) -> None:
-        self.etcd.put(self._node_key(name), json.dumps(health))
+        self.etcd.put(self.keys.node(name), json.dumps(health))
 
     def unhealthy_nodes(self) -> set[str]:
-        prefix = self._node_key("")
+        prefix = self.keys.nodes
         return {
             meta.key.decode()[len(prefix) :]
             for value, meta in self.etcd.get_prefix(prefix)
@@ -215,7 +211,7 @@ class StatusKeeper(StatusRepo):
 
     def held_allocation(self, job_id: str) -> list[dict]:
         # The scheduler's running entry (services/scheduler writes it).
-        value, _ = self.etcd.get(f"{self.prefix}/sched/running/{job_id}")
+        value, _ = self.etcd.get(self.keys.running(job_id))
         if not value:
             return []
         return [
@@ -224,7 +220,7 @@ class StatusKeeper(StatusRepo):
         ]
 
     def watch_scheduler(self, callback: Callable[[object], None]) -> object:
-        return self.etcd.add_watch_prefix_callback(f"{self.prefix}/sched/", callback)
+        return self.etcd.add_watch_prefix_callback(self.keys.sched, callback)
 
     def cancel_watch(self, handle: object) -> None:
         self.etcd.cancel_watch(handle)

@@ -70,6 +70,8 @@ def translate_errors(method):
                 [(_CODE_KEY, exc.code), (_FIELDS_KEY, json.dumps(_fields(exc)))]
             )
             context.abort(status_for(exc), exc.message)
+        # Broad: the one place where a servicer's unexpected error becomes INTERNAL; its
+        # details stay in this log (with the trace), never in the reply.
         except Exception:
             log.exception("internal error in %s", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, "internal error; see the service log")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from enum import StrEnum
 
 # Labels on every container, network and volume the platform creates.
 # Its value is the platform instance id, so platforms (and test runs) sharing one Docker
@@ -47,12 +48,51 @@ HELPER_EXIT_UPLOAD_FAILED = 12
 HELPER_EXIT_BAD_ARCHIVE = 13
 HELPER_EXIT_STORE_UNREACHABLE = 14
 
+
+class JobErrorCode(StrEnum):
+    """Why a job failed or restarted: the `error_code` of its status and history entries.
+
+    Stored in the job store, shown to users and counted by the operator metrics: a value
+    here is a contract (tests/unit/test_error_codes.py pins them). Not to be confused with
+    the `code` of dlaas.errors' classes, which name an error on the wire. It lives here
+    because the helper's image carries this module alone (images/Dockerfile.learner).
+    """
+
+    # The learners (services/jobmonitor/decide.py).
+    EXIT_CODE = "exit_code"  # a learner exited non-zero
+    OOM_KILLED = "oom_killed"
+    KILLED = "killed"  # SIGKILL from outside (exit 137 without an OOM kill)
+    TERMINATED = "terminated"  # SIGTERM from outside (exit 143, or a helper's unasked exit 0)
+    ENGINE_LOST = "engine_lost"  # the engine restarted under the container (exit 255)
+    CONTAINERS_MISSING = "containers_missing"
+    # The helper (its exit codes: dlaas.jobspec.HELPER_EXIT_REASONS).
+    HELPER_FAILED = "helper_failed"  # a helper exit code the contract does not name
+    STORE_TIMEOUT = "store_timeout"
+    DATA_NOT_FOUND = "data_not_found"
+    STORE_REFUSED = "store_refused"
+    UPLOAD_FAILED = "upload_failed"
+    BAD_ARCHIVE = "bad_archive"
+    STORE_UNREACHABLE = "store_unreachable"
+    # The LCM (services/lcm/).
+    RESTARTS_EXHAUSTED = "restarts_exhausted"
+    CAPACITY_EXCEEDED = "capacity_exceeded"
+    IMAGE_MISSING = "image_missing"
+    DEPLOY_REFUSED = "deploy_refused"
+    DEPLOY_FAILED = "deploy_failed"
+
+
 HELPER_EXIT_REASONS = {
-    HELPER_EXIT_DATA_NOT_FOUND: ("data_not_found", "training data not found"),
-    HELPER_EXIT_STORE_REFUSED: ("store_refused", "the data store refused the credentials"),
-    HELPER_EXIT_UPLOAD_FAILED: ("upload_failed", "results or logs could not be stored"),
-    HELPER_EXIT_BAD_ARCHIVE: ("bad_archive", "the code archive could not be unpacked"),
-    HELPER_EXIT_STORE_UNREACHABLE: ("store_unreachable", "the data store could not be reached"),
+    HELPER_EXIT_DATA_NOT_FOUND: (JobErrorCode.DATA_NOT_FOUND, "training data not found"),
+    HELPER_EXIT_STORE_REFUSED: (
+        JobErrorCode.STORE_REFUSED,
+        "the data store refused the credentials",
+    ),
+    HELPER_EXIT_UPLOAD_FAILED: (JobErrorCode.UPLOAD_FAILED, "results or logs could not be stored"),
+    HELPER_EXIT_BAD_ARCHIVE: (JobErrorCode.BAD_ARCHIVE, "the code archive could not be unpacked"),
+    HELPER_EXIT_STORE_UNREACHABLE: (
+        JobErrorCode.STORE_UNREACHABLE,
+        "the data store could not be reached",
+    ),
 }
 
 # The helper finishes (stores results and logs, exits) on this signal.

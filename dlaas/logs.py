@@ -46,12 +46,12 @@ from dlaas.config import PlatformSettings
 from dlaas.errors import JobNotFound
 from dlaas.learner.paths import RUN_START_META
 from dlaas.locations import S3Location, job_locations
-from dlaas.manifest import parse_manifest
 from dlaas.ports import Container, EngineUnreachable, JobContainers
 from dlaas.s3 import client_for
 from dlaas.secretbox import SecretBox
 from dlaas.status import FINAL
 from dlaas.store.base import JobStore
+from dlaas.stored import stored_manifest
 
 
 class LineCursor:
@@ -229,7 +229,7 @@ class LogReader:
         is final and every line is out. Raise JobNotFound for an unknown job."""
         record = self.store.get(job_id)
         box = SecretBox(self.settings.secrets_key.get_secret_value())
-        manifest = parse_manifest(box.open(record.manifest_yaml))
+        manifest = stored_manifest(record, box)
         _, results = job_locations(manifest, self.settings, record.team)
         return self.stream(results, job_id, learner, offset=offset, follow=follow)
 

@@ -316,12 +316,10 @@ class Manifest(_Model):
 
     @model_validator(mode="after")
     def _elastic_range(self) -> Manifest:
-        lo = self.min_learners if self.min_learners is not None else self.learners
-        hi = self.max_learners if self.max_learners is not None else self.learners
-        if lo > self.learners:
-            raise ValueError(f"min_learners ({lo}) must not exceed learners ({self.learners})")
-        if hi < self.learners:
-            raise ValueError(f"max_learners ({hi}) must not be below learners ({self.learners})")
+        lo, hi = self.elastic_range
+        problem = elastic_range_problem(self.learners, lo, hi)
+        if problem:
+            raise ValueError(problem)
         self.min_learners, self.max_learners = lo, hi
         if self.elastic.auto_grow and hi == self.learners:
             raise ValueError(
@@ -335,6 +333,13 @@ class Manifest(_Model):
     @property
     def is_elastic(self) -> bool:
         return self.min_learners != self.max_learners
+
+    @property
+    def elastic_range(self) -> tuple[int, int]:
+        """(min_learners, max_learners); both are `learners` unless the manifest widens them."""
+        lo = self.min_learners if self.min_learners is not None else self.learners
+        hi = self.max_learners if self.max_learners is not None else self.learners
+        return lo, hi
 
     def data_store(self) -> DataStore | None:
         """The store that holds training data and receives results (the first one)."""
@@ -495,6 +500,32 @@ def join_folded(value: str) -> str:
 def _refusal(event: Any, what: str) -> InvalidManifest:
     mark = event.start_mark
     return InvalidManifest([f"(manifest): {what} (line {mark.line + 1}, column {mark.column + 1})"])
+
+
+def elastic_range_problem(learners: int, lo: int, hi: int) -> str:
+    """The one elastic-range rule, min_learners <= learners <= max_learners: "" when it
+    holds, else the problem naming the fields.
+
+    Asked by the manifest's validator (the target it asks for), the scale use case (the
+    LCM's and the API's, through `scale_problem`) and the scheduler's Enqueue (a gang).
+    """
+    if lo <= learners <= hi:
+        return ""
+    return (
+        f"learners: {learners} is outside the job's elastic range; allowed {lo} to {hi} "
+        "(min_learners to max_learners)"
+    )
+
+
+def scale_problem(manifest: Manifest, learners: int, job_id: str) -> str:
+    """ "" when the job may be scaled to `learners`, else the problem naming the field."""
+    if not manifest.is_elastic:
+        return (
+            f"learners: job {job_id} is not elastic (it runs exactly {manifest.learners} "
+            "learner(s)); set min_learners < max_learners in its manifest to allow scaling"
+        )
+    lo, hi = manifest.elastic_range
+    return elastic_range_problem(learners, lo, hi)
 
 
 def parse_manifest(text: str | bytes) -> Manifest:

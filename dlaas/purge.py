@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from dlaas.status import TRANSITIONS
+from dlaas.status import TERMINAL
 
 if TYPE_CHECKING:
     from dlaas.store.base import JobRecord
@@ -34,7 +34,7 @@ PURGED_INFO = "results_purged"
 
 # Retention reaches jobs that can never run again. HALTED is final too, but the user may
 # resume it from the checkpoints kept with its results: those are not retention's to take.
-RETAINED_ENDED = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+RETAINED_ENDED = TERMINAL
 
 DAY_S = 86400.0
 

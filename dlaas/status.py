@@ -55,14 +55,41 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     S.HALTED: frozenset({S.QUEUED}),
 }
 
-# Ended: no container of the job should run. Only a user's resume leaves HALTED.
-FINAL = frozenset({S.COMPLETED, S.FAILED, S.HALTED})
-ACTIVE = frozenset(Status) - FINAL
 # Edges only a user's request takes (never an automatic controller).
 USER_ONLY = frozenset({(S.HALTED, S.QUEUED)})
 
 # The happy path, in order; used to walk forward over steps an observer saw late.
 HAPPY_PATH = (S.QUEUED, S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING, S.COMPLETED)
+
+
+def between(first: Status, last: Status) -> frozenset[Status]:
+    """The happy-path statuses from `first` to `last`, both included.
+
+    Groupings such as "the learners run" (DOWNLOADING..PROCESSING) are written with this
+    rather than typed by hand, so a status added to the happy path joins them.
+    """
+    i, j = HAPPY_PATH.index(first), HAPPY_PATH.index(last)
+    if i > j:
+        raise ValueError(f"{first} comes after {last} on the happy path")
+    return frozenset(HAPPY_PATH[i : j + 1])
+
+
+# The groupings every service uses, derived from the table (tests/unit/test_status.py pins
+# them); never re-type them elsewhere.
+# Nothing leaves them: the job is over for good (its data may be purged, its allocation
+# released as ended).
+TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+# Ended: no container of the job should run. Only a user's resume leaves HALTED.
+FINAL = frozenset(s for s, nxt in TRANSITIONS.items() if all((s, n) in USER_ONLY for n in nxt))
+ACTIVE = frozenset(Status) - FINAL
+# Placed and deployed: the job's containers exist on its nodes and it holds its allocation
+# (every active status after the first).
+DEPLOYED = ACTIVE - {HAPPY_PATH[0]}
+# Placed jobs a controller may send back to the queue (node lost, restart, preemption,
+# rescale): the statuses with an automatic edge to QUEUED. Not STORING: training is done.
+REQUEUEABLE = frozenset(
+    s for s, nxt in TRANSITIONS.items() if S.QUEUED in nxt and (s, S.QUEUED) not in USER_ONLY
+)
 
 
 @dataclass(frozen=True)

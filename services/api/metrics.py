@@ -19,9 +19,9 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from dlaas import metrics
-from dlaas.errors import InvalidManifest, InvalidRequest
-from dlaas.manifest import parse_manifest
+from dlaas.errors import InvalidRequest
 from dlaas.secretbox import SecretBox
+from dlaas.stored import stored_manifest_or_none
 from services.api.models import error_responses
 from services.api.routes import MAX_OFFSET, CallerDep, DepsDep, _owned
 from services.api.rules import learners_with_logs
@@ -61,10 +61,8 @@ def job_metrics(
     """A learner's metrics series, extracted from its log; `follow` streams new points."""
     record = _owned(deps, caller, job_id)
     box = SecretBox(deps.settings.secrets_key.get_secret_value())
-    try:
-        manifest = parse_manifest(box.open(record.manifest_yaml))
-    except InvalidManifest:
-        manifest = None  # stored by an older version: the default conventions still apply
+    # None when stored by an older version: the default conventions still apply.
+    manifest = stored_manifest_or_none(record, box)
     requested = manifest.learners if manifest is not None else 1
     learners = learners_with_logs(requested, record.info)
     if learner >= learners:

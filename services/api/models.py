@@ -11,10 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dlaas.errors import InvalidManifest
-from dlaas.manifest import MIN_MEMORY_MB, PRIORITY_CLASSES, Manifest, parse_manifest
+from dlaas.manifest import MIN_MEMORY_MB, PRIORITY_CLASSES, Manifest
 from dlaas.sdk import QueueEntry
 from dlaas.store.base import JobRecord
+from dlaas.stored import stored_manifest_or_none
 
 # Keys of record.info that are never shown, whatever the LCM put there.
 _SECRET_WORDS = ("secret", "password", "token", "credential", "access_key")
@@ -240,10 +240,9 @@ def job_summary(r: JobRecord) -> JobSummary:
 
 
 def job_public(r: JobRecord) -> JobPublic:
-    try:
-        manifest = parse_manifest(r.manifest_yaml).normalized()
-    except InvalidManifest:
-        manifest = None  # accepted under older rules; still show the job, not the text
+    # None: accepted under older rules; still show the job, not the text.
+    stored = stored_manifest_or_none(r)
+    manifest = stored.normalized() if stored is not None else None
     info = _public_info(r.info)
     learners = info.pop("learners", [])
     return JobPublic(

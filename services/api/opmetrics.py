@@ -38,7 +38,7 @@ from prometheus_client.core import (
 )
 
 from dlaas.hooks import event_for
-from dlaas.status import Status
+from dlaas.status import Status, between
 from dlaas.store.base import JobRecord, JobStore
 from services.api.dashboard.nodes import HOLDING, NodeUse, allocation, placed_job
 
@@ -101,7 +101,7 @@ def summarize(records: Iterable[JobRecord], now: float) -> Summary:
                 elif following is None and record.status == Status.QUEUED:
                     s.oldest_wait = max(s.oldest_wait, now - t.at)
             elif t.status == Status.PENDING and following is not None:
-                if following.status in (Status.DOWNLOADING, Status.PROCESSING):
+                if following.status in between(Status.DOWNLOADING, Status.PROCESSING):
                     s.deploys.append(max(0.0, following.at - t.at))
             elif t.status == Status.FAILED:
                 s.failures[t.error_code or "unknown"] += 1

@@ -41,6 +41,7 @@ from dlaas.s3 import STORE_UNREACHABLE
 from dlaas.secretbox import SecretBox
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
+from dlaas.stored import stored_manifest, stored_manifest_or_none
 from services.api import health as health_probes
 from services.api.app import Deps
 from services.api.archive import normalize_archive
@@ -426,10 +427,7 @@ def resume_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
 def scale_job(job_id: str, body: ScaleRequest, deps: DepsDep, caller: CallerDep) -> ScaleReply:
     """Change an elastic job's learner count within its manifest's [min_learners, max_learners]."""
     record = _owned(deps, caller, job_id)
-    try:
-        manifest = parse_manifest(record.manifest_yaml)
-    except InvalidManifest:
-        manifest = None  # accepted under older rules: the LCM alone decides
+    manifest = stored_manifest_or_none(record)  # None: older rules, the LCM alone decides
     if manifest is not None:
         check_scale(manifest, body.learners, job_id)
     status = deps.lcm.scale(job_id, body.learners, record.user)
@@ -449,7 +447,7 @@ def delete_job(
 ) -> DeleteReply:
     """Delete a job: its record, containers and uploaded code; its results stay unless `purge`."""
     record = _owned(deps, caller, job_id)
-    _, results = job_locations(parse_manifest(record.manifest_yaml), deps.settings, record.team)
+    _, results = job_locations(stored_manifest(record), deps.settings, record.team)
     prefix = results.prefix + jobspec.results_prefix(job_id)
     # The bucket as the user names it (inside the team's namespace).
     shown = user_bucket(record.team, results.bucket) if results.platform else results.bucket
@@ -509,10 +507,8 @@ def job_logs(
 ) -> StreamingResponse:
     """Stream a learner's log as text, one line per line; `follow` waits for the job's end."""
     record = _owned(deps, caller, job_id)
-    try:
-        requested = parse_manifest(record.manifest_yaml).learners
-    except InvalidManifest:
-        requested = 1
+    manifest = stored_manifest_or_none(record)
+    requested = manifest.learners if manifest is not None else 1
     learners = learners_with_logs(requested, record.info)
     if learner >= learners:
         raise InvalidRequest(f"learner: the job has learners 0..{learners - 1}, not {learner}")
@@ -586,9 +582,7 @@ def _tar_gz_stream(s3, bucket: str, objects: list[dict], strip: str) -> Iterator
 def job_results(job_id: str, deps: DepsDep, caller: CallerDep) -> StreamingResponse:
     """Download every result object of a job (model, logs, ...) as one tar.gz."""
     record = _owned(deps, caller, job_id)
-    manifest = parse_manifest(SecretBox(deps.settings.secrets_key.get_secret_value()).open(
-        record.manifest_yaml
-    ))  # fmt: skip
+    manifest = stored_manifest(record, SecretBox(deps.settings.secrets_key.get_secret_value()))
     _, results = job_locations(manifest, deps.settings, record.team)
     s3 = deps.s3_for(results)
     prefix = results.prefix + jobspec.results_prefix(job_id)

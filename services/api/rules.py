@@ -10,21 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from dlaas.errors import InvalidRequest
-from dlaas.manifest import Manifest
+from dlaas.manifest import Manifest, scale_problem
 
 
 def check_scale(manifest: Manifest, learners: int, job_id: str) -> None:
     """Raise InvalidRequest naming `learners` unless the job may run with that many learners."""
-    lo, hi = manifest.min_learners, manifest.max_learners
-    if not manifest.is_elastic:
-        raise InvalidRequest(
-            f"learners: job {job_id} is not elastic (it runs exactly {manifest.learners} "
-            "learner(s)); set min_learners < max_learners in its manifest to allow scaling"
-        )
-    if not lo <= learners <= hi:  # type: ignore[operator]  # set by the manifest's validator
-        raise InvalidRequest(
-            f"learners: {learners} is outside the job's elastic range; allowed {lo} to {hi}"
-        )
+    problem = scale_problem(manifest, learners, job_id)
+    if problem:
+        raise InvalidRequest(problem)
 
 
 def learners_with_logs(requested: int, info: dict[str, Any]) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 from dlaas import jobspec
 from dlaas.errors import DlaasError, PermanentError
 from dlaas.ports import Container, EngineUnreachable, StatusRepo
-from dlaas.status import Status
+from dlaas.status import Status, between
 from services.jobmonitor import decide as d
 from services.jobmonitor.observe import (
     INFO_CLEANED_UP,
@@ -38,7 +38,7 @@ from services.jobmonitor.workqueue import WorkQueue
 log = logging.getLogger("dlaas.jobmonitor")
 
 # Happy-path targets are walked (skipped steps recorded); failures are a single step.
-_WALKED = frozenset({Status.PROCESSING, Status.STORING, Status.COMPLETED})
+_WALKED = between(Status.PROCESSING, Status.COMPLETED)
 
 # requeue(job_id, reason, is_restart=True) and release(job_id, ended): the LCM's and the
 # scheduler's calls; they raise DlaasError (PermanentError: never retry) like dlaas.sdk's.

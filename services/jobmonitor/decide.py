@@ -29,9 +29,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dlaas.jobspec import EVENT_DATA_READY, EVENT_ERROR, HELPER_EXIT_REASONS, ROLE_HELPER
+from dlaas.jobspec import (
+    EVENT_DATA_READY,
+    EVENT_ERROR,
+    HELPER_EXIT_REASONS,
+    ROLE_HELPER,
+    JobErrorCode,
+)
 from dlaas.ports import Container
-from dlaas.status import FINAL, JobState, Status, can_transition
+from dlaas.status import FINAL, TERMINAL, JobState, Status, between, can_transition
 
 # How many of a failed learner's last log lines go into the job's failure reason.
 LOG_TAIL_LINES = 10
@@ -39,14 +45,19 @@ LOG_TAIL_LINES = 10
 DEFAULT_HELPER_TIMEOUT_S = 60.0
 # How long a helper may take to store results and logs while the job is STORING.
 DEFAULT_STORE_TIMEOUT_S = 600.0
+# While QUEUED or PENDING the containers are the LCM's (a previous run's, or being
+# deployed); the learners run (beside the helper) from DOWNLOADING through PROCESSING.
+_LCM_OWNS = between(Status.QUEUED, Status.PENDING)
+_LEARNERS_RUN = between(Status.DOWNLOADING, Status.PROCESSING)
 
-ERROR_EXIT_CODE = "exit_code"
-ERROR_OOM = "oom_killed"
-ERROR_HELPER = "helper_failed"  # a helper exit code the contract does not name
-ERROR_CONTAINERS_MISSING = "containers_missing"
-ERROR_STORE_TIMEOUT = "store_timeout"
-ERROR_KILLED = "killed"  # SIGKILL from outside (exit 137 without an OOM kill)
-ERROR_TERMINATED = "terminated"  # SIGTERM from outside (exit 143, or a helper's unasked exit 0)
+# The codes this detector records (their one home: dlaas.errors.JobErrorCode).
+ERROR_EXIT_CODE = JobErrorCode.EXIT_CODE
+ERROR_OOM = JobErrorCode.OOM_KILLED
+ERROR_HELPER = JobErrorCode.HELPER_FAILED
+ERROR_CONTAINERS_MISSING = JobErrorCode.CONTAINERS_MISSING
+ERROR_STORE_TIMEOUT = JobErrorCode.STORE_TIMEOUT
+ERROR_KILLED = JobErrorCode.KILLED
+ERROR_TERMINATED = JobErrorCode.TERMINATED
 
 # Exit codes of a container whose main process died of a signal sent from outside: Docker
 # (and the init process) report 128 + the signal number.
@@ -55,12 +66,12 @@ EXIT_SIGTERM = 143
 # What a restarted Docker engine records for a container whose process died with the old
 # engine (it cannot learn the real exit code).
 EXIT_ENGINE_LOST = 255
-ERROR_ENGINE_LOST = "engine_lost"
+ERROR_ENGINE_LOST = JobErrorCode.ENGINE_LOST
 
 # Helper failures that are the job's own fault (bad location, credentials, archive): a
 # restart would fail the same way. Everything else the helper reports as an error is
 # the platform's: store_unreachable restarts; unknown codes fail as helper_failed.
-HELPER_INFRA_ERRORS = frozenset({"store_unreachable"})
+HELPER_INFRA_ERRORS = frozenset({JobErrorCode.STORE_UNREACHABLE})
 
 # How long the monitor waits for the LCM to act on a restart request before asking again
 # (the LCM lets the helper sync checkpoints and logs first, which takes a while).
@@ -222,7 +233,7 @@ def _helper_lost_alone(
     """The helper died from outside while the learners are fine: restart it alone."""
     if helper is None or not helper.exited or helper.oom_killed:
         return None
-    if view.state.status not in (Status.DOWNLOADING, Status.PROCESSING) or all_done:
+    if view.state.status not in _LEARNERS_RUN or all_done:
         return None
     if view.helper_restarts >= MAX_HELPER_RESTARTS:
         return None
@@ -242,7 +253,7 @@ def _status_change(
 ) -> TransitionTo | Requeue | RestartHelper | None:
     """The one status change (or restart request) the containers call for, or None."""
     status = view.state.status
-    if status in (Status.QUEUED, Status.PENDING):
+    if status in _LCM_OWNS:
         # A QUEUED job has no containers yet, or those of its previous run that the LCM is
         # tearing down; while PENDING the LCM is still creating and starting them (it fails
         # the job itself when deployment fails), and acting now would race its deploy.
@@ -279,7 +290,7 @@ def _status_change(
         # The job's own fault, or too late to restart (STORING: the training is done).
         return TransitionTo(Status.FAILED, failure.reason, failure.error_code, failure.exit_code)
 
-    if all_done and status in (Status.DOWNLOADING, Status.PROCESSING):
+    if all_done and status in _LEARNERS_RUN:
         return TransitionTo(Status.STORING, f"all {len(learners)} learner(s) exited 0")
 
     if status == Status.DOWNLOADING and _saw(view.helper_events, EVENT_DATA_READY):
@@ -440,7 +451,7 @@ def _final(
 ) -> Decision:
     """A final job: release its allocation, let the helper store the logs, then clean up."""
     if not view.released:
-        ended = status in (Status.COMPLETED, Status.FAILED)
+        ended = status in TERMINAL
         actions.append(ReleaseAllocation(f"job is {status}", ended))
     if any(c.running for c in learners):
         actions.append(StopLearners(f"job is {status}"))

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlaas import jobspec
-from dlaas.errors import DlaasError, JobNotFound
+from dlaas.errors import JobNotFound
 from dlaas.jobspec import EVENT_DATA_READY, EVENT_ERROR
-from dlaas.manifest import parse_manifest
 from dlaas.ports import Container, EngineUnreachable, JobContainers, StatusRepo
-from dlaas.status import Status
+from dlaas.status import Status, between
 from dlaas.store.base import JobRecord, JobStore
+from dlaas.stored import stored_manifest_or_none
 from services.jobmonitor import decide as d
 from services.jobmonitor.watchers import Reachability
 
@@ -235,7 +235,7 @@ class Observer:
         }
         # While QUEUED the containers are the previous run's; while PENDING the LCM writes
         # the learners.
-        if state.status not in (Status.QUEUED, Status.PENDING):
+        if state.status not in between(Status.QUEUED, Status.PENDING):
             self.record_learners(job_id, info, containers)
 
         requested = mine.get(INFO_REQUEUE)
@@ -394,10 +394,9 @@ class Observer:
         if isinstance(placed, list) and placed:
             return len(placed)
         if job_id not in self._manifest_learners:
-            try:
-                self._manifest_learners[job_id] = parse_manifest(record.manifest_yaml).learners
-            except DlaasError:  # an unreadable manifest: trust the containers that exist
-                self._manifest_learners[job_id] = None
+            # An unreadable manifest (older rules): trust the containers that exist.
+            manifest = stored_manifest_or_none(record)
+            self._manifest_learners[job_id] = manifest.learners if manifest else None
         return self._manifest_learners[job_id]
 
     def record_learners(self, job_id: str, info: dict, containers: list[Container]) -> None:

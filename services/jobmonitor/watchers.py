@@ -173,21 +173,21 @@ class Watchers:
 
     def _watch_etcd(self) -> None:
         """Watch the job keys; reconnect when the watch breaks."""
-        prefix = self.keeper.jobs_prefix
+        keys = self.keeper.keys
         delay = 0.5
         while not self.stop.is_set():
             try:
-                events, cancel = self.keeper.etcd.watch_prefix(prefix)
+                events, cancel = self.keeper.etcd.watch_prefix(keys.jobs)
                 self._closers["etcd"] = cancel
                 for event in events:
                     delay = 0.5
                     if self.stop.is_set():
                         break
                     key = event.key.decode()
-                    job_id = key[len(prefix) :].split("/", 1)[0]
+                    job_id = keys.job_of(key)
                     if not job_id:
                         continue
-                    if isinstance(event, pyetcd.events.DeleteEvent) and key.endswith("/status"):
+                    if isinstance(event, pyetcd.events.DeleteEvent) and keys.is_status(key):
                         self.on_status_deleted(job_id)
                     self.on_job(job_id)
             # Broad: the etcd client raises its own errors and gRPC's (unavailable, stream

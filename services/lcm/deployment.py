@@ -20,10 +20,11 @@ import requests
 from dlaas import errors, jobspec
 from dlaas.config import PlatformSettings
 from dlaas.locations import S3Location, job_locations
-from dlaas.manifest import Manifest, parse_manifest, resolve_image
+from dlaas.manifest import Manifest, resolve_image
 from dlaas.namespace import job_policy
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
+from dlaas.stored import stored_manifest
 from services.lcm.plan import deployment_plan
 from services.lcm.ports import ContainerEngine
 
@@ -85,7 +86,7 @@ class Deployment:
         try:
             deployer = self.deployers[node]
             record = self.store.get(job_id)
-            manifest = parse_manifest(self.box.open(record.manifest_yaml))
+            manifest = stored_manifest(record, self.box)
             # Containers reach the platform's S3 through their own engine's bridge.
             s = self.settings
             spec = {n.name: n for n in self.nodes}.get(node)
@@ -110,12 +111,12 @@ class Deployment:
             )
             names = deployer.deploy(plan)
         except errors.ImageUnavailable as exc:
-            self._fail(job_id, exc.message, "image_missing")
+            self._fail(job_id, exc.message, jobspec.JobErrorCode.IMAGE_MISSING)
             return
         except errors.DeployRefused as exc:
             # The engine refused the job's own containers (a 4xx, the OCI runtime failing
             # them): every redeploy would be refused again, holding the allocation forever.
-            self._fail(job_id, exc.message, exc.code)
+            self._fail(job_id, exc.message, jobspec.JobErrorCode.DEPLOY_REFUSED)
             return
         except errors.TemporaryError as exc:
             log.warning("deploy %s: %s; will retry", job_id, exc.message)
@@ -132,7 +133,11 @@ class Deployment:
             # Neither the job's known faults nor known infrastructure trouble: a bug here
             # would fail every redeploy too, so the job ends instead of holding its GPUs.
             log.exception("deploy %s failed", job_id)
-            self._fail(job_id, f"deployment failed: {type(exc).__name__}", "deploy_failed")
+            self._fail(
+                job_id,
+                f"deployment failed: {type(exc).__name__}",
+                jobspec.JobErrorCode.DEPLOY_FAILED,
+            )
             return
         self.store.update_info(
             job_id,

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper, connect
 from dlaas.grpc_server import configure_logging, start_server, wait_for_termination
+from dlaas.keys import EtcdKeys
 from dlaas.leader import LeaderElection
 from dlaas.nodes import nodes_or_exit
 from dlaas.notify import hook_notifier
@@ -80,7 +81,7 @@ def main() -> None:
     identity = f"{socket.gethostname()}:{os.getpid()}@{listen}"
     election = LeaderElection(
         etcd,
-        f"{settings.etcd_prefix}/lcm/leader",
+        EtcdKeys(settings.etcd_prefix).lcm_leader,
         identity,
         ttl=lcm_settings.leader_ttl_s,
         on_elected=lcm.on_elected,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 
 from dlaas import errors
+from dlaas.status import DEPLOYED, REQUEUEABLE
 from services.lcm.ports import ContainerEngine
-from services.lcm.use_cases import RUNNING
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class NodeHealth:
             name, {"healthy": False, "since": self.clock(), "reason": "engine not answering"}
         )
         for job_id, state in self.keeper.active_jobs().items():
-            if state.status in RUNNING and name in {p["node"] for p in self._placement(job_id)}:
+            if state.status in REQUEUEABLE and name in {p["node"] for p in self._placement(job_id)}:
                 try:
                     self.requeue(job_id, f"node {name} lost: its engine is not answering", False)
                 except errors.DlaasError as exc:
@@ -59,7 +59,7 @@ class NodeHealth:
         for job_id in deployer.jobs_with_resources():
             state = self.keeper.get(job_id)
             placed_here = name in {p["node"] for p in self._placement(job_id)}
-            if state is None or state.status not in RUNNING or not placed_here:
+            if state is None or state.status not in DEPLOYED or not placed_here:
                 deployer.remove_job(job_id)
         self._unhealthy.discard(name)
         self.keeper.set_node_health(name, {"healthy": True, "since": self.clock()})

@@ -86,6 +86,8 @@ class Reconciler:
                 self.sweep_identities()
             except errors.TemporaryError as exc:
                 log.warning("placement round: %s", exc.message)
+            # Broad: the leader's loop must outlive any one round's bug (the adapters raise
+            # their own errors too); logged with its trace, the next round tries again.
             except Exception:
                 log.exception("placement round failed")
 
@@ -112,6 +114,8 @@ class Reconciler:
                     record = self.store.get(job_id)
                     self._teardown(job_id)
                     self._due[job_id] = float(record.info.get("not_before", 0.0))
+            # Broad: one job's trouble must not keep the others from being reconciled;
+            # logged with its trace, the placement loop redeploys or requeues it later.
             except Exception:
                 log.exception("reconcile %s", job_id)
 

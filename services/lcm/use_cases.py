@@ -12,17 +12,20 @@ import logging
 import threading
 
 from dlaas import errors
+from dlaas.jobspec import JobErrorCode
 from dlaas.locations import check_buckets
-from dlaas.manifest import Manifest, parse_manifest, resolve_image
-from dlaas.status import Status
+from dlaas.manifest import Manifest, parse_manifest, resolve_image, scale_problem
+from dlaas.status import REQUEUEABLE, Status
 from dlaas.store.base import JobRecord
+from dlaas.stored import stored_manifest
 from dlaas.v1 import scheduler_pb2
 from services.lcm.restart_policy import backoff_s
 
 log = logging.getLogger(__name__)
 
 ADMIN = "admin"
-RUNNING = (Status.PENDING, Status.DOWNLOADING, Status.PROCESSING)
+# Kept for imports elsewhere (node health before the status sets moved): use REQUEUEABLE.
+RUNNING = REQUEUEABLE
 
 
 class JobUseCases:
@@ -131,6 +134,8 @@ class JobUseCases:
             for d in self._deployers_of(job_id):
                 d.stop_learners(job_id)
                 d.signal_helper(job_id)
+        # Broad: a thread of its own, so whatever an engine raises would be lost unless
+        # logged here; the monitor stops the learners of a HALTED job all the same.
         except Exception:
             log.exception("stopping job %s", job_id)
 
@@ -151,9 +156,9 @@ class JobUseCases:
         """Stop a placed job's gang and queue it again; restarts count against max_restarts."""
         record = self.store.get(job_id)
         state = self._state(job_id)
-        if state.status not in RUNNING:
+        if state.status not in REQUEUEABLE:
             raise errors.InvalidTransition(f"job {job_id} is {state.status}, not running")
-        manifest = parse_manifest(record.manifest_yaml)
+        manifest = stored_manifest(record)
         not_before = 0.0
         if is_restart:
             done = int(record.info.get("restarts", 0))
@@ -162,7 +167,7 @@ class JobUseCases:
                     job_id,
                     Status.FAILED,
                     f"{reason}; no restarts left (max_restarts={manifest.max_restarts})",
-                    error_code="restarts_exhausted",
+                    error_code=JobErrorCode.RESTARTS_EXHAUSTED,
                 )
                 self.scheduler.release(job_id)
                 return Status.FAILED.value
@@ -186,24 +191,17 @@ class JobUseCases:
         recorded, its learners become its own); a job whose target it is already is left as
         it is (the scheduler grows a shrunk job back to its target by itself)."""
         record = self._owned(job_id, user)
-        manifest = parse_manifest(record.manifest_yaml)
-        lo, hi = (
-            manifest.min_learners or manifest.learners,
-            manifest.max_learners or manifest.learners,
-        )
-        if lo == hi:
-            raise errors.InvalidRequest(
-                f"learners: job {job_id} is not elastic (min_learners = max_learners = {lo})"
-            )
-        if not lo <= learners <= hi:
-            raise errors.InvalidRequest(f"learners: must be between {lo} and {hi}, got {learners}")
+        manifest = stored_manifest(record)
+        problem = scale_problem(manifest, learners, job_id)
+        if problem:
+            raise errors.InvalidRequest(problem)
         state = self._state(job_id)
         if state.final:
             raise errors.InvalidTransition(f"job {job_id} has already ended ({state.status})")
         target = int(record.info.get("learners_target") or manifest.learners)
         if learners == target:
             return state.status.value
-        running = state.status in RUNNING
+        running = state.status in REQUEUEABLE
         if running and len(self._held_allocation(job_id)) == learners:
             self.store.update_info(job_id, {"learners_target": learners})
             # The scheduler takes an Enqueue of a running job as its new target: no restart.
@@ -227,11 +225,11 @@ class JobUseCases:
         self.store.delete(job_id)
 
     def _enqueue(self, record: JobRecord) -> None:
-        manifest = parse_manifest(record.manifest_yaml)
+        manifest = stored_manifest(record)
         accepted, reason = self.scheduler.enqueue(self._gang(record, manifest))
         if not accepted:
             self.keeper.try_transition(
-                record.job_id, Status.FAILED, reason, error_code="capacity_exceeded"
+                record.job_id, Status.FAILED, reason, error_code=JobErrorCode.CAPACITY_EXCEEDED
             )
         self._wake.set()
 

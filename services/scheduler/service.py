@@ -23,6 +23,8 @@ import pyetcd
 
 from dlaas.errors import InvalidRequest
 from dlaas.grpc_errors import translate_errors
+from dlaas.keys import EtcdKeys
+from dlaas.manifest import elastic_range_problem
 from dlaas.nodes import NodeSpec
 from dlaas.v1 import scheduler_pb2, scheduler_pb2_grpc
 from services.scheduler.policy import (
@@ -110,10 +112,11 @@ class SchedulerState:
 
     def __init__(self, etcd: pyetcd.Etcd3Client, prefix: str = "/dlaas"):
         self.etcd = etcd
-        self.queue_prefix = f"{prefix.rstrip('/')}/sched/queue/"
-        self.running_prefix = f"{prefix.rstrip('/')}/sched/running/"
-        self.nodes_prefix = f"{prefix.rstrip('/')}/nodes/"
-        self.quota_prefix = f"{prefix.rstrip('/')}/sched/quota/"
+        keys = EtcdKeys(prefix)
+        self.queue_prefix = keys.sched_queue
+        self.running_prefix = keys.sched_running
+        self.nodes_prefix = keys.nodes
+        self.quota_prefix = keys.sched_quota
 
     def _all(self, prefix: str) -> dict[str, dict]:
         return {
@@ -325,6 +328,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             # `elastic: {auto_grow: true}` (else max = target): growth past it is allowed.
             auto_grow=request.max_learners > request.learners,
         )
+        # A gang outside its own range is a caller's bug (the LCM sends the manifest's).
+        problem = elastic_range_problem(job.learners, job.min_gang, job.max_gang)
+        if problem:
+            raise InvalidRequest(problem)
         problem = team_problem(job.team)
         if problem:
             return scheduler_pb2.EnqueueReply(accepted=False, reason=problem)

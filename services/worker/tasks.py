@@ -27,8 +27,8 @@ from dlaas.accounts import audit_entry
 from dlaas.config import PlatformSettings
 from dlaas.errors import InvalidManifest, JobNotFound, TemporaryError
 from dlaas.locations import job_locations
-from dlaas.manifest import parse_manifest
 from dlaas.store.base import JobStore
+from dlaas.stored import stored_manifest
 from services.worker import hooks as hook_delivery
 from services.worker.purge import purge_prefix
 
@@ -168,7 +168,7 @@ def sweep_retention(settings: PlatformSettings, store: JobStore, s3: Any, now: f
     for job_id in purge.retention_due(records.values(), now, days):
         record = records[job_id]
         try:
-            manifest = parse_manifest(record.manifest_yaml)
+            manifest = stored_manifest(record)
         except InvalidManifest as exc:
             log.warning("retention skips %s: its manifest no longer parses (%s)", job_id, exc)
             continue

@@ -119,7 +119,10 @@ def test_scale_restarts_an_elastic_gang_with_its_new_size(lcm, docker_client):
     job = new_id()
     submit(lcm, job, learners=2, extra="min_learners: 1\nmax_learners: 3\n")
     lcm.place_round()
-    with pytest.raises(errors.InvalidRequest, match="learners: must be between 1 and 3"):
+    with pytest.raises(
+        errors.InvalidRequest,
+        match="learners: 4 is outside the job's elastic range; allowed 1 to 3",
+    ):
         lcm.scale(job, "alice", 4)
     assert lcm.scale(job, "alice", 3) == "QUEUED"
     wait(placed_again(lcm, job), what="the rescaled job")

@@ -289,6 +289,13 @@ def test_a_gang_with_a_bad_team_name_is_refused_with_a_reason(etcd):
     assert not reply.accepted and reply.reason.startswith("team: ")
 
 
+def test_a_gang_outside_its_own_elastic_range_is_refused_naming_learners(etcd):
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), GPU_NODES, "priority")
+    with pytest.raises(AssertionError, match=r"INVALID_ARGUMENT: learners: 3 is outside"):
+        svc.Enqueue(prio_gang("x", 0, learners=3, lo=1, hi=2), Ctx())
+    assert svc.state.queue() == []
+
+
 def test_the_sdk_sets_and_lists_quotas_over_grpc(etcd):
     from dlaas.errors import InvalidRequest
     from dlaas.grpc_server import start_server

@@ -32,6 +32,7 @@ PURE_FILES = [
     "dlaas/ports.py",
     "services/api/rules.py",
     "dlaas/purge.py",
+    "dlaas/keys.py",
     "dlaas/metrics.py",
     "dlaas/hooks.py",
 ]

@@ -101,6 +101,23 @@ def test_a_node_that_comes_back_keeps_only_the_running_jobs_placed_on_it(job_sto
     assert lcm.keeper.unhealthy_nodes() == set() and "local" not in lcm._unhealthy
 
 
+def test_a_node_that_comes_back_keeps_a_storing_jobs_helper(job_store):
+    # The helper of a STORING job is uploading results and logs: a node that was only
+    # unreachable must not lose it when it answers again (the job could not even be
+    # requeued: STORING has no edge back to QUEUED).
+    lcm = fake_lcm(job_store)
+    engine = lcm.deployers["local"]
+    lcm.submit("job-st", "alice", MANIFEST, "")
+    _placed(lcm, "job-st")
+    for status in (Status.DOWNLOADING, Status.PROCESSING, Status.STORING):
+        lcm.keeper.transition("job-st", status, "on its way")
+    lcm.keeper.set_node_health("local", {"healthy": False})
+    lcm._unhealthy.add("local")
+    lcm.check_nodes()
+    assert engine.removed == []
+    assert "job-st" in engine.containers_of
+
+
 def test_a_lost_node_is_marked_after_the_failed_probes_in_a_row(job_store):
     now = [0.0]
     lcm = fake_lcm(job_store, clock=lambda: now[0])
@@ -150,3 +167,17 @@ def test_a_placement_decision_deploys_the_plan(job_store):
     assert plan.job_id == "job-p" and len(plan.learners) == 2
     assert lcm.keeper.get("job-p").status == Status.DOWNLOADING
     assert [entry["id"] for entry in job_store.get("job-p").info["learners"]] == [0, 1]
+
+
+def test_scale_outside_the_range_is_refused_with_the_one_rules_message(job_store):
+    from dlaas.errors import InvalidRequest
+    from dlaas.manifest import elastic_range_problem
+
+    lcm = fake_lcm(job_store)
+    lcm.submit("job-e", "alice", MANIFEST + "learners: 2\nmin_learners: 1\nmax_learners: 3\n", "")
+    with pytest.raises(InvalidRequest) as refused:
+        lcm.scale("job-e", "alice", 4)
+    assert refused.value.message == elastic_range_problem(4, 1, 3)
+    lcm.submit("job-f", "alice", MANIFEST, "")
+    with pytest.raises(InvalidRequest, match="learners: job job-f is not elastic"):
+        lcm.scale("job-f", "alice", 2)

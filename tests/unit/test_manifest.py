@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from dlaas.errors import InvalidManifest
-from dlaas.manifest import RESERVED_ENV, parse_manifest, parse_memory_mb
+from dlaas.manifest import (
+    RESERVED_ENV,
+    elastic_range_problem,
+    parse_manifest,
+    parse_memory_mb,
+    scale_problem,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"
 FFDL_OK = [
@@ -405,3 +411,27 @@ def test_a_control_character_is_a_clear_refusal_not_a_crash():
     # Found by the API fuzzer: PyYAML's reader raised while the loader was being made.
     with pytest.raises(InvalidManifest, match=r"malformed YAML.*special characters"):
         parse_manifest("\x1f")
+
+
+def test_the_one_elastic_range_rule_and_its_message():
+    assert elastic_range_problem(2, 1, 4) == ""
+    assert elastic_range_problem(1, 1, 1) == ""
+    for learners, lo, hi in ((5, 1, 4), (0, 1, 4), (2, 3, 2)):
+        problem = elastic_range_problem(learners, lo, hi)
+        assert problem == (
+            f"learners: {learners} is outside the job's elastic range; allowed {lo} to {hi} "
+            "(min_learners to max_learners)"
+        )
+
+
+def test_scaling_asks_the_same_rule_and_refuses_a_fixed_size_job():
+    elastic = parse_manifest(with_lines("learners: 2", "min_learners: 1", "max_learners: 4"))
+    assert elastic.elastic_range == (1, 4)
+    assert scale_problem(elastic, 3, "j") == ""
+    assert scale_problem(elastic, 5, "j") == elastic_range_problem(5, 1, 4)
+    fixed = parse_manifest(with_lines("learners: 2"))
+    assert "learners: job j is not elastic" in scale_problem(fixed, 2, "j")
+    # The manifest's own target obeys it too, with the same message.
+    assert elastic_range_problem(2, 3, 2) in "; ".join(
+        problems(with_lines("learners: 2", "min_learners: 3"))
+    )

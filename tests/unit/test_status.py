@@ -9,14 +9,18 @@ import pytest
 from dlaas.errors import InvalidTransition
 from dlaas.status import (
     ACTIVE,
+    DEPLOYED,
     FINAL,
     HAPPY_PATH,
+    REQUEUEABLE,
+    TERMINAL,
     TRANSITIONS,
     USER_ONLY,
     JobState,
     Status,
     Transition,
     advance,
+    between,
     can_transition,
     forward_path,
     initial,
@@ -169,3 +173,31 @@ def test_job_state_round_trips_through_dict():
     assert JobState.from_dict({"status": "QUEUED", "at": 1}) == JobState(S.QUEUED, 1.0, "")
     with pytest.raises(ValueError):
         JobState.from_dict({"status": "RUNNING", "at": 1})
+
+
+def test_the_named_groupings_are_the_ones_every_service_relies_on():
+    # Pinned by value: a change to the table that moves a status between groupings must be
+    # a decision (and this test updated), not a side effect.
+    assert TERMINAL == {S.COMPLETED, S.FAILED}
+    assert FINAL == {S.COMPLETED, S.FAILED, S.HALTED}
+    assert ACTIVE == {S.QUEUED, S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING}
+    assert DEPLOYED == {S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING}
+    # Not STORING: its training is done, it can only complete or fail.
+    assert REQUEUEABLE == {S.PENDING, S.DOWNLOADING, S.PROCESSING}
+
+
+def test_the_groupings_follow_the_table():
+    assert all(not TRANSITIONS[s] for s in TERMINAL)
+    assert all(can_transition(s, S.QUEUED) for s in REQUEUEABLE)
+    assert REQUEUEABLE <= DEPLOYED <= ACTIVE
+    assert ACTIVE | FINAL == set(Status) and not ACTIVE & FINAL
+
+
+def test_between_spans_the_happy_path_inclusively():
+    assert between(S.DOWNLOADING, S.PROCESSING) == {S.DOWNLOADING, S.PROCESSING}
+    assert between(S.PENDING, S.PENDING) == {S.PENDING}
+    assert between(S.QUEUED, S.COMPLETED) == set(HAPPY_PATH)
+    with pytest.raises(ValueError):
+        between(S.STORING, S.PENDING)
+    with pytest.raises(ValueError):
+        between(S.QUEUED, S.FAILED)  # not on the happy path
