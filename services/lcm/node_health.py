@@ -259,11 +259,15 @@ class NodeHealth:
 
     def node_rows(self) -> list[NodeRow]:
         """Every node with its state, availability and whether it is schedulable."""
-        return [self._row(n.name, spec=n) for n in self.nodes]
-
-    def _row(self, name: str, spec: NodeSpec | None = None) -> NodeRow:
-        spec = spec or next(n for n in self.nodes if n.name == name)
         not_schedulable = self.keeper.unhealthy_nodes()  # etcd: any replica may list
+        return [self._row(n.name, n, not_schedulable) for n in self.nodes]
+
+    def _row(
+        self, name: str, spec: NodeSpec | None = None, not_schedulable: set[str] | None = None
+    ) -> NodeRow:
+        spec = spec or next(n for n in self.nodes if n.name == name)
+        if not_schedulable is None:
+            not_schedulable = self.keeper.unhealthy_nodes()
         deployer = self.deployers.get(name)
         state = deployer.node_state() if deployer is not None else "unknown"
         if state is None:  # an engine of its own: the probes say

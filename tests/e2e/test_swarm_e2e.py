@@ -185,7 +185,8 @@ def test_a_job_on_a_killed_node_restarts_on_the_other_from_its_checkpoint_and_th
     lab.kill_node("node-2")
     try:
         _until(lambda: _node(http, "node-2")["state"] == "down", "node-2 seen down")
-        assert _node(http, "node-2")["healthy"] is False
+        # ... and, a couple of probes later, no longer schedulable.
+        _until(lambda: not _node(http, "node-2")["healthy"], "node-2 not schedulable")
         job = _resumed_on(http, job_id, "node-1")
         assert any("node node-2 lost" in h["reason"] for h in job["history"]), job["history"]
     finally:
