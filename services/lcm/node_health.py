@@ -147,7 +147,7 @@ class NodeHealth:
                     # it rejoins). An engine of its own is left alone: it cannot answer.
                     try:
                         deployer.remove_job(job_id)
-                    except Exception:  # broad on purpose: logged; the teardown tries again
+                    except Exception:  # broad on purpose: logged; its return clears the rest
                         log.exception("removing %s's services after losing %s", job_id, name)
 
     def _node_back(self, name: str, deployer: ContainerEngine) -> None:

@@ -209,7 +209,8 @@ def test_drain_moves_a_job_from_its_checkpoint_and_activate_brings_the_node_back
     job_id = submit(http, _digits(), REPO / "examples/digits")
     _running_on(http, job_id, "node-2", 3)
     _availability(admin, "node-1", "active")
-    assert _availability(admin, "node-2", "drain")["healthy"] is False
+    drained = _cli(home, "nodes", "drain", "node-2")  # the admin token of admin.json
+    assert drained.exit_code == 0 and "node node-2 drained" in drained.output, drained.output
     try:
         job = _resumed_on(http, job_id, "node-1")
         moved = [h["reason"] for h in job["history"] if "node node-2 drained" in h["reason"]]
@@ -218,6 +219,27 @@ def test_drain_moves_a_job_from_its_checkpoint_and_activate_brings_the_node_back
         # The swarm drains the node once the gang is gone (its helper stored first).
         _until(lambda: _node(http, "node-2")["availability"] == "drain", "node-2 drained")
     finally:
-        _availability(admin, "node-2", "active")
-    node = _node(http, "node-2")
-    assert (node["availability"], node["healthy"]) == ("active", True), node
+        activated = _cli(home, "nodes", "activate", "node-2")
+    assert activated.exit_code == 0 and "node node-2 active" in activated.output, activated.output
+
+    # Each LCM replica reads the swarm's nodes at most 0.5 s old: the others follow at once.
+    def listed() -> dict:
+        reply = _cli(home, "nodes", "--json")
+        assert reply.exit_code == 0, reply.output
+        return next(n for n in json.loads(reply.stdout) if n["name"] == "node-2")
+
+    _until(lambda: listed()["availability"] == "active", "node-2 listed active", 10)
+    time.sleep(1)  # past every replica's cache: it stays active
+    node = listed()
+    assert (node["state"], node["availability"], node["healthy"]) == ("ready", "active", True)
+    assert node["labels"].get("rack") and node["capacity"]["cpus"] == 0.6, node
+    table = _cli(home, "nodes")
+    assert table.exit_code == 0 and "node-1" in table.output and "ready" in table.output
+
+
+def _cli(home, *args: str):
+    from typer.testing import CliRunner
+
+    from dlaas.cli import app
+
+    return CliRunner().invoke(app, ["--home", str(home), *args])
