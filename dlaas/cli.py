@@ -600,5 +600,5 @@ if __name__ == "__main__":
     app()
 
 
-# The account, team, audit, data, metrics and hooks commands register themselves on `app`.
-from dlaas import cli_accounts, cli_hooks, cli_metrics  # noqa: F401
+# The account, team, audit, data, metrics, hooks and nodes commands register themselves on `app`.
+from dlaas import cli_accounts, cli_hooks, cli_metrics, cli_nodes  # noqa: F401

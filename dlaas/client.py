@@ -252,6 +252,13 @@ class DlaasClient:
         body = {"gpus": gpus, "cpus": cpus, "memory_mb": memory_mb}
         return self._request("PUT", f"/v1/teams/{name}/quota", json=body).json()
 
+    def nodes(self) -> dict:
+        return self._request("GET", "/v1/nodes").json()
+
+    def set_node_availability(self, name: str, availability: str) -> dict:
+        body = {"availability": availability}
+        return self._request("PUT", f"/v1/nodes/{name}/availability", json=body).json()
+
     def audit(self, offset: int = 0, limit: int = 100) -> dict:
         return self._request("GET", "/v1/audit", params={"offset": offset, "limit": limit}).json()
 

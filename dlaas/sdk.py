@@ -26,11 +26,14 @@ class SubmitResult:
 @dataclass(frozen=True)
 class NodeInfo:
     name: str
-    cpus: int
+    cpus: float
     memory_mb: int
     gpus: int
     gpu_type: str
-    healthy: bool
+    healthy: bool  # schedulable: ready and active
+    state: str = "ready"  # ready, down (a swarm: also unknown, disconnected)
+    availability: str = "active"  # active, pause, drain
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -160,10 +163,18 @@ class LcmClient(_Client):
 
     def cluster(self) -> list[NodeInfo]:
         reply = self._call(self._stub.Cluster, lcm_pb2.Empty())
-        return [
-            NodeInfo(n.name, n.cpus, n.memory_mb, n.gpus, n.gpu_type, n.healthy)
-            for n in reply.nodes
-        ]
+        return [_node_info(n) for n in reply.nodes]
+
+    def set_node_availability(self, node: str, availability: str, user: str = "") -> NodeInfo:
+        request = lcm_pb2.NodeAvailabilityRequest(node=node, availability=availability, user=user)
+        return _node_info(self._call(self._stub.SetNodeAvailability, request))
+
+
+def _node_info(n: lcm_pb2.NodeInfo) -> NodeInfo:
+    return NodeInfo(
+        n.name, n.cpus, n.memory_mb, n.gpus, n.gpu_type, n.healthy,
+        n.state, n.availability, dict(n.labels),
+    )  # fmt: skip
 
 
 class SchedulerClient(_Client, SchedulerPort):

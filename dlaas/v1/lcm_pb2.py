@@ -24,13 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x64laas/v1/lcm.proto\x12\x08\x64laas.v1\"g\n\x10SubmitJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x15\n\rmanifest_yaml\x18\x03 \x01(\t\x12\x10\n\x08\x63ode_key\x18\x04 \x01(\t\x12\x0c\n\x04team\x18\x05 \x01(\t\"B\n\x0eSubmitJobReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x10\n\x08warnings\x18\x03 \x03(\t\"6\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"0\n\x0eJobStatusReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\"\x07\n\x05\x45mpty\"D\n\x0eRequeueRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\nis_restart\x18\x03 \x01(\x08\">\n\x0cScaleRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x10\n\x08learners\x18\x03 \x01(\x05\"j\n\x08NodeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x63pus\x18\x02 \x01(\x05\x12\x11\n\tmemory_mb\x18\x03 \x01(\x03\x12\x0c\n\x04gpus\x18\x04 \x01(\x05\x12\x10\n\x08gpu_type\x18\x05 \x01(\t\x12\x0f\n\x07healthy\x18\x06 \x01(\x08\"1\n\x0c\x43lusterReply\x12!\n\x05nodes\x18\x01 \x03(\x0b\x32\x12.dlaas.v1.NodeInfo2\xa9\x03\n\x10LifecycleManager\x12\x41\n\tSubmitJob\x12\x1a.dlaas.v1.SubmitJobRequest\x1a\x18.dlaas.v1.SubmitJobReply\x12\x35\n\x07HaltJob\x12\x10.dlaas.v1.JobRef\x1a\x18.dlaas.v1.JobStatusReply\x12\x37\n\tResumeJob\x12\x10.dlaas.v1.JobRef\x1a\x18.dlaas.v1.JobStatusReply\x12@\n\nRequeueJob\x12\x18.dlaas.v1.RequeueRequest\x1a\x18.dlaas.v1.JobStatusReply\x12<\n\x08ScaleJob\x12\x16.dlaas.v1.ScaleRequest\x1a\x18.dlaas.v1.JobStatusReply\x12.\n\tDeleteJob\x12\x10.dlaas.v1.JobRef\x1a\x0f.dlaas.v1.Empty\x12\x32\n\x07\x43luster\x12\x0f.dlaas.v1.Empty\x1a\x16.dlaas.v1.ClusterReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x64laas/v1/lcm.proto\x12\x08\x64laas.v1\"g\n\x10SubmitJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x15\n\rmanifest_yaml\x18\x03 \x01(\t\x12\x10\n\x08\x63ode_key\x18\x04 \x01(\t\x12\x0c\n\x04team\x18\x05 \x01(\t\"B\n\x0eSubmitJobReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x10\n\x08warnings\x18\x03 \x03(\t\"6\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"0\n\x0eJobStatusReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\"\x07\n\x05\x45mpty\"D\n\x0eRequeueRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\nis_restart\x18\x03 \x01(\x08\">\n\x0cScaleRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x10\n\x08learners\x18\x03 \x01(\x05\"\xee\x01\n\x08NodeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x63pus\x18\x02 \x01(\x01\x12\x11\n\tmemory_mb\x18\x03 \x01(\x03\x12\x0c\n\x04gpus\x18\x04 \x01(\x05\x12\x10\n\x08gpu_type\x18\x05 \x01(\t\x12\x0f\n\x07healthy\x18\x06 \x01(\x08\x12\r\n\x05state\x18\x07 \x01(\t\x12\x14\n\x0c\x61vailability\x18\x08 \x01(\t\x12.\n\x06labels\x18\t \x03(\x0b\x32\x1e.dlaas.v1.NodeInfo.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"K\n\x17NodeAvailabilityRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x14\n\x0c\x61vailability\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\"1\n\x0c\x43lusterReply\x12!\n\x05nodes\x18\x01 \x03(\x0b\x32\x12.dlaas.v1.NodeInfo2\xf7\x03\n\x10LifecycleManager\x12\x41\n\tSubmitJob\x12\x1a.dlaas.v1.SubmitJobRequest\x1a\x18.dlaas.v1.SubmitJobReply\x12\x35\n\x07HaltJob\x12\x10.dlaas.v1.JobRef\x1a\x18.dlaas.v1.JobStatusReply\x12\x37\n\tResumeJob\x12\x10.dlaas.v1.JobRef\x1a\x18.dlaas.v1.JobStatusReply\x12@\n\nRequeueJob\x12\x18.dlaas.v1.RequeueRequest\x1a\x18.dlaas.v1.JobStatusReply\x12<\n\x08ScaleJob\x12\x16.dlaas.v1.ScaleRequest\x1a\x18.dlaas.v1.JobStatusReply\x12.\n\tDeleteJob\x12\x10.dlaas.v1.JobRef\x1a\x0f.dlaas.v1.Empty\x12\x32\n\x07\x43luster\x12\x0f.dlaas.v1.Empty\x1a\x16.dlaas.v1.ClusterReply\x12L\n\x13SetNodeAvailability\x12!.dlaas.v1.NodeAvailabilityRequest\x1a\x12.dlaas.v1.NodeInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dlaas.v1.lcm_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_NODEINFO_LABELSENTRY']._loaded_options = None
+  _globals['_NODEINFO_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_SUBMITJOBREQUEST']._serialized_start=32
   _globals['_SUBMITJOBREQUEST']._serialized_end=135
   _globals['_SUBMITJOBREPLY']._serialized_start=137
@@ -45,10 +47,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REQUEUEREQUEST']._serialized_end=388
   _globals['_SCALEREQUEST']._serialized_start=390
   _globals['_SCALEREQUEST']._serialized_end=452
-  _globals['_NODEINFO']._serialized_start=454
-  _globals['_NODEINFO']._serialized_end=560
-  _globals['_CLUSTERREPLY']._serialized_start=562
-  _globals['_CLUSTERREPLY']._serialized_end=611
-  _globals['_LIFECYCLEMANAGER']._serialized_start=614
-  _globals['_LIFECYCLEMANAGER']._serialized_end=1039
+  _globals['_NODEINFO']._serialized_start=455
+  _globals['_NODEINFO']._serialized_end=693
+  _globals['_NODEINFO_LABELSENTRY']._serialized_start=648
+  _globals['_NODEINFO_LABELSENTRY']._serialized_end=693
+  _globals['_NODEAVAILABILITYREQUEST']._serialized_start=695
+  _globals['_NODEAVAILABILITYREQUEST']._serialized_end=770
+  _globals['_CLUSTERREPLY']._serialized_start=772
+  _globals['_CLUSTERREPLY']._serialized_end=821
+  _globals['_LIFECYCLEMANAGER']._serialized_start=824
+  _globals['_LIFECYCLEMANAGER']._serialized_end=1327
 # @@protoc_insertion_point(module_scope)

@@ -73,20 +73,43 @@ class ScaleRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., learners: _Optional[int] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("name", "cpus", "memory_mb", "gpus", "gpu_type", "healthy")
+    __slots__ = ("name", "cpus", "memory_mb", "gpus", "gpu_type", "healthy", "state", "availability", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     CPUS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
     HEALTHY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    AVAILABILITY_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     name: str
-    cpus: int
+    cpus: float
     memory_mb: int
     gpus: int
     gpu_type: str
     healthy: bool
-    def __init__(self, name: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mb: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., healthy: _Optional[bool] = ...) -> None: ...
+    state: str
+    availability: str
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., healthy: _Optional[bool] = ..., state: _Optional[str] = ..., availability: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class NodeAvailabilityRequest(_message.Message):
+    __slots__ = ("node", "availability", "user")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    AVAILABILITY_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    availability: str
+    user: str
+    def __init__(self, node: _Optional[str] = ..., availability: _Optional[str] = ..., user: _Optional[str] = ...) -> None: ...
 
 class ClusterReply(_message.Message):
     __slots__ = ("nodes",)

@@ -69,6 +69,11 @@ class LifecycleManagerStub:
                 request_serializer=dlaas_dot_v1_dot_lcm__pb2.Empty.SerializeToString,
                 response_deserializer=dlaas_dot_v1_dot_lcm__pb2.ClusterReply.FromString,
                 _registered_method=True)
+        self.SetNodeAvailability = channel.unary_unary(
+                '/dlaas.v1.LifecycleManager/SetNodeAvailability',
+                request_serializer=dlaas_dot_v1_dot_lcm__pb2.NodeAvailabilityRequest.SerializeToString,
+                response_deserializer=dlaas_dot_v1_dot_lcm__pb2.NodeInfo.FromString,
+                _registered_method=True)
 
 
 class LifecycleManagerServicer:
@@ -123,6 +128,14 @@ class LifecycleManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetNodeAvailability(self, request, context):
+        """Set a node's availability (administrators): drain moves its jobs off it from their
+        checkpoints (elastic ones shrink, never below min); active lets gangs use it again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LifecycleManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -160,6 +173,11 @@ def add_LifecycleManagerServicer_to_server(servicer, server):
                     servicer.Cluster,
                     request_deserializer=dlaas_dot_v1_dot_lcm__pb2.Empty.FromString,
                     response_serializer=dlaas_dot_v1_dot_lcm__pb2.ClusterReply.SerializeToString,
+            ),
+            'SetNodeAvailability': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNodeAvailability,
+                    request_deserializer=dlaas_dot_v1_dot_lcm__pb2.NodeAvailabilityRequest.FromString,
+                    response_serializer=dlaas_dot_v1_dot_lcm__pb2.NodeInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -351,6 +369,33 @@ class LifecycleManager:
             '/dlaas.v1.LifecycleManager/Cluster',
             dlaas_dot_v1_dot_lcm__pb2.Empty.SerializeToString,
             dlaas_dot_v1_dot_lcm__pb2.ClusterReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNodeAvailability(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlaas.v1.LifecycleManager/SetNodeAvailability',
+            dlaas_dot_v1_dot_lcm__pb2.NodeAvailabilityRequest.SerializeToString,
+            dlaas_dot_v1_dot_lcm__pb2.NodeInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -9,6 +9,7 @@ from dlaas.grpc_errors import translate_errors
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc
 
 if TYPE_CHECKING:
+    from services.lcm.node_health import NodeRow
     from services.lcm.service import Lcm
 
 
@@ -50,16 +51,24 @@ class LcmServicer(lcm_pb2_grpc.LifecycleManagerServicer):
 
     @translate_errors
     def Cluster(self, request, context):
-        return lcm_pb2.ClusterReply(
-            nodes=[
-                lcm_pb2.NodeInfo(
-                    name=n.name,
-                    cpus=int(n.cpus),
-                    memory_mb=n.memory_mb,
-                    gpus=n.gpus,
-                    gpu_type=n.gpu_type,
-                    healthy=n.name not in self.lcm._unhealthy,
-                )
-                for n in self.lcm.nodes
-            ]
-        )
+        return lcm_pb2.ClusterReply(nodes=[_node_info(row) for row in self.lcm.node_rows()])
+
+    @translate_errors
+    def SetNodeAvailability(self, request, context):
+        row = self.lcm.set_node_availability(request.node, request.availability, request.user)
+        return _node_info(row)
+
+
+def _node_info(row: NodeRow) -> lcm_pb2.NodeInfo:
+    n = row.spec
+    return lcm_pb2.NodeInfo(
+        name=n.name,
+        cpus=n.cpus,
+        memory_mb=n.memory_mb,
+        gpus=n.gpus,
+        gpu_type=n.gpu_type,
+        healthy=row.healthy,
+        state=row.state,
+        availability=row.availability,
+        labels=dict(n.labels),
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 
+from dlaas.errors import InvalidRequest
 from dlaas.ports import JobContainers, SchedulerPort, StatusRepo
 from services.lcm.plan import DeploymentPlan
 
@@ -32,6 +33,27 @@ class ContainerEngine(JobContainers):
 
     @abstractmethod
     def image_present(self, image: str) -> bool: ...
+
+    # Whether this node's containers are reached through a cluster manager that still
+    # answers while the node is down (a swarm node): its jobs' containers can be removed.
+    answers_for_down_node: bool = False
+
+    # A node's state and availability are the cluster engine's (a swarm node object's). An
+    # engine of its own has neither: its state is what the LCM's probes say (None here) and
+    # it is always active.
+    def node_state(self) -> str | None:
+        """ready, down, unknown or disconnected as the cluster sees the node; None: ask ping."""
+        return None
+
+    def availability(self) -> str:
+        """active, pause or drain (raise EngineUnreachable if the cluster cannot say)."""
+        return "active"
+
+    def set_availability(self, availability: str) -> None:
+        raise InvalidRequest(
+            "availability: a node can be drained only on a swarm (DLAAS_SWARM_MANAGER); "
+            "this platform runs on an engine of its own"
+        )
 
     @abstractmethod
     def deploy(self, plan: DeploymentPlan) -> list[str]:

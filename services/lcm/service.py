@@ -3,7 +3,7 @@
 `Lcm` composes the LCM's concerns, each in a module of its own:
 - use_cases.py: submit, halt, resume, requeue, scale, delete (what the gRPC API calls);
 - reconciler.py: the leader's placement loop and the repair of what a crash left;
-- node_health.py: probing the engines, requeueing a lost node's jobs;
+- node_health.py: probing the engines, requeueing a lost node's jobs, draining a node;
 - deployment.py: deploy and teardown of a gang, the jobs' S3 identities;
 - restart_policy.py: the restart backoff (pure); grpc_api.py: the gRPC servicer.
 
@@ -69,6 +69,8 @@ class Lcm(JobUseCases, Reconciler, NodeHealth, Deployment):
         # Node health as the leader sees it: name -> consecutive failed probes.
         self._probe_failures: dict[str, int] = {}
         self._unhealthy: set[str] = set()
+        # Each node's availability as the leader last saw it (a swarm's: active/pause/drain).
+        self._availability: dict[str, str] = {}
         self._last_probe = 0.0
         self._last_pending_check = 0.0
         self._last_mirror_check = 0.0

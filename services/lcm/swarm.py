@@ -223,6 +223,27 @@ class SwarmEngine:
                 self._nodes_at = time.monotonic()
             return dict(self._nodes)
 
+    def set_availability(self, name: str, availability: str) -> None:
+        """Set a node's availability (active, pause, drain) in its spec, through the manager."""
+        node = self.nodes(max_age_s=0).get(name)
+        if node is None:
+            raise TemporaryError(f"node {name} is not in the swarm")
+        for _ in range(3):  # the spec update is guarded by the node object's version
+            attrs = self.api.inspect_node(node.id)
+            spec = dict(attrs.get("Spec") or {})
+            if spec.get("Availability") == availability:
+                break
+            spec["Availability"] = availability
+            try:
+                self.api.update_node(node.id, attrs["Version"]["Index"], spec)
+                break
+            except docker.errors.APIError as exc:
+                if exc.status_code != 500 or "out of sequence" not in str(exc):
+                    raise TemporaryError(f"node {name}: the swarm refused {availability}: "
+                                         f"{str(exc.explanation or exc)[:MAX_REASON_CHARS]}") from None  # fmt: skip
+        with self._lock:
+            self._nodes_at = 0.0  # the next read sees the new availability
+
     def node(self, name: str) -> SwarmNodeView:
         return SwarmNodeView(self, name)
 
@@ -462,6 +483,8 @@ class _PollStream(EventStream):
 class SwarmNodeView(ContainerEngine):
     """One node of the swarm, as the LCM and the monitor hold a node's engine."""
 
+    answers_for_down_node = True  # everything goes through the manager
+
     def __init__(self, engine: SwarmEngine, name: str):
         self.engine = engine
         self.name = name
@@ -482,6 +505,31 @@ class SwarmNodeView(ContainerEngine):
             return True
         except EngineUnreachable:
             return False
+
+    def _node(self) -> SwarmNode:
+        try:
+            node = self.engine.nodes().get(self.name)
+        except _UNREACHABLE as exc:
+            raise EngineUnreachable(self.name, str(exc)) from None
+        if node is None:
+            raise EngineUnreachable(self.name, "the node is not in the swarm")
+        return node
+
+    def node_state(self) -> str | None:
+        """The swarm's word for the node (ready, down, unknown, disconnected)."""
+        try:
+            return self._node().state
+        except EngineUnreachable:
+            return "unknown"  # the manager cannot be asked, or the node left the swarm
+
+    def availability(self) -> str:
+        return self._node().availability
+
+    def set_availability(self, availability: str) -> None:
+        try:
+            self.engine.set_availability(self.name, availability)
+        except _UNREACHABLE as exc:
+            raise TemporaryError(f"the swarm manager is not answering: {exc}") from None
 
     def managed_jobs(self, platform_id: str) -> set[str]:
         return self.engine.jobs(self.name)

@@ -92,3 +92,154 @@ def test_the_ddp_gang_spans_two_nodes_and_its_learners_agree(home, http):
         assert client.api.services(filters=label) == []
     finally:
         client.close()
+
+
+# ---- node loss and maintenance (issue 12 item 3) -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def admin(home):
+    cfg = json.loads((home / "admin.json").read_text())
+    client = httpx.Client(
+        base_url=cfg["url"], headers={"Authorization": f"Bearer {cfg['admin_token']}"}, timeout=60
+    )
+    yield client
+    client.close()
+
+
+def _node(http, name: str) -> dict:
+    return next(n for n in http.get("/v1/nodes").json()["nodes"] if n["name"] == name)
+
+
+def _until(check, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
+        time.sleep(0.5)
+
+
+def _availability(admin, name: str, availability: str) -> dict:
+    reply = admin.put(f"/v1/nodes/{name}/availability", json={"availability": availability})
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def _digits(epochs: int = 30) -> str:
+    # Half a CPU (a node declares 0.6) and slow epochs: the job is still running when its
+    # node goes; it checkpoints every epoch.
+    return (
+        (REPO / "examples/digits/manifest.yaml")
+        .read_text()
+        .replace("cpus: 1", "cpus: 0.5")
+        .replace("--epochs 20", f"--epochs {epochs} --epoch-sleep 0.5")
+    )
+
+
+def _running_on(http, job_id: str, node: str, epoch: int) -> None:
+    """Wait until the job runs on `node` and has logged `epoch` (checkpointed before it)."""
+    from test_platform_e2e import logs
+
+    def there() -> bool:
+        job = http.get(f"/v1/jobs/{job_id}").json()
+        assert job["status"] not in ("FAILED", "COMPLETED", "HALTED"), job["history"]
+        placed = [e["node"] for e in job.get("learners") or []]
+        return placed == [node] and any(
+            line.startswith(f"epoch {epoch}/") for line in logs(http, job_id)
+        )
+
+    _until(there, f"{job_id} running on {node} at epoch {epoch}")
+
+
+def _resumed_on(http, job_id: str, node: str) -> dict:
+    from test_platform_e2e import logs, wait_final
+
+    job = wait_final(http, job_id, timeout=240)
+    history = [(h["status"], h["reason"]) for h in job["history"]]
+    assert job["status"] == "COMPLETED", history
+    assert [e["node"] for e in job["learners"]] == [node], job["learners"]
+    resumed = [x for x in logs(http, job_id) if x.startswith("resuming from the checkpoint")]
+    assert resumed, history  # the second run started from the first one's checkpoint
+    assert int(re.search(r"epoch (\d+)", resumed[-1]).group(1)) >= 2
+    return job
+
+
+def test_a_job_on_a_killed_node_restarts_on_the_other_from_its_checkpoint_and_the_node_rejoins(
+    home, http, admin
+):
+    from test_platform_e2e import submit
+
+    lab = SwarmLab(home / "swarm")
+    nodes = http.get("/v1/nodes").json()["nodes"]
+    assert {(n["name"], n["state"], n["availability"], n["healthy"]) for n in nodes} == {
+        ("node-1", "ready", "active", True),
+        ("node-2", "ready", "active", True),
+    }, nodes
+    assert all(n["capacity"]["cpus"] == 0.6 for n in nodes), nodes  # fractional, as declared
+    # node-1 drained while the job is placed, so that it lands on node-2.
+    assert _availability(admin, "node-1", "drain")["healthy"] is False
+    _until(lambda: _node(http, "node-1")["availability"] == "drain", "node-1 drained")
+    job_id = submit(http, _digits(), REPO / "examples/digits")
+    _running_on(http, job_id, "node-2", 3)
+    assert _availability(admin, "node-1", "active")["healthy"] is True
+
+    lab.kill_node("node-2")
+    try:
+        _until(lambda: _node(http, "node-2")["state"] == "down", "node-2 seen down")
+        # ... and, a couple of probes later, no longer schedulable.
+        _until(lambda: not _node(http, "node-2")["healthy"], "node-2 not schedulable")
+        job = _resumed_on(http, job_id, "node-1")
+        assert any("node node-2 lost" in h["reason"] for h in job["history"]), job["history"]
+    finally:
+        lab.restart_node("node-2")
+    _until(lambda: _node(http, "node-2")["healthy"], "node-2 schedulable again")
+    assert _node(http, "node-2")["state"] == "ready"
+
+
+def test_drain_moves_a_job_from_its_checkpoint_and_activate_brings_the_node_back(home, http, admin):
+    from test_platform_e2e import submit
+
+    # Users may list nodes but not drain them.
+    reply = http.put("/v1/nodes/node-2/availability", json={"availability": "drain"})
+    assert reply.status_code == 403, reply.text
+    reply = admin.put("/v1/nodes/node-2/availability", json={"availability": "off"})
+    assert reply.status_code == 422 and "availability" in reply.text, reply.text
+
+    # The job lands on node-2 (node-1 paused meanwhile), then node-2 is drained under it.
+    _availability(admin, "node-1", "pause")
+    job_id = submit(http, _digits(), REPO / "examples/digits")
+    _running_on(http, job_id, "node-2", 3)
+    _availability(admin, "node-1", "active")
+    drained = _cli(home, "nodes", "drain", "node-2")  # the admin token of admin.json
+    assert drained.exit_code == 0 and "node node-2 drained" in drained.output, drained.output
+    try:
+        job = _resumed_on(http, job_id, "node-1")
+        moved = [h["reason"] for h in job["history"] if "node node-2 drained" in h["reason"]]
+        assert moved and "moved from its checkpoint" in moved[0], job["history"]
+        assert all(h["status"] != "FAILED" for h in job["history"])
+        # The swarm drains the node once the gang is gone (its helper stored first).
+        _until(lambda: _node(http, "node-2")["availability"] == "drain", "node-2 drained")
+    finally:
+        activated = _cli(home, "nodes", "activate", "node-2")
+    assert activated.exit_code == 0 and "node node-2 active" in activated.output, activated.output
+
+    # Each LCM replica reads the swarm's nodes at most 0.5 s old: the others follow at once.
+    def listed() -> dict:
+        reply = _cli(home, "nodes", "--json")
+        assert reply.exit_code == 0, reply.output
+        return next(n for n in json.loads(reply.stdout) if n["name"] == "node-2")
+
+    _until(lambda: listed()["availability"] == "active", "node-2 listed active", 10)
+    time.sleep(1)  # past every replica's cache: it stays active
+    node = listed()
+    assert (node["state"], node["availability"], node["healthy"]) == ("ready", "active", True)
+    assert node["labels"].get("rack") and node["capacity"]["cpus"] == 0.6, node
+    table = _cli(home, "nodes")
+    assert table.exit_code == 0 and "node-1" in table.output and "ready" in table.output
+
+
+def _cli(home, *args: str):
+    from typer.testing import CliRunner
+
+    from dlaas.cli import app
+
+    return CliRunner().invoke(app, ["--home", str(home), *args])

@@ -1,7 +1,9 @@
-"""`GET /v1/nodes`: each node's capacity and what the running jobs hold of it.
+"""`GET /v1/nodes`: each node's capacity, state and what the running jobs hold of it;
+`PUT /v1/nodes/{name}/availability`: an administrator drains or activates a node.
 
-The dashboard's capacity page reads it; nothing else in the REST API said what the
-cluster is. Capacity and health come from the LCM (`Cluster`, the nodes it deploys to);
+The dashboard's capacity page and `dlaas nodes` read it. Capacity, health, state and
+availability (on a swarm: the swarm's node objects) come from the LCM (`Cluster`, the
+nodes it deploys to; `SetNodeAvailability` for a drain, which moves the node's jobs);
 the allocation is summed from the jobs that hold one (placed and not yet ended), each
 learner counted on the node the LCM deployed it to (`info.learners[].node`) with the
 resources its manifest asks for. `allocation()` is that sum, pure; the route is the
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -24,7 +27,8 @@ from dlaas.manifest import parse_manifest
 from dlaas.sdk import NodeInfo
 from dlaas.status import ACTIVE, Status
 from dlaas.store.base import JobRecord
-from services.api.routes import CallerDep, DepsDep
+from services.api.models import error_responses
+from services.api.routes import CallerDep, DepsDep, audit
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
 
@@ -93,7 +97,10 @@ class NodeAllocation(BaseModel):
 
 class NodePublic(BaseModel):
     name: str
-    healthy: bool
+    healthy: bool = Field(description="schedulable: new gangs may be placed there")
+    state: str = Field(description="ready or down (a swarm also says unknown, disconnected)")
+    availability: str = Field(description="active, pause (no new gangs) or drain (jobs moved)")
+    labels: dict[str, str] = Field(description="topology labels (rack, area, ...)")
     gpu_type: str
     capacity: NodeAllocation = Field(description="what the node offers (learners: 0)")
     allocated: NodeAllocation = Field(description="what placed, unfinished jobs hold on it")
@@ -116,6 +123,9 @@ def nodes_public(
             NodePublic(
                 name=n.name,
                 healthy=n.healthy,
+                state=n.state,
+                availability=n.availability,
+                labels=dict(n.labels),
                 gpu_type=n.gpu_type,
                 capacity=NodeAllocation(
                     cpus=n.cpus, memory_mb=n.memory_mb, gpus=n.gpus, learners=0
@@ -152,3 +162,25 @@ def list_nodes(deps: DepsDep, caller: CallerDep) -> NodesReply:
             placed.append(job)
     visible = None if caller.admin else {p.job_id for p in placed if p.user == caller.user}
     return nodes_public(deps.lcm.cluster(), allocation(placed), visible)
+
+
+class AvailabilityBody(BaseModel):
+    availability: Literal["active", "pause", "drain"] = Field(
+        description="drain: no new gangs, its jobs moved off from their checkpoints (elastic "
+        "ones shrink, never below min); pause: no new gangs; active: in use again"
+    )
+
+
+@router.put(
+    "/nodes/{name}/availability",
+    response_model=NodePublic,
+    responses=error_responses(403, 422),
+)
+def set_availability(
+    name: str, body: AvailabilityBody, deps: DepsDep, caller: CallerDep
+) -> NodePublic:
+    """Drain, pause or activate a node (administrators; a swarm only)."""
+    caller.require_admin()
+    node = deps.lcm.set_node_availability(name, body.availability, caller.user)
+    audit(deps, caller, "node-availability", name, f"availability={body.availability}")
+    return nodes_public([node], {}, None).nodes[0]
