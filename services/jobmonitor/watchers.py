@@ -36,6 +36,9 @@ class Reachability:
         self._lock = threading.Lock()
         self._down: set[str] = set()
         self._lost_at: dict[str, float] = {}
+        # Called with the node when it goes down: its watcher's stream is closed, so the
+        # watcher reconnects, and only a reconnection marks the node back.
+        self.on_lost: Callable[[str], None] | None = None
 
     def down(self) -> set[str]:
         with self._lock:
@@ -49,6 +52,8 @@ class Reachability:
             self._down.add(node)
             self._lost_at[node] = self.clock()
         log.warning("the container engine of node %s does not answer", node)
+        if self.on_lost is not None:
+            self.on_lost(node)
 
     def back(self, node: str) -> bool:
         """The node's engine answers; True when it was down."""
@@ -103,6 +108,9 @@ class Watchers:
         self.reconnect_max_s = reconnect_max_s
         self._closers: dict[str, Callable[[], None]] = {}  # stream -> how to close it
         self._threads: list[threading.Thread] = []
+        # A call that found the node down (a timeout under load, say) ends its stream too:
+        # an open stream would never reconnect, and the node would stay down for good.
+        reach.on_lost = self._end_stream
 
     def start(self) -> None:
         self._threads = [
@@ -126,6 +134,16 @@ class Watchers:
                 log.debug("closing %s: %s", name, exc)
         for t in self._threads:
             t.join(timeout=5)
+
+    def _end_stream(self, node: str) -> None:
+        close = self._closers.pop(f"events-{node}", None)
+        if close is None:
+            return
+        try:
+            close()
+        # Broad: as in close(): a broken stream's transport raises what it raises.
+        except Exception as exc:  # noqa: BLE001
+            log.debug("closing the event stream of node %s: %s", node, exc)
 
     def _watch_engine(self, node: str) -> None:
         """Follow one engine's event stream; reconnect with backoff when it breaks.

@@ -37,6 +37,7 @@ OWN_ERRORS = {
     ("delete", "/v1/jobs/{job_id}"): {404, 409, 422},
     ("get", "/v1/queue"): set(),
     ("get", "/v1/nodes"): set(),
+    ("put", "/v1/nodes/{name}/availability"): {403, 422},
     ("get", "/v1/me"): set(),
     ("post", "/v1/users"): {403, 409, 422},
     ("get", "/v1/users"): {403},
