@@ -15,6 +15,7 @@ import threading
 
 from dlaas import errors
 from dlaas.status import Status
+from dlaas.steps import run_step
 from services.lcm.restart_policy import MAX_BACKOFF_S
 
 log = logging.getLogger(__name__)
@@ -216,10 +217,14 @@ class Reconciler:
 
     def place_round(self) -> None:
         for decision in self.scheduler.schedule():
-            try:
-                self._carry_out(decision)
-            except errors.DlaasError as exc:
-                log.warning("decision %s for %s: %s", decision.action, decision.job_id, exc.message)
+            # One decision refused (the job moved on) or failing now must not stop the rest;
+            # the scheduler decides again next round.
+            run_step(
+                f"decision {decision.action} for {decision.job_id}",
+                lambda decision=decision: self._carry_out(decision),
+                log=log,
+                then="the next round decides again",
+            )
 
     def _carry_out(self, decision) -> None:
         job_id, cause = decision.job_id, decision.cause
