@@ -51,8 +51,11 @@ class Reconciler:
         # the scheduler's keys in etcd at once instead of waiting for its next poll.
         try:
             self._watch = self.keeper.watch_scheduler(lambda _event: self._wake.set())
-        except Exception:  # noqa: BLE001 - the poll still places, only slower
-            log.warning("could not watch the scheduler's keys; placing on the poll only")
+        # Broad: etcd's client raises several kinds; the poll still places, only slower.
+        except Exception:
+            log.warning(
+                "could not watch the scheduler's keys; placing on the poll only", exc_info=True
+            )
         self._wake.set()
 
     def on_lost(self) -> None:
@@ -61,8 +64,9 @@ class Reconciler:
         if watch is not None:
             try:
                 self.keeper.cancel_watch(watch)
-            except Exception:  # noqa: BLE001 - the watch dies with the connection anyway
-                log.info("could not cancel the scheduler watch")
+            # Broad: etcd's client raises several kinds; the watch dies with the connection.
+            except Exception:
+                log.info("could not cancel the scheduler watch", exc_info=True)
 
     def _loop(self) -> None:
         reconciled = False
