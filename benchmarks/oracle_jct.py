@@ -15,9 +15,9 @@ on window A. If a policy that knows every duration cannot get there in this mode
 not in the ranking but in the model's constraints (whole gangs on 4-GPU nodes, 48 8-GPU jobs
 holding half of window A's GPU-time), and the note says so with this script's figures.
 
-The durations reach the core by swapping its three ranking functions (`order_key`,
-`queued_class`, `running_class`) under the `priority` policy for the run; the core itself has
-no duration-aware code path.
+The durations reach the core through a policy object of its own (`Oracle`, the `priority`
+policy with its three ranking methods `order_key`, `queued_class` and `running_class`
+replaced); the core itself has no duration-aware code path.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import os
 import time
 from datetime import datetime
 
-from services.scheduler.policy import DEFAULT_CONFIG, core
+from services.scheduler.policy import DEFAULT_CONFIG
+from services.scheduler.policy.policies import Priority
 from services.scheduler.simulator import load_trace, simulate
 
 WINDOWS = {"A": ("6c71a0", 16), "B": ("6214e9", 24)}
@@ -49,23 +50,26 @@ def run(trace: str, window: str, base: float) -> dict:
     def cls(job_id: str, attained: float, gpus: int) -> tuple:
         return (int(math.log(remaining_gpu_s(job_id, attained, gpus)) / math.log(base)),)
 
-    saved = core.order_key, core.queued_class, core.running_class
-    core.order_key = lambda policy, now, cfg: (
-        lambda j: (
-            remaining_gpu_s(j.job_id, j.attained_service, j.gpus),
-            j.submit_time,
-            j.job_id,
-        )
-    )
-    core.queued_class = lambda j, now, policy, cfg: cls(j.job_id, j.attained_service, j.gpus)
-    core.running_class = lambda r, policy, cfg: cls(r.job_id, r.attained_service, r.gpus)
-    try:
-        cfg = DEFAULT_CONFIG.__class__(move_policies=("priority",))
-        t0 = time.perf_counter()
-        m = simulate(jobs, nodes, 4, "priority", config=cfg)
-        m["_wall_s"] = time.perf_counter() - t0
-    finally:
-        core.order_key, core.queued_class, core.running_class = saved
+    class Oracle(Priority):
+        """`priority` (its name, so its config entries apply) ranking by remaining GPU-time."""
+
+        def order_key(self, now, cfg):
+            return lambda j: (
+                remaining_gpu_s(j.job_id, j.attained_service, j.gpus),
+                j.submit_time,
+                j.job_id,
+            )
+
+        def queued_class(self, j, now, cfg):
+            return cls(j.job_id, j.attained_service, j.gpus)
+
+        def running_class(self, r, cfg):
+            return cls(r.job_id, r.attained_service, r.gpus)
+
+    cfg = DEFAULT_CONFIG.__class__(move_policies=("priority",))
+    t0 = time.perf_counter()
+    m = simulate(jobs, nodes, 4, Oracle(), config=cfg)
+    m["_wall_s"] = time.perf_counter() - t0
     return m
 
 

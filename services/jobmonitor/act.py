@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from dlaas import jobspec
-from dlaas.errors import DlaasError, PermanentError
 from dlaas.ports import Container, EngineUnreachable, StatusRepo
 from dlaas.status import Status, between
+from dlaas.steps import Outcome, run_step
 from services.jobmonitor import decide as d
 from services.jobmonitor.observe import (
     INFO_CLEANED_UP,
@@ -158,32 +158,36 @@ class Actor:
         if self.requeue is None:
             log.error("job %s needs a restart (%s) but no LCM is configured", job_id, action)
             return
-        try:
-            status = self.requeue(job_id, action.reason, is_restart=True)
-        except PermanentError as exc:
-            # The LCM refuses for good (the job moved on, was deleted): nothing to retry
-            # before the usual long wait; a changed status brings the job back anyway.
-            log.info("restart of job %s refused: %s", job_id, exc)
-        except DlaasError as exc:
-            # Temporary (LCM down, failing over) or not classed: the LCM client turns every
-            # gRPC failure into a DlaasError. Ask again soon.
-            log.warning("restart request for job %s failed (%r); will retry", job_id, exc)
-            self.queue.due_at(job_id, self.clock() + self.release_retry_s)
+        # Permanent: the LCM refuses for good (the job moved on, was deleted): nothing to
+        # retry before the usual long wait; a changed status brings the job back anyway.
+        # Temporary (LCM down, failing over): ask again soon.
+        step = run_step(
+            f"restart of job {job_id}",
+            lambda: self.requeue(job_id, action.reason, is_restart=True),
+            log=log,
+            on_temporary=lambda _exc: self._retry_soon(job_id),
+        )
+        if step.outcome is Outcome.TEMPORARY:
             return
-        else:
-            log.info("job %s: restart requested (%s); the LCM answered %s", job_id, action, status)
+        if step.done:
+            log.info(
+                "job %s: restart requested (%s); the LCM answered %s", job_id, action, step.value
+            )
         info.update({INFO_REQUEUE: {"at": self.clock(), "reason": action.reason}})
 
+    def _retry_soon(self, job_id: str) -> None:
+        self.queue.due_at(job_id, self.clock() + self.release_retry_s)
+
     def _release(self, job_id: str, info: RunInfo, ended: bool) -> None:
-        try:
-            self.release(job_id, ended)
-        except PermanentError as exc:
-            # The scheduler holds nothing for this job (never placed, or released already).
-            log.info("release of job %s: %s", job_id, exc)
-        except DlaasError as exc:
-            # Scheduler down, network: as for a requeue, release again soon.
-            log.warning("release of job %s failed (%r); will retry", job_id, exc)
-            self.queue.due_at(job_id, self.clock() + self.release_retry_s)
+        # Permanent: the scheduler holds nothing for this job (never placed, or released
+        # already). Temporary (scheduler down, network): as for a requeue, release again soon.
+        step = run_step(
+            f"release of job {job_id}",
+            lambda: self.release(job_id, ended),
+            log=log,
+            on_temporary=lambda _exc: self._retry_soon(job_id),
+        )
+        if step.outcome is Outcome.TEMPORARY:
             return
         info.update({INFO_RELEASED: True})
 

@@ -23,6 +23,7 @@ from dlaas.locations import S3Location, job_locations
 from dlaas.manifest import Manifest, resolve_image
 from dlaas.namespace import job_policy
 from dlaas.status import Status
+from dlaas.steps import run_step
 from dlaas.store.base import JobRecord
 from dlaas.stored import stored_manifest
 from services.lcm.plan import deployment_plan
@@ -210,10 +211,12 @@ class Deployment:
 
     def _revoke(self, job_id: str) -> None:
         """Revoke the job's S3 identity; a failure is left to the leader's sweep."""
-        try:
-            self.identities.revoke(job_id)
-        except errors.TemporaryError as exc:
-            log.warning("%s; the leader's sweep revokes it later", exc.message)
+        run_step(
+            f"revoking the S3 identity of {job_id}",
+            lambda: self.identities.revoke(job_id),
+            log=log,
+            then="the leader's sweep revokes it later",
+        )
 
     def sweep_identities(self) -> None:
         """Revoke the S3 identity of every ended job that has no containers left (leader only).

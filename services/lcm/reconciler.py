@@ -15,6 +15,7 @@ import threading
 
 from dlaas import errors
 from dlaas.status import Status
+from dlaas.steps import run_step
 from services.lcm.restart_policy import MAX_BACKOFF_S
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,11 @@ class Reconciler:
         # the scheduler's keys in etcd at once instead of waiting for its next poll.
         try:
             self._watch = self.keeper.watch_scheduler(lambda _event: self._wake.set())
-        except Exception:  # noqa: BLE001 - the poll still places, only slower
-            log.warning("could not watch the scheduler's keys; placing on the poll only")
+        # Broad: etcd's client raises several kinds; the poll still places, only slower.
+        except Exception:
+            log.warning(
+                "could not watch the scheduler's keys; placing on the poll only", exc_info=True
+            )
         self._wake.set()
 
     def on_lost(self) -> None:
@@ -60,8 +64,9 @@ class Reconciler:
         if watch is not None:
             try:
                 self.keeper.cancel_watch(watch)
-            except Exception:  # noqa: BLE001 - the watch dies with the connection anyway
-                log.info("could not cancel the scheduler watch")
+            # Broad: etcd's client raises several kinds; the watch dies with the connection.
+            except Exception:
+                log.info("could not cancel the scheduler watch", exc_info=True)
 
     def _loop(self) -> None:
         reconciled = False
@@ -216,10 +221,14 @@ class Reconciler:
 
     def place_round(self) -> None:
         for decision in self.scheduler.schedule():
-            try:
-                self._carry_out(decision)
-            except errors.DlaasError as exc:
-                log.warning("decision %s for %s: %s", decision.action, decision.job_id, exc.message)
+            # One decision refused (the job moved on) or failing now must not stop the rest;
+            # the scheduler decides again next round.
+            run_step(
+                f"decision {decision.action} for {decision.job_id}",
+                lambda decision=decision: self._carry_out(decision),
+                log=log,
+                then="the next round decides again",
+            )
 
     def _carry_out(self, decision) -> None:
         job_id, cause = decision.job_id, decision.cause

@@ -52,16 +52,17 @@ from services.scheduler.policy import (
     POLICIES,
     DurationModel,
     Node,
+    Policy,
     PolicyConfig,
     QueuedJob,
     RunningJob,
     Snapshot,
     TeamQuota,
     can_ever_fit,
+    policy_for,
     predict_waiting,
     schedule,
 )
-from services.scheduler.policy.core import LEVELED, _service, _thresholds, preempts
 
 _FINISH, _SUBMIT, _TICK = 0, 1, 2
 
@@ -165,7 +166,7 @@ def simulate(
     jobs: list[TraceJob],
     nodes: int,
     gpus_per_node: int,
-    policy: str,
+    policy: str | Policy,
     save_s: float = 20.0,
     restore_s: float = 30.0,
     tick_s: float = 300.0,
@@ -233,7 +234,8 @@ def simulate(
     busy_gpu_s = 0.0
     last_t = None
     tick_pending = False
-    thresholds = _thresholds(policy, cfg) if policy in LEVELED else ()
+    pol = policy_for(policy)
+    thresholds = pol.thresholds(cfg) if pol.leveled else ()
     first_t = events[0][0] if events else 0.0
     last_end = first_t
 
@@ -267,7 +269,7 @@ def simulate(
         running[st.job.job_id] = st
         push(st.work_start + st.remaining, _FINISH, f"{st.job.job_id}#{st.epoch}")
         # wake up when it drops a LAS level: someone may preempt it
-        scale = _service(1.0, st.job.gpus, policy, cfg)  # level = attained * scale
+        scale = pol.service(1.0, st.job.gpus, cfg)  # level = attained * scale
         for thr in thresholds:
             thr /= scale
             if st.attained < thr:
@@ -391,7 +393,7 @@ def simulate(
                 )
                 for j, eta in predict_waiting(snap, t, policy, model, waiting, cfg).items():
                     states[j].eta = eta
-        if queue and preempts(policy) and not tick_pending:
+        if queue and pol.preempts and not tick_pending:
             push(t + tick_s, _TICK, "tick")
             tick_pending = True
 

@@ -14,7 +14,8 @@ from typing import ClassVar
 
 import pytest
 
-from services.scheduler.policy import Node, Snapshot, core, schedule
+from services.scheduler.policy import Node, Snapshot, schedule
+from services.scheduler.policy import round as round_module
 
 SNAPSHOT = Snapshot(nodes=[Node("n", 1, 1.0, 1024)], running=[], queue=[])
 WAIT_S = 10.0  # a bound on a hang, not a timing assertion
@@ -53,7 +54,7 @@ def test_a_round_ending_does_not_cut_an_overlapping_rounds_pause_short(monkeypat
         assert a_out.wait(WAIT_S)  # round A has returned meanwhile
         seen_by_b.append(gc.isenabled())
 
-    monkeypatch.setattr(core, "_Round", GatedRound)
+    monkeypatch.setattr(round_module, "Round", GatedRound)
     monkeypatch.setattr(GatedRound, "hooks", {1.0: round_a, 2.0: round_b})
     ta = threading.Thread(target=schedule, args=(SNAPSHOT, 1.0, "fifo"))
     tb = threading.Thread(target=schedule, args=(SNAPSHOT, 2.0, "fifo"))
@@ -82,7 +83,7 @@ def test_the_collector_is_paused_during_a_round_and_back_after_one_that_raised(m
         seen.append(gc.isenabled())
         raise RuntimeError("a bug in the round")
 
-    monkeypatch.setattr(core, "_Round", GatedRound)
+    monkeypatch.setattr(round_module, "Round", GatedRound)
     monkeypatch.setattr(GatedRound, "hooks", {1.0: boom})
     with pytest.raises(RuntimeError):
         schedule(SNAPSHOT, 1.0, "fifo")
@@ -90,8 +91,8 @@ def test_the_collector_is_paused_during_a_round_and_back_after_one_that_raised(m
 
 
 def test_pauses_nest():
-    with core.gc_paused():
-        with core.gc_paused():
+    with round_module.gc_paused():
+        with round_module.gc_paused():
             assert not gc.isenabled()
         assert not gc.isenabled()
     assert gc.isenabled()

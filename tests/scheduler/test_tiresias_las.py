@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from test_policy import by_action, nodes, q, running
 
-from services.scheduler.policy import POLICIES, Node, PolicyConfig, Snapshot, schedule
-from services.scheduler.policy.core import queued_class
+from services.scheduler.policy import POLICIES, Node, PolicyConfig, Snapshot, policy_for, schedule
 from services.scheduler.simulator import TraceJob, _gang, simulate
+
+
+def queued_class(j, now, policy, cfg):
+    return policy_for(policy).queued_class(j, now, cfg)
 
 
 def test_tiresias_las_is_a_policy_with_tiresias_thresholds():

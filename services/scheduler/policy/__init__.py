@@ -1,18 +1,16 @@
-"""Pure scheduling policy core: model, gang placement, policies, queue report.
+"""Pure scheduling policy core: model, gang placement, policies, the round, queue report.
+
+Modules: `model` (snapshot and decisions), `config` (PolicyConfig), `policies` (one object per
+policy name), `feasibility`, `placement` (gang placement on nodes), `round` (`schedule()`) with
+its steps in `preemption`, `elastic`, `reservation` and `fairshare`, `quota` (team quotas),
+`eta` (queue position, ETA and pending reason).
 
 No I/O and no clock reads here: callers pass `now`. The live scheduler service and the
 trace-driven simulator both call `schedule()`.
 """
 
-from .core import (
-    DEFAULT_CONFIG,
-    DEFAULT_POLICY,
-    POLICIES,
-    PolicyConfig,
-    can_ever_fit,
-    policy_problem,
-    schedule,
-)
+from .config import DEFAULT_CONFIG, PolicyConfig
+from .feasibility import can_ever_fit
 from .model import (
     Allocation,
     Decision,
@@ -23,7 +21,9 @@ from .model import (
     Snapshot,
     TeamQuota,
 )
+from .policies import DEFAULT_POLICY, POLICIES, Policy, policy_for, policy_problem
 from .quota import TeamUsage, team_usage
+from .round import schedule
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -32,6 +32,7 @@ __all__ = [
     "Allocation",
     "Decision",
     "Node",
+    "Policy",
     "PolicyConfig",
     "QueueEntry",
     "QueuedJob",
@@ -40,6 +41,7 @@ __all__ = [
     "TeamQuota",
     "TeamUsage",
     "can_ever_fit",
+    "policy_for",
     "policy_problem",
     "schedule",
     "team_usage",

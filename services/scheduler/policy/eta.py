@@ -23,9 +23,12 @@ from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from .core import DEFAULT_CONFIG, PolicyConfig, _Round, _shape, order_key
+from .config import DEFAULT_CONFIG, PolicyConfig
+from .feasibility import gang_shape as _shape
 from .model import QueuedJob, QueueEntry, RunningJob, Snapshot
+from .policies import order_key
 from .quota import guaranteed_first
+from .round import Round as _Round
 
 # Without history a fresh job's run time is assumed to have a median of one hour.
 _PRIOR_MEDIAN_S = 3_600.0

@@ -4,7 +4,7 @@ A team's quota (model.TeamQuota) is its guaranteed share of GPUs, CPUs and memor
 it is GUARANTEED: no other team's job ever preempts it. Anything a team runs beyond it (and
 everything a job of no team, or of a team without a quota, runs) is BORROWED idle capacity:
 when a team below its guarantee has a job waiting that fits in the rest of its guarantee,
-the round takes borrowed work of other teams back (core.py, "reclaim").
+the round takes borrowed work of other teams back (fairshare.py, "reclaim").
 
 Which running jobs are guaranteed is decided here, the same way for the round, the queue report
 and the `Teams` view: a team's jobs in start order (oldest run first), each guaranteed if the
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from .model import Allocation, QueuedJob, RunningJob, Snapshot, TeamQuota
 
-_EPS = 1e-9
+EPS = 1e-9  # slack on float sums of CPUs and memory (public: the round compares with it too)
 
 # (gpus, cpus, memory_mb)
 Use = tuple[float, float, float]
@@ -64,9 +64,9 @@ def within(used: Use, more: Use, quota: TeamQuota) -> bool:
 def fits(used: Use, more: Use, lim: Use) -> bool:
     """`within` against limits already unpacked (a round asks this once per queued job)."""
     return (
-        used[0] + more[0] <= lim[0] + _EPS
-        and used[1] + more[1] <= lim[1] + _EPS
-        and used[2] + more[2] <= lim[2] + _EPS
+        used[0] + more[0] <= lim[0] + EPS
+        and used[1] + more[1] <= lim[1] + EPS
+        and used[2] + more[2] <= lim[2] + EPS
     )
 
 
@@ -74,7 +74,7 @@ def exceeded(used: Use, more: Use, quota: TeamQuota) -> int:
     """The first dimension (0 GPUs, 1 CPUs, 2 memory) in which `used + more` exceeds the
     quota; -1 if none."""
     for i, (u, x, lim) in enumerate(zip(used, more, limits(quota), strict=True)):
-        if u + x > lim + _EPS:
+        if u + x > lim + EPS:
             return i
     return -1
 
@@ -140,7 +140,7 @@ def round_usage(
         ug = uc = um = 0.0
         jobs.sort()
         for _, job_id, g, c, m in jobs:
-            if ug + g <= lg + _EPS and uc + c <= lc + _EPS and um + m <= lm + _EPS:
+            if ug + g <= lg + EPS and uc + c <= lc + EPS and um + m <= lm + EPS:
                 ug += g
                 uc += c
                 um += m

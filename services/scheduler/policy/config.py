@@ -1,0 +1,128 @@
+"""The policies' knobs: `PolicyConfig` and `DEFAULT_CONFIG`, the one configuration used for every
+trace window (the live scheduler, the simulator and the benchmarks all start from it).
+
+Each knob's comment says which policy reads it and what was measured when it was set; the
+policy objects (`policies.py`) and the round (`round.py`) read them, nothing here decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Knobs of the policies. One configuration is used for every trace window."""
+
+    # las: Tiresias' discretized 2D-LAS queue thresholds, in attained GPU-seconds.
+    las_thresholds: tuple[float, ...] = (1_000.0, 10_000.0, 100_000.0)
+    # las: promote a waiting job to level 0 once it waited this many times its executed time.
+    starve_factor: float = 2.0
+    # tiresias-las: the thresholds of Tiresias' simulator for dlas-gpu (jobs.py: num_queue 3,
+    # queue_limit [3250, 7200, 18000]: three queues, so the last limit is never used). What
+    # `tiresias-las` takes from that simulator's dlas_sim_jobs(gputime=True): levels by attained
+    # GPU-seconds, FIFO inside a level, any job of a better level preempts, no starvation
+    # promotion (solve_starvation=0 for dlas-gpu), no reservation, no thrash guard, no victim
+    # cap, non-blocking (a job that does not fit is skipped). Where it differs, on purpose:
+    #  - placement: that simulator COUNTS GPUs (a 16-GPU job starts on any 16 free GPUs,
+    #    scattered over nodes); here a gang's learners are placed whole on nodes (16 GPUs on
+    #    8-GPU nodes: two whole nodes), the same constraint every policy here lives with;
+    #  - preemption cost: free there; the simulator here charges a checkpoint save and a restore;
+    #  - order inside a level: there, the order jobs entered the level (a demoted job goes to
+    #    the back of its new level, a preempted one to the front of the pending ones); here the
+    #    submit order (the core keeps no entry time), and a running job is never preempted for a
+    #    pending job of its own level (there, one that entered the level earlier may take it);
+    #  - rounds: there at every event; here every 10 s and at level crossings (simulator).
+    tiresias_thresholds: tuple[float, ...] = (3_250.0, 7_200.0)
+    # default: few levels with a high first threshold (GPU-seconds). Most jobs finish inside
+    # level 0 and run in arrival order; only the long tail is demoted behind them. Measured on
+    # both Philly windows (see simulator.py): low first thresholds (Tiresias' 1e3) preempt
+    # medium jobs over and over where durations are not heavy-tailed (window B: +30 % avg JCT).
+    # With moves on, (5e3, 5e4, 5e5) gains 260 s on A (12,413) but costs B 7,000 s (30,836);
+    # scaling the thresholds up with the queue's depth, or preempting only while the queue
+    # holds fewer than 2x the cluster's GPUs, still costs B 700-1,200 s and p99 > 127k s.
+    # Thresholds must ascend (the level is a bisection).
+    default_thresholds: tuple[float, ...] = (20_000.0, 200_000.0)
+    # default: the level is computed from attained GPU-seconds / gpus ** (1 - exponent): 1 is
+    # Tiresias' GPU-time (a big gang drops levels as many times faster), 0 is wall time.
+    level_gpu_exponent: float = 1.0
+    # default: at equal level, smaller gangs first (gang size is known at submit; on Philly-like
+    # traces small gangs are also the short ones, a Gittins-index-like bet).
+    small_first: bool = True
+    # default: inside a demoted level, the least attained service goes first (true LAS: the
+    # least-served demoted job is the likeliest to finish soon) instead of arrival order.
+    # Measured with moves on: arrival order is better on window A (avg JCT 12,675 -> 12,494 s,
+    # p99 153,925 -> 133,715 s: the demoted job that waited longest gets back first) and the
+    # same on B (23,640 s), so it is off.
+    level_order_by_attained: bool = False
+    # A Gittins-index order instead of levels was measured and is NOT here: the index of
+    # attained GPU-seconds, learned from the last 1,000 finished jobs (per gang size when 50+ of
+    # that size), rebuilt every 10 finishes, on a log scale of base b as the preemption class,
+    # with this policy's moves, reservations, thrash guard and starvation bound. Window A avg JCT
+    # 12,831 / 12,920 / 12,847 / 12,716 / 12,941 s for b = 1.5 / 2 / 4 / 8 / 16 (p99 132k-162k);
+    # b=2 without small_first 12,979; window 3,000 jobs 12,778, 300 jobs 12,912. All worse than
+    # 12,494: 1-GPU jobs of 1e3-1e4 s pass the index's peak near 1e3 GPU-s and are preempted by
+    # fresh jobs (their mean excess 1,206 -> 2,051 s). B was not measured.
+    # default: a demoted job that waited `starve_after_s` (or, if the factor is > 0, this many
+    # times its executed time, whichever is first) moves back to the front of the order. It
+    # does NOT preempt anyone on the strength of that promotion: promoted-then-preempting-the-
+    # next-promoted is the thrash loop this guard exists to break. A relative factor (Tiresias'
+    # STARVE_LIMIT) measured worse on both windows, so only the absolute bound is on.
+    default_starve_factor: float = 0.0
+    starve_after_s: float = 172_800.0
+    # Thrash guard: a job that (re)started or was resized less than this ago is not a victim.
+    min_run_s: float = 300.0
+    # default: preempt only a victim that attained at least this many times the GPU-seconds
+    # of the waiting job plus `preempt_margin_gpu_s` (a demoted job is not preempted for a
+    # job that is almost as old as it).
+    preempt_margin_gpu_s: float = 0.0
+    # At most this many jobs are preempted in one round (a preemption storm guard: each one
+    # costs a checkpoint and a restart the LCM must carry out; the next round, seconds later,
+    # goes on). It also bounds a round's cost on a huge queue behind a full cluster.
+    max_preemptions_per_round: int = 64
+    # Reserve nodes for the first blocked gang once it waited this long, under these policies.
+    # On window A with moves on they neither cost nor save (avg JCT 12,497 s without, 12,494
+    # with); they stay because they are what keeps a big gang from starving behind a stream
+    # of small jobs under fifo/priority/las/fair.
+    reserve_after_s: float = 0.0
+    reserve_policies: tuple[str, ...] = ("priority", "las", "fair", "default")
+    # Only gangs at least this many GPUs get reservations (small ones will find a gap anyway).
+    reserve_min_gpus: int = 2
+    # A preemption that needs more victims than this is not worth its disruption: the gang
+    # waits (and gets a reservation) instead. Also bounds the cost of one attempt. (1 or 4
+    # measure within 100 s of 16 on A.) Never preempting a gang for a job that needs under
+    # half its GPUs was measured too: A's avg JCT rose to 17,500 s (short jobs queue behind
+    # the long gangs), so gangs stay victims and moves bring them back.
+    max_victims: int = 16
+    # Measured on 8-GPU nodes and NOT here: at equal level, smaller victims first (a preempted
+    # 8-GPU gang must find a whole empty node to come back): Philly VC ee9e8c on 14 x 8 (C8)
+    # 108,748 -> 104,491 s, its October weeks 219,738 -> 210,765, but window A's jobs on 8 x 8
+    # 13,832 -> 14,039 and A 12,492 -> 12,513. Nor a bigger victim cap (64 or 1,000: A8x8
+    # 13,824, C8 unchanged) nor no reservation for default (C8 107,895, A8x8 13,923).
+    # fifo: when the first job that does not fit blocks the ones behind it.
+    #   "count" - while fewer GPUs (of its type) are free than it needs in total; when enough
+    #             are free but fragmented, later jobs may start (the peer simulators' FIFO,
+    #             Tiresias `--schedule fifo`, which blocks on the GPU count; see simulator.py);
+    #   "gang"  - always (strict head-of-line blocking, no backfill at all);
+    #   "none"  - never (every job that fits starts, in arrival order).
+    fifo_blocking: str = "count"
+    # Let elastic jobs grow into idle GPUs.
+    grow: bool = True
+    # Moves (defragmentation): a gang that does not fit although enough GPUs are free in total
+    # may move up to this many single-node jobs of no higher priority off the nodes it needs;
+    # each moved job is preempted and restarted elsewhere in the same round (it pays a
+    # checkpoint and a restore, ~50 s in the simulator, and nothing else). Why: on window A a
+    # demoted 2x4-GPU gang preempted for one 1-GPU job waited ~1 day for two WHOLE nodes while
+    # 7 of its 8 GPUs sat free or went to other small jobs; 14 such gangs waited 240k-725k s
+    # each. Moves cut window A's avg JCT 13,305 -> 12,681 s (B unchanged, 23,640 s); 2 moves
+    # measured 12,756, 8 the same as 4. One attempt per round (its cost is O(nodes)), and moves
+    # count toward `max_preemptions_per_round`. Only under `default`: fifo stays calibrated.
+    # 8, not 4: the cap was set on 4-GPU nodes, where clearing a node for a node-sized learner
+    # moves at most 3 jobs. An 8-GPU node holds up to 8 one-GPU jobs, so with a cap of 4 a
+    # preempted 8-GPU job could never have a node cleared for it and waited for one to drain
+    # (window A's jobs on 8 x 8 GPUs: 14,032 -> 13,832 s; on 16 x 4 12,494 -> 12,492 s).
+    max_moves: int = 8
+    move_policies: tuple[str, ...] = ("default",)
+
+
+DEFAULT_CONFIG = PolicyConfig()

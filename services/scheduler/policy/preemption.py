@@ -1,0 +1,378 @@
+"""Preemption, shrink-before-kill and moves: how a round makes room for a gang that does not fit.
+
+Part of the round (`round.Round` mixes `Preemption` in): the methods read and change the
+round's state (its free index, decisions, `touched` jobs). A job that does not fit first
+SHRINKS elastic lower-ranked jobs (never below their min), else PREEMPTS a minimal set of whole
+lower-ranked jobs, preferring those that lose the least work (recent checkpoint) and skipping
+any job that (re)started less than the policy's `min_run_s` ago (the thrash guard). Under the
+policies in `PolicyConfig.move_policies`, a gang whose free GPUs are scattered over nodes may
+MOVE a few small jobs off the nodes it needs instead. Who ranks below whom is the policy
+object's answer (`Policy.queued_class` / `running_class`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from bisect import bisect_right
+from collections.abc import Iterable
+from operator import itemgetter
+
+from . import quota as qt
+from .feasibility import gang_shape
+from .model import Allocation, Decision, QueuedJob, RunningJob
+
+
+class Preemption:
+    """The round's preemption, shrink and move steps (a mixin of `round.Round`)."""
+
+    # -- preemption -----------------------------------------------------------------------
+    def _ranked(self) -> list[tuple[tuple, RunningJob]]:
+        """Running jobs, least important first, then least work lost; computed once a round."""
+        if self._ranked_cache is None:
+            policy = self.policy
+            now, min_run = self.now, policy.min_run_s(self.cfg)
+            leveled = policy.leveled
+            th = policy.thresholds(self.cfg) if leveled else ()
+            by_service = policy.scales_service(self.cfg)
+            rows = []
+            for r in self.snapshot.running:
+                start = r.start_time
+                if now - max(start, r.last_resize_time or start) < min_run:
+                    continue  # thrash guard: never a victim
+                allocs = r.allocations
+                gpus = len(allocs[0].gpu_indices) if len(allocs) == 1 else r.gpus
+                ck = r.last_checkpoint_time
+                lost = now - (start if ck is None or ck < start else ck)  # since the last save
+                if leveled:
+                    service = r.attained_service
+                    if by_service:
+                        service = policy.service(service, gpus, self.cfg)
+                    lvl = bisect_right(th, service)  # = las_level (thresholds ascend)
+                    cls: tuple = (-r.priority, lvl)
+                    key = (r.priority, -lvl, lost * max(gpus, 1), -start, r.job_id)
+                else:
+                    cls = policy.running_class(r, self.cfg)
+                    key = (*(-x for x in cls), lost * max(gpus, 1), -start, r.job_id)
+                rows.append((key, cls, r))
+            rows.sort(key=itemgetter(0))
+            self._ranked_cache = [(cls, r) for _, cls, r in rows]
+            self._elastic = [x for x in self._ranked_cache if x[1].learners > x[1].min_gang]
+        return self._ranked_cache
+
+    def _may_preempt(self, cls: tuple, can_preempt: bool) -> bool:
+        if not can_preempt:
+            return False
+        ranked = self._ranked()
+        for i in range(self._ranked_start, len(ranked)):
+            rcls, r = ranked[i]
+            if rcls <= cls:
+                return False
+            if r.job_id not in self.touched:
+                return True
+        return False
+
+    def _victims(self, j: QueuedJob, elastic_only: bool = False, pool=None):
+        """Lower-class running jobs this job may take resources from, best victim first
+        (`pool`: only from this sub-list of `_ranked()`, in its order)."""
+        cls = self.policy.queued_class(j, self.now, self.cfg)
+        ranked = self._ranked()
+        if pool is not None:
+            yield from self._pool_victims(j, cls, pool)
+            return
+        if not elastic_only and len(self.touched) - self._compacted_at > max(64, len(ranked) // 16):
+            # victims taken this round lie scattered in the list: drop them (amortized O(n))
+            ranked = self._ranked_cache = [x for x in ranked if x[1].job_id not in self.touched]
+            self._ranked_start = 0
+            self._compacted_at = len(self.touched)
+        if elastic_only:
+            ranked = self._elastic
+        else:
+            # victims already taken sit at the front: skip them once, not on every attempt
+            while self._ranked_start < len(ranked) and ranked[self._ranked_start][1].job_id in (
+                self.touched
+            ):
+                self._ranked_start += 1
+        first = 0 if elastic_only else self._ranked_start
+        margin = self.policy.preempt_margin(self.cfg)
+        skipped = yielded = 0
+        for i in range(first, len(ranked)):
+            rcls, r = ranked[i]
+            if rcls <= cls:
+                return  # sorted: everyone after is at least as important
+            if r.job_id in self.touched:
+                skipped += 1
+                if skipped > 32 and not elastic_only and not yielded:
+                    # many taken victims scattered in the list: compact it once (amortized)
+                    self._ranked_cache = [x for x in ranked if x[1].job_id not in self.touched]
+                    self._ranked_start = 0
+                    yield from self._victims(j, elastic_only)
+                    return
+                continue
+            if elastic_only and r.learners <= r.min_gang:
+                continue
+            if r.attained_service < j.attained_service + margin:
+                continue  # not enough older than the waiting job to be worth a preemption
+            if j.gpu_type and not any(
+                self.idx.nodes.get(a.node) is not None
+                and self.idx.nodes[a.node].node.gpu_type == j.gpu_type
+                for a in r.allocations
+            ):
+                continue  # frees nothing this job can use
+            yielded += 1
+            yield r
+
+    def _pool_victims(self, j: QueuedJob, cls: tuple, pool: list):
+        margin = self.policy.preempt_margin(self.cfg)
+        touched = self.touched
+        for rcls, r in pool:
+            if rcls <= cls:
+                return  # sorted: everyone after is at least as important
+            if r.job_id in touched:
+                continue
+            if r.attained_service < j.attained_service + margin:
+                continue
+            if j.gpu_type and not self._frees_for(r, j):
+                continue
+            yield r
+
+    def _class_victims(self, j: QueuedJob, elastic_only: bool, reclaim: bool):
+        """`_victims`, less those team quotas protect: another team's guaranteed job is never
+        one (and in a reclaim, other teams' borrowed jobs come from `_reclaim_victims`)."""
+        if not self.quotas:
+            return self._victims(j, elastic_only)
+        # Per team, the ranked victims it may take (built once a round: scanning the whole
+        # ranked list past other teams' guaranteed jobs on every attempt was a third of a
+        # 10,000-job round's quota overhead)
+        team = j.team
+        key = (team, elastic_only, reclaim)
+        pool = self._pools.get(key)
+        if pool is None:
+            ranked = self._ranked()
+            base = self._elastic if elastic_only else ranked
+            if reclaim:
+                pool = [x for x in base if team and x[1].team == team]
+            else:
+                borrowed = self.borrowed
+                pool = [x for x in base if x[1].job_id in borrowed or (team and x[1].team == team)]
+            if elastic_only:
+                pool = [x for x in pool if x[1].learners > x[1].min_gang]
+            self._pools[key] = pool
+        return self._victims(j, elastic_only, pool)
+
+    def try_preempt(self, j: QueuedJob, by_class: bool = True, reclaim: bool = False) -> bool:
+        """Make room for j by shrinking or preempting lower-class jobs (`by_class`, as the policy
+        ranks them) and, for a job inside its team's guarantee (`reclaim`), borrowed jobs of
+        other teams first, whatever their class."""
+        need = j.min_gang
+        g = j.gpus_per_learner
+        cause_cls = self.policy.queued_class(j, self.now, self.cfg)
+
+        # 1. shrink-before-kill: remove learners of elastic victims, never below their min.
+        shrinks: list[tuple[RunningJob, list[Allocation]]] = []
+        allocs = None
+        for r in self._class_victims(j, True, reclaim) if by_class else ():
+            removable = sorted(r.allocations, key=lambda a: -a.learner)[: r.learners - r.min_gang]
+            taken: list[Allocation] = []
+            for a in removable:
+                self.idx.give([a])
+                taken.append(a)
+                allocs = self.place(j, need)
+                if allocs is not None:
+                    break
+            shrinks.append((r, taken))
+            if allocs is not None:
+                break
+        if allocs is not None:
+            # minimality: give back learners that were not needed (last removed first)
+            for r, taken in reversed(shrinks):
+                for a in list(reversed(taken)):
+                    self.idx.take([a])
+                    if self.place(j, need) is None:
+                        self.idx.give([a])
+                    else:
+                        taken.remove(a)
+            allocs = self.place(j, need)
+            for r, taken in shrinks:
+                if taken:
+                    self.touched.add(r.job_id)
+                    if self.quotas:
+                        self._account(r.team, taken, -1.0, r.job_id in self.borrowed)
+                    self.decisions.append(
+                        Decision(
+                            r.job_id,
+                            "shrink",
+                            f"shrunk by {len(taken)} learner(s) (to {r.learners - len(taken)}, min "
+                            f"{r.min_gang}) to admit {j.job_id} (class {cause_cls} beats "
+                            f"{self.policy.running_class(r, self.cfg)})",
+                            taken,
+                        )
+                    )
+            self.start(j, allocs, f"started after shrinking elastic jobs ({gang_shape(j)})")
+            return True
+        for _, taken in shrinks:
+            self.idx.take(taken)
+
+        # 2. preempt whole jobs, least important / least work lost first.
+        chosen: list[RunningJob] = []
+        victims: Iterable[RunningJob] = self._class_victims(j, False, reclaim) if by_class else ()
+        if reclaim:
+            victims = itertools.chain(self._reclaim_victims(j), victims)
+        max_victims = self.policy.max_victims(self.cfg)
+        for r in victims:
+            if len(chosen) >= max_victims:
+                break
+            self.idx.give(r.allocations)
+            chosen.append(r)
+            if g > 0 and self.idx.upper_capacity(g, j.gpu_type) < need:
+                continue
+            allocs = self.place(j, need)
+            if allocs is not None:
+                break
+        if allocs is None:
+            for r in chosen:
+                self.idx.take(r.allocations)
+            return False
+        # minimality: drop victims whose resources turned out not to be needed
+        dropped: set[str] = set()
+        for r in reversed(chosen[:-1]):
+            self.idx.take(r.allocations)
+            if self.place(j, need) is None:
+                self.idx.give(r.allocations)
+            else:
+                dropped.add(r.job_id)
+        chosen = [r for r in chosen if r.job_id not in dropped]
+        allocs = self.place(j, need)
+        for r in chosen:
+            self.touched.add(r.job_id)
+            cause = (
+                f"preempted for {j.job_id}: its class {cause_cls} beats "
+                f"{self.policy.running_class(r, self.cfg)} "
+                f"({len(chosen)} victim(s), the fewest that make room)"
+            )
+            if self.quotas:
+                borrowed = r.job_id in self.borrowed
+                if reclaim and borrowed and r.team != j.team:
+                    q = self.quotas[j.team]
+                    cause = (
+                        f"reclaimed for {j.job_id}: team {j.team} is below its guarantee "
+                        f"({self.used.get(j.team, qt.ZERO)[0]:.0f}/{q.gpus} GPUs) and this job "
+                        f"of {f'team {r.team}' if r.team else 'no team'} runs on borrowed "
+                        f"capacity ({len(chosen)} victim(s), the fewest that make room)"
+                    )
+                self._account(r.team, r.allocations, -1.0, borrowed)
+            self.decisions.append(Decision(r.job_id, "preempt", cause, list(r.allocations)))
+        self.start(j, allocs, f"started by preempting {', '.join(r.job_id for r in chosen)}")
+        return True
+
+    # -- moves (defragmentation) ---------------------------------------------------------
+    def _movable_by_node(self) -> dict[str, list[RunningJob]]:
+        """Running single-node GPU jobs past the thrash guard, by node; computed once a round."""
+        if self._movable is None:
+            self._movable = {}
+            for r in self.snapshot.running:
+                if not r.allocations or r.gpus == 0:
+                    continue
+                node = r.allocations[0].node
+                if any(a.node != node for a in r.allocations):
+                    continue
+                since = max(r.start_time, r.last_resize_time or r.start_time)
+                if self.now - since < self.cfg.min_run_s:
+                    continue
+                self._movable.setdefault(node, []).append(r)
+        return self._movable
+
+    def try_move(self, j: QueuedJob) -> bool:
+        """Start a gang that the free GPUs could hold, were they not scattered over nodes, by
+        moving a few small jobs off the nodes it needs (each restarts elsewhere at once).
+        The caller checked that the gang needs GPUs and that enough are free in total."""
+        g, need = j.gpus_per_learner, j.min_gang
+        movable = self._movable_by_node()
+        options = []  # (moves per learner slot, moves, slots, node name, jobs to move)
+        for nf in self.idx.nodes.values():
+            n = nf.node
+            if nf.reserved_for not in (None, j.job_id) or n.gpus < g:
+                continue
+            if j.gpu_type and n.gpu_type != j.gpu_type:
+                continue
+            free = len(nf.free)
+            movers = sorted(
+                (
+                    r
+                    for r in movable.get(n.name, ())
+                    if r.job_id not in self.touched and r.priority <= j.priority
+                ),
+                key=lambda r: (-r.gpus, r.job_id),
+            )
+            slots = min((free + sum(r.gpus for r in movers)) // g, need)
+            if slots == 0:
+                continue
+            chosen = []
+            while free < slots * g:
+                r = movers[len(chosen)]
+                chosen.append(r)
+                free += r.gpus
+            # fewest moves per learner slot first (nodes that need none lead)
+            options.append((len(chosen) / slots, len(chosen), -slots, n.name, chosen))
+        options.sort(key=lambda o: o[:4])
+        movers, slots = [], 0
+        for *_, neg_slots, _, chosen in options:
+            if slots >= need:
+                break
+            movers += chosen
+            slots -= neg_slots
+        if slots < need or not movers or len(movers) > self.cfg.max_moves:
+            return False
+        for r in movers:
+            self.idx.give(r.allocations)
+        allocs = self.place(j, need)
+        if allocs is None:
+            for r in movers:
+                self.idx.take(r.allocations)
+            return False
+        self.idx.take(allocs)
+        used = {(a.node, i) for a in allocs for i in a.gpu_indices}
+        moved = [
+            r
+            for r in movers
+            if any((a.node, i) in used for a in r.allocations for i in a.gpu_indices)
+        ]
+        for r in movers:
+            if r not in moved:
+                self.idx.take(r.allocations)  # not in the gang's way after all: it stays
+        placed: list[list[Allocation]] = []
+        for r in moved:
+            pg, pc, pm = r.per_learner()
+            gtype = r.gpu_type or self.idx.nodes[r.allocations[0].node].node.gpu_type
+            new = self.idx.place(r.job_id, r.learners, pg, pc, pm, gtype, r.placement)
+            if new is None:  # nowhere to go: undo the whole move
+                for x in placed:
+                    self.idx.give(x)
+                self.idx.give(allocs)
+                for x in moved:
+                    self.idx.take(x.allocations)
+                return False
+            self.idx.take(new)
+            placed.append(new)
+        for r in moved:
+            self.touched.add(r.job_id)
+            self.decisions.append(
+                Decision(
+                    r.job_id,
+                    "preempt",
+                    f"moved to make room for {j.job_id} ({gang_shape(j)}); restarts elsewhere now",
+                    list(r.allocations),
+                )
+            )
+        self.idx.give(allocs)  # start() takes them again and drops the gang's reservation
+        cause = f"fits now ({gang_shape(j)}, {len(allocs)} learner(s))"
+        if moved:
+            cause = (
+                f"started after moving {', '.join(r.job_id for r in moved)} ({gang_shape(j)}; "
+                "enough GPUs were free, but scattered over nodes)"
+            )
+        self.start(j, allocs, cause)
+        for r, new in zip(moved, placed, strict=True):
+            self.decisions.append(
+                Decision(r.job_id, "start", f"restarted after a move for {j.job_id}", new)
+            )
+        return True

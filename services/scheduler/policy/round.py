@@ -1,0 +1,346 @@
+"""The scheduling round: `schedule(snapshot, now, policy) -> [Decision]`, pure and deterministic.
+
+One round walks the queue in the policy's order and, for each gang:
+  1. places it whole (elastic jobs: as many learners as fit, never below min) or not at all;
+  2. if it does not fit, gives back learners other elastic jobs hold above their target
+     (`elastic.py`), then, if the policy lets it preempt, shrinks or preempts lower-ranked
+     jobs, or moves a few small ones out of its way (`preemption.py`);
+  3. otherwise the first blocked gang gets a RESERVATION (`reservation.py`).
+Leftover idle GPUs then GROW elastic jobs (`elastic.py`). With team quotas the queue is walked
+twice, guaranteed jobs first (`fairshare.py`).
+
+What differs between policies is asked of the policy object (`policies.py`: order, classes,
+caps, which steps apply); the knobs are in `config.py`. Nothing here reads a clock or does I/O:
+the live scheduler service and the trace-driven simulator both call `schedule()`.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from operator import itemgetter
+
+from . import quota as qt
+from .config import DEFAULT_CONFIG, PolicyConfig
+from .elastic import Elastic
+from .fairshare import FairShare
+from .feasibility import gang_shape
+from .model import Allocation, Decision, QueuedJob, RunningJob, Snapshot
+from .placement import FreeIndex
+from .policies import DEFAULT_POLICY, Policy, policy_for
+from .preemption import Preemption
+from .reservation import Reservation
+
+
+@dataclass
+class Round(FairShare, Elastic, Preemption, Reservation):
+    """One scheduling round over a snapshot; `run()` returns its decisions.
+
+    `policy` may be given by name; it is the policy object once the round is built. The
+    mixins hold the steps by concern (fair share, elastic, preemption, reservation); the
+    state they share is declared here.
+    """
+
+    snapshot: Snapshot
+    now: float
+    policy: Policy  # a name is accepted and turned into its object (see __post_init__)
+    cfg: PolicyConfig
+    include_waits: bool
+    idx: FreeIndex = field(init=False)
+    decisions: list[Decision] = field(default_factory=list)
+    touched: set[str] = field(default_factory=set)  # running jobs already acted on
+    reserved_for: str | None = None
+    promoted: set[str] = field(default_factory=set)  # sorted ahead of their preemption class
+    waiting: list[QueuedJob] = field(default_factory=list)
+    _ranked_cache: list | None = None
+    _elastic: list = field(default_factory=list)
+    _ranked_start: int = 0
+    _compacted_at: int = 0
+    _movable: dict[str, list[RunningJob]] | None = None
+    _lenders_cache: list[RunningJob] | None = None
+    # team quotas (all empty/False without quotas)
+    borrowed: set[str] = field(default_factory=set)  # running jobs on borrowed capacity
+    used: dict[str, qt.Use] = field(default_factory=dict)  # per team, as the round goes
+    used_borrowed: dict[str, qt.Use] = field(default_factory=dict)
+    in_guarantee: bool = False  # the job being considered fits its team's guarantee
+    _limits: dict[str, qt.Use] = field(default_factory=dict)
+    _reclaim: list[RunningJob] | None = None
+    _pools: dict[tuple, list] = field(default_factory=dict)  # see _class_victims
+
+    def __post_init__(self) -> None:
+        self.policy = policy_for(self.policy)
+        self.idx = FreeIndex(
+            self.snapshot.nodes, (a for r in self.snapshot.running for a in r.allocations)
+        )
+        self.quotas = self.snapshot.quotas
+        if self.quotas:
+            # "" is no team, whatever a caller put in the quotas
+            self._limits = {t: qt.limits(q) for t, q in self.quotas.items() if t}
+            self.borrowed, self.used, self.used_borrowed = qt.round_usage(
+                self.snapshot.running, self.quotas
+            )
+
+    # -- helpers --------------------------------------------------------------------------
+    def place(self, j: QueuedJob, learners: int) -> list[Allocation] | None:
+        """Where j's `learners` would go now (nothing taken), or None."""
+        return self.idx.place(
+            j.job_id,
+            learners,
+            j.gpus_per_learner,
+            j.cpus_per_learner,
+            j.memory_mb_per_learner,
+            j.gpu_type,
+            j.placement,
+        )
+
+    _place = place  # eta.py's counterfactual still calls it by this name
+
+    def try_start(self, j: QueuedJob) -> list[Allocation] | None:
+        allocs = self.place(j, j.learners)
+        if allocs is None and j.min_gang < j.learners:
+            # Elastic: the largest count that fits now, never below min (it grows back later).
+            for n in range(j.learners - 1, j.min_gang - 1, -1):
+                allocs = self.place(j, n)
+                if allocs is not None:
+                    break
+        return allocs
+
+    def start(self, j: QueuedJob, allocs: list[Allocation], cause: str) -> None:
+        self.idx.take(allocs)
+        if self.reserved_for == j.job_id:
+            self.idx.unreserve(j.job_id)
+            self.reserved_for = None
+        if self.quotas:
+            self._account(j.team, allocs, 1.0, not self.in_guarantee)
+        self.decisions.append(Decision(j.job_id, "start", cause, allocs))
+
+    def wait(self, j: QueuedJob, why: str) -> None:
+        self.waiting.append(j)
+        if self.include_waits:
+            self.decisions.append(Decision(j.job_id, "wait", why or self.why_not(j)))
+
+    def why_not(self, j: QueuedJob) -> str:
+        free = self.idx.total_free_gpus(j.gpu_type)
+        if j.gpus_per_learner:
+            why = (
+                f"needs {gang_shape(j)}s at once; {free} free outside reservations, largest free "
+                f"block {self.idx.largest_free_block(j.gpu_type)}"
+            )
+        else:
+            why = f"needs {gang_shape(j)} with {j.memory_mb_per_learner} MiB each; not enough free"
+        if self.reserved_for is not None and self.reserved_for != j.job_id:
+            why += f"; behind {self.reserved_for}, which holds a reservation"
+        if self.quotas:
+            why = f"{self._quota_note(j)}; {why}"
+        return why
+
+    # -- main loop ------------------------------------------------------------------------
+    def ordered(self):
+        """(sort key, job) in policy order; `class_of` turns a pair into the preemption class,
+        only for the jobs a round really looks at (a long queue behind a full cluster is not).
+
+        With team quotas: first the jobs inside their team's guarantee (`in_guarantee` is set
+        while they are considered; a job's status is decided when its turn comes, after the
+        starts and preemptions before it), then the rest in the same order."""
+        if not self.quotas:
+            yield from self._policy_order(self.snapshot.queue)
+            return
+        deferred = []
+        # whether j fits what is left of its team's guarantee, inlined (a round asks it of
+        # every queued job); `used` changes as the round starts and preempts jobs, so it is
+        # read at each job's turn
+        limits, used_by, zero, eps = self._limits, self.used, qt.ZERO, qt.EPS
+        for k, j in self._policy_order(self.snapshot.queue):
+            lim = limits.get(j.team)
+            if lim is not None:
+                used = used_by.get(j.team, zero)
+                n = j.learners
+                if (
+                    used[0] + n * j.gpus_per_learner <= lim[0] + eps
+                    and used[1] + n * j.cpus_per_learner <= lim[1] + eps
+                    and used[2] + n * j.memory_mb_per_learner <= lim[2] + eps
+                ):
+                    self.in_guarantee = True
+                    yield k, j
+                    continue
+            deferred.append((k, j))
+        self.in_guarantee = False
+        if self.policy.drf:  # DRF's order depends on the starts so far: build it again
+            yield from self._policy_order([j for _, j in deferred])
+        else:
+            yield from deferred
+
+    def _policy_order(self, queue):
+        if self.policy.drf:
+            for j in self._drf_order(queue):
+                yield (), j
+            return
+        key = self.policy.order_key(self.now, self.cfg)
+        yield from sorted(zip(map(key, queue), queue), key=itemgetter(0))
+
+    def class_of(self, k: tuple, j: QueuedJob) -> tuple:
+        if self.policy.promoted(k):
+            self.promoted.add(j.job_id)
+        return self.policy.class_of(k, j, self.now, self.cfg)
+
+    def run(self) -> list[Decision]:
+        can_preempt = self.policy.preempts and bool(self.snapshot.running)
+        # a team below its guarantee takes borrowed work back under every policy
+        can_reclaim = bool(self.quotas) and bool(self.borrowed)
+        # "a job of this shape and class did not fit (nor preempt) at index version v with n
+        # learners": a later job of the same shape needing >= n cannot do better. This keeps a
+        # long queue behind a full cluster O(queue), not O(queue x nodes).
+        failed: dict[tuple, tuple[int, int]] = {}
+        gpu_less = any(j.gpus_per_learner == 0 for j in self.snapshot.queue)
+        rest = None
+        preempted = 0
+        move_tries = 1
+        max_pre = self.policy.max_preemptions(self.cfg)
+        for k, j in self.ordered():
+            if rest is not None:
+                self.wait(j, "")
+                continue
+            cls = self.class_of(k, j)
+            guaranteed = self.in_guarantee
+            # (nodes held by a reservation do not count as free: the job holding it came earlier)
+            if (
+                not gpu_less
+                and self.idx.total_free_gpus() == 0
+                and not self._may_preempt(cls, can_preempt)
+                and not (guaranteed and can_reclaim and self._may_reclaim(j))
+                and not self._lent_left()
+            ):
+                if j.job_id in self.promoted or guaranteed:
+                    # sorted ahead of its class (promoted), or before the borrowers (guaranteed):
+                    # a later job may still preempt or reclaim
+                    self.wait(j, "")
+                    continue
+                # Full cluster and nobody left to preempt for this class or any later (the
+                # queue is sorted by class): every remaining job waits. Keeps long queues cheap.
+                rest = True
+                self.wait(j, "")
+                continue
+            if not can_preempt:
+                cls = ()
+            shape = (
+                cls,
+                j.gpus_per_learner,
+                j.cpus_per_learner,
+                j.memory_mb_per_learner,
+                j.gpu_type,
+                j.placement,
+            )
+            if self.quotas:  # who it may take from depends on its team and its guarantee
+                shape += (j.team, guaranteed)
+            f = failed.get(shape)
+            if (
+                f is not None
+                and f[0] == self.idx.version
+                and j.min_gang >= f[1]
+                and self.reserved_for != j.job_id
+            ):
+                self.wait(j, "")
+                continue
+            g = j.gpus_per_learner
+            fits_gpus = g == 0 or self.idx.upper_capacity(g, j.gpu_type) >= j.min_gang
+            allocs = self.try_start(j) if fits_gpus or self.reserved_for == j.job_id else None
+            if (
+                (allocs is None or len(allocs) < j.learners)
+                and self._lenders()
+                and self.try_give_back(j, allocs is None)
+            ):
+                continue
+            if allocs is not None:
+                cause = f"fits now ({gang_shape(j)}, {len(allocs)} learner(s))"
+                if self.reserved_for is not None and self.reserved_for != j.job_id:
+                    cause += f"; backfilled outside nodes reserved for {self.reserved_for}"
+                self.start(j, allocs, cause)
+                continue
+            n_before = len(self.decisions)
+            reclaim = guaranteed and can_reclaim
+            if (can_preempt or reclaim) and self.try_preempt(j, can_preempt, reclaim):
+                preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
+                if preempted >= max_pre:
+                    # storm guard: the rest waits for the next round
+                    can_preempt = can_reclaim = False
+                continue
+            if (
+                move_tries
+                and self.policy.moves(self.cfg)
+                and preempted < max_pre
+                and j.gpus_per_learner
+                and self.idx.total_free_gpus(j.gpu_type) >= j.min_gang * j.gpus_per_learner
+            ):
+                # one O(nodes) attempt per round at most: a long queue stays O(queue)
+                move_tries -= 1
+                if self.try_move(j):
+                    preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
+                    if preempted >= max_pre:
+                        can_preempt = can_reclaim = False
+                    continue
+            why = self.why_not(j) if self.include_waits else ""
+            if self.reserved_for is None:
+                self.try_reserve(j)
+                if self.reserved_for == j.job_id:
+                    why += "; nodes reserved for it so smaller jobs cannot starve it"
+            failed[shape] = (self.idx.version, j.min_gang)
+            self.wait(j, why)
+            if self.policy.blocks_head_of_line and not guaranteed and self._fifo_blocks(j):
+                rest = True  # head-of-line blocking: see PolicyConfig.fifo_blocking
+        self.grow()
+        return self.decisions
+
+
+def schedule(
+    snapshot: Snapshot,
+    now: float,
+    policy: str | Policy = DEFAULT_POLICY,
+    config: PolicyConfig | None = None,
+    include_waits: bool = True,
+) -> list[Decision]:
+    """One scheduling round. Pure: same snapshot and `now` give the same decisions.
+
+    Decisions come in the order the caller must carry them out (a preempt/shrink before the
+    start it makes room for). `include_waits=False` skips the per-job "wait" decisions (the
+    simulator does not need them; `queue_report` explains waiting jobs on demand).
+    """
+    policy = policy_for(policy)  # ValueError naming the field for an unknown name
+    with gc_paused():
+        return Round(snapshot, now, policy, config or DEFAULT_CONFIG, include_waits).run()
+
+
+# A round allocates many small objects (allocations, decisions, keys) and makes no reference
+# cycles, yet each allocation burst lets the cyclic collector walk every job and node of the
+# snapshot: 40 % of a 10,000-node round, growing faster than the round. So the collector is
+# paused for the round. It is the whole process's switch and the scheduler serves on many
+# threads (a Schedule round beside a Queue report), so pauses are counted: the first round in
+# turns it off, the last one out puts it back as the first found it. A round ending never
+# cuts another's pause short, and overlapping rounds never leave it off.
+_gc_lock = threading.Lock()
+_gc_rounds = 0  # rounds in a pause now
+_gc_was_enabled = False  # the collector's state when the first of them began
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for the block (nests and overlaps across threads).
+
+    Code that needs the collector off while rounds may run pauses it through here too: a
+    plain gc.disable() during a round is undone when the round ends.
+    """
+    global _gc_rounds, _gc_was_enabled
+    with _gc_lock:
+        if _gc_rounds == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_rounds += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_rounds -= 1
+            if _gc_rounds == 0 and _gc_was_enabled:
+                gc.enable()
