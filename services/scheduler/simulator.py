@@ -403,7 +403,10 @@ def simulate(
     in_range, errors, widths = 0, [], []
     # Jobs that waited long enough for their ETA to matter: a job that starts within a round
     # or two is "in range" almost by construction, and would hide how the ETA does for the
-    # jobs a user actually looks up.
+    # jobs a user actually looks up. Each job is judged on the ETA it got at submit, never on a
+    # later one: the live `show`/`queue` re-estimate on every call (a range that narrows as the
+    # start nears), so this is the hardest of the ranges a user sees, and the one that lets a
+    # user plan.
     waited_in, waited_widths, waited_waits = 0, [], []
     for s in done:
         lo, hi = s.eta or (s.job.submit, s.job.submit)

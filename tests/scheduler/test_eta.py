@@ -110,3 +110,17 @@ def test_eta_quantiles_do_not_change_decisions(monkeypatch):
     assert base["avg_jct"] == other["avg_jct"]
     # ...while the ranges did change (the test can fail)
     assert [r[6] for r in base["_per_job"]] != [r[6] for r in other["_per_job"]]
+
+
+def test_the_waited_score_judges_the_eta_given_at_submit():
+    # One GPU. j0 runs 10,000 s; j1 arrives 10 s later, when nothing has ended yet and j0 has run
+    # 10 s, so its ETA at submit says "within about 100 s". It starts at 10,000 s: a re-issued
+    # ETA would have caught up with that, the one given at submit did not, and that one counts.
+    jobs = [TraceJob("j0", 0.0, 10_000.0, 1), TraceJob("j1", 10.0, 100.0, 1)]
+    m = simulate(jobs, 1, 1, "fifo", per_job=True)
+    (low, high) = next(r[6] for r in m["_per_job"] if r[0] == 10.0)
+    assert high < 1_000.0
+    assert m["waited"] == 1
+    assert m["eta_in_range_waited"] == 0.0
+    assert m["median_wait_waited"] == pytest.approx(9_990.0)
+    assert m["eta_median_width_waited"] == pytest.approx(high - low)
