@@ -160,6 +160,40 @@ def checkpoint_prefix(job_id: str) -> str:
     return f"{job_id}/checkpoints/"
 
 
+def metrics_prefix(job_id: str) -> str:
+    """Where the helper keeps the metric files the learners write under LOG_DIR (their
+    paths below LOG_DIR kept), in the job's results bucket; the API reads them there."""
+    return f"{job_id}/metrics/"
+
+
+METRIC_FILE_TENSORBOARD = "tensorboard"
+METRIC_FILE_JSONL = "jsonl"
+# FfDL's emetrics file ($JOB_STATE_DIR/logs/evaluation-metrics.txt): JSON lines too.
+_EMETRICS_NAMES = ("evaluation-metrics.txt", "evaluation_metrics.txt")
+
+
+def metric_file_kind(rel: str) -> str | None:
+    """What a file below LOG_DIR holds, by its name: TensorBoard events, JSON lines of
+    metrics (`*.jsonl`, FfDL's emetrics file), or None for anything else (the learner
+    logs among them). A file below `learner-<i>/` is learner i's, any other learner 0's."""
+    name = rel.rsplit("/", 1)[-1]
+    if name.startswith("."):
+        return None  # half-written, as everywhere in the helper
+    if name.startswith("events.out.tfevents."):
+        return METRIC_FILE_TENSORBOARD
+    if name.endswith(".jsonl") or name in _EMETRICS_NAMES:
+        return METRIC_FILE_JSONL
+    return None
+
+
+def metric_file_learner(rel: str) -> int:
+    """The learner a metric file belongs to: i below `learner-<i>/`, else 0 (the chief,
+    which writes the summaries in TensorFlow's and Horovod's conventions)."""
+    first = rel.split("/", 1)[0] if "/" in rel else ""
+    index = first.removeprefix("learner-")
+    return int(index) if first.startswith("learner-") and index.isdigit() else 0
+
+
 # Helper env for checkpoints: the helper restores CHECKPOINT_DIR from
 # checkpoint_prefix(JOB_ID) before data_ready, syncs it there every
 # DLAAS_CHECKPOINT_INTERVAL_S seconds (0: only at the end) and once more on the finish signal.

@@ -14,7 +14,9 @@ the job volume at /job. It
    `data_ready` event,
 5. every DLAAS_CHECKPOINT_INTERVAL_S seconds mirrors CHECKPOINT_DIR to the checkpoint
    prefix (printing `checkpoint_synced` when something changed) and uploads the learner
-   logs that grew,
+   logs that grew; every METRICS_SYNC_S seconds (whatever the interval) uploads the metric
+   files the learners write below LOG_DIR that changed (TensorBoard events, JSON lines:
+   see services.learner_helper.sync.MetricFiles), so metric charts follow training,
 6. waits for SIGUSR1 (HELPER_FINISH_SIGNAL, sent by the LCM when the learners are done)
    or SIGTERM, then mirrors CHECKPOINT_DIR a last time, uploads RESULT_DIR/** under
    results_prefix(JOB_ID) and LOG_DIR/learner-<i>.log to log_object_key(JOB_ID, i),
@@ -82,9 +84,11 @@ from dlaas.jobspec import (
 from dlaas.learner.paths import JobPaths
 from services.learner_helper import store
 from services.learner_helper.archive import UnsafeArchive, safe_extract
-from services.learner_helper.sync import CheckpointSync, LearnerLogs
+from services.learner_helper.sync import CheckpointSync, LearnerLogs, MetricFiles
 
 EXIT_BAD_CONFIG = 2
+# How often metric files below LOG_DIR are looked at (a local scan; S3 only on a change).
+METRICS_SYNC_S = 1.0
 
 
 class ConfigError(ValueError):
@@ -300,8 +304,23 @@ def tick(cfg: HelperConfig, ckpt: CheckpointSync, logs: LearnerLogs, with_logs: 
         return False
 
 
+def sync_metrics(metrics: MetricFiles) -> bool:
+    """Upload the metric files that changed; False after a store hiccup (reported)."""
+    try:
+        metrics.upload_changed()
+        return True
+    except store.StoreError as exc:
+        say(f"metric files could not be stored, trying again later: {exc.message}")
+        return False
+
+
 def finish(
-    cfg: HelperConfig, client, paths: JobPaths, ckpt: CheckpointSync, logs: LearnerLogs
+    cfg: HelperConfig,
+    client,
+    paths: JobPaths,
+    ckpt: CheckpointSync,
+    logs: LearnerLogs,
+    metrics: MetricFiles | None = None,
 ) -> int:
     """The last checkpoint sync, then results and learner logs into the results bucket.
 
@@ -318,6 +337,8 @@ def finish(
     try:
         store.ensure_bucket(client, cfg.results_bucket)
         files, size = store.upload_tree(client, paths.result_dir, cfg.results_bucket, prefix)
+        if metrics is not None:
+            metrics.upload_changed()
         stored = logs.local()
         for i in stored:
             logs.upload(i)
@@ -360,6 +381,7 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
     client = store.make_client(cfg.endpoint, cfg.access_key, cfg.secret_key, cfg.region)
     ckpt = CheckpointSync(client, cfg.results_bucket, cfg.checkpoint_prefix, paths.checkpoint_dir)
     logs = LearnerLogs(client, cfg.results_bucket, cfg.job_id, paths.log_dir)
+    metrics = MetricFiles(client, cfg.results_bucket, cfg.job_id, paths.log_dir, cfg.learners)
     rejoin = paths.ready_mark.exists()
 
     try:
@@ -372,7 +394,7 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
             prepare(cfg, client, paths, stop)
     except store.Interrupted:
         say("finish signal while downloading: storing what there is")
-        return finish(cfg, client, paths, ckpt, logs)
+        return finish(cfg, client, paths, ckpt, logs, metrics)
     except store.StoreError as exc:
         return fail(exc.exit_code, exc.code, exc.message)
     except UnsafeArchive as exc:
@@ -389,11 +411,15 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
     # 0.5 s finds it; an unchanged directory costs no S3 call), so a node that dies takes
     # only the work done since the learner's last checkpoint. Logs go every interval_s.
     next_logs, next_try = time.monotonic() + interval, 0.0
+    next_metrics = time.monotonic() + METRICS_SYNC_S
     while not stop.wait(0.5):
         if cfg.finish_on_exit and all(paths.learner_exit(i).exists() for i in cfg.learners):
             say("every learner of this node has exited")
             break
         now = time.monotonic()
+        if now >= next_metrics:
+            # S3 down: wait longer before the next try, as the checkpoint sync does.
+            next_metrics = now + (METRICS_SYNC_S if sync_metrics(metrics) else max(interval, 10))
         if not interval or now < next_try:
             continue
         logs_due = now >= next_logs
@@ -402,7 +428,7 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
         if logs_due:
             next_logs = now + interval
     say("finish signal received: storing checkpoints, results and logs")
-    return finish(cfg, client, paths, ckpt, logs)
+    return finish(cfg, client, paths, ckpt, logs, metrics)
 
 
 def main() -> int:
