@@ -47,6 +47,9 @@ HELPER_EXIT_STORE_REFUSED = 11
 HELPER_EXIT_UPLOAD_FAILED = 12
 HELPER_EXIT_BAD_ARCHIVE = 13
 HELPER_EXIT_STORE_UNREACHABLE = 14
+# The job's own data store (the manifest's connection.auth_url) did not answer at the
+# helper's start: the job's fault (a wrong or private host), failed without restarts.
+HELPER_EXIT_CONNECTION_UNREACHABLE = 15
 
 
 class JobErrorCode(StrEnum):
@@ -93,7 +96,17 @@ HELPER_EXIT_REASONS = {
         JobErrorCode.STORE_UNREACHABLE,
         "the data store could not be reached",
     ),
+    HELPER_EXIT_CONNECTION_UNREACHABLE: (
+        JobErrorCode.STORE_UNREACHABLE,
+        "the job's data store could not be reached",
+    ),
 }
+
+# Helper env: set when DLAAS_S3_ENDPOINT is the job's own data store, to the manifest
+# field that named it (STORE_ENDPOINT_FIELD); empty or absent: the platform's store. The
+# helper then checks the endpoint answers before anything else, and names the field.
+ENV_STORE_FIELD = "DLAAS_S3_ENDPOINT_FIELD"
+STORE_ENDPOINT_FIELD = "data_stores[0].connection.auth_url"
 
 # The helper finishes (stores results and logs, exits) on this signal.
 HELPER_FINISH_SIGNAL = "SIGUSR1"

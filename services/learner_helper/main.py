@@ -45,12 +45,16 @@ Env (set by the LCM):
   DLAAS_CHECKPOINT_INTERVAL_S
                           optional seconds between syncs; 0 (the default): only at the end
   DLAAS_JOB_DIR           optional, default /job (tests run the helper outside a container)
+  DLAAS_S3_ENDPOINT_FIELD optional: the manifest field that named DLAAS_S3_ENDPOINT when it
+                          is the job's own store (dlaas.jobspec.ENV_STORE_FIELD)
 
 Events (stdout, one line each, dlaas.jobspec.format_event): data_ready,
 checkpoint_synced {files, uploaded, deleted, at}, stored, and error {code, message}
 right before a non-zero exit. Exit codes: dlaas.jobspec
-HELPER_EXIT_* (10 data not found, 11 store refused, 12 upload failed, 13 bad archive),
-1 object store unreachable, 2 bad helper env.
+HELPER_EXIT_* (10 data not found, 11 store refused, 12 upload failed, 13 bad archive,
+14 object store unreachable, 15 the job's own data store unreachable at the start: checked
+first, when DLAAS_S3_ENDPOINT_FIELD says the endpoint is the job's, see
+services.learner_helper.probe), 2 bad helper env.
 """
 
 from __future__ import annotations
@@ -71,18 +75,20 @@ from dlaas.jobspec import (
     ENV_HELPER_LEARNERS,
     ENV_HELPER_PRIMARY,
     ENV_SECRET_FILE,
+    ENV_STORE_FIELD,
     EVENT_CHECKPOINT_SYNCED,
     EVENT_DATA_READY,
     EVENT_ERROR,
     EVENT_STORED,
     HELPER_EXIT_BAD_ARCHIVE,
+    HELPER_EXIT_CONNECTION_UNREACHABLE,
     HELPER_EXIT_OK,
     checkpoint_prefix,
     format_event,
     results_prefix,
 )
 from dlaas.learner.paths import JobPaths
-from services.learner_helper import store
+from services.learner_helper import probe, store
 from services.learner_helper.archive import UnsafeArchive, safe_extract
 from services.learner_helper.sync import CheckpointSync, LearnerLogs, MetricFiles
 
@@ -120,6 +126,9 @@ class HelperConfig:
     # Finish by itself once its learners have exited (an engine that cannot signal a
     # running container, Swarm, stops the learners instead).
     finish_on_exit: bool = False
+    # The manifest field that named DLAAS_S3_ENDPOINT when it is the job's own data store
+    # ("": the platform's store).
+    store_field: str = ""
 
     def __repr__(self) -> str:  # never show the secret, even in a traceback
         return f"HelperConfig(job_id={self.job_id!r}, endpoint={self.endpoint!r}, ...)"
@@ -195,6 +204,7 @@ class HelperConfig:
             learners=learners,
             primary=get(ENV_HELPER_PRIMARY) != "0",
             finish_on_exit=get(ENV_HELPER_FINISH_ON_EXIT) == "1",
+            store_field=get(ENV_STORE_FIELD),
         )
 
 
@@ -227,6 +237,24 @@ def emit(event: str, **fields: object) -> None:
 def fail(exit_code: int, code: str, message: str) -> int:
     emit(EVENT_ERROR, code=code, message=message)
     return exit_code
+
+
+def check_own_store(cfg: HelperConfig) -> str | None:
+    """The error message if the job's own data store does not answer, else None (also for
+    the platform's store, which a restart may find back: boto3 retries it)."""
+    if not cfg.store_field:
+        return None
+    try:
+        host, port = probe.address(cfg.endpoint)
+    except ValueError as exc:
+        return f"{cfg.store_field}: not a usable endpoint: {exc}"
+    why = probe.unreachable_reason(host, port)
+    if why is None:
+        return None
+    return (
+        f"{cfg.store_field}: the data store at {host}:{port} could not be reached ({why}); "
+        "check the host and port, and that the platform's nodes can reach it"
+    )
 
 
 def prepare(cfg: HelperConfig, client, paths: JobPaths, stop: threading.Event) -> None:
@@ -383,6 +411,10 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
     logs = LearnerLogs(client, cfg.results_bucket, cfg.job_id, paths.log_dir)
     metrics = MetricFiles(client, cfg.results_bucket, cfg.job_id, paths.log_dir, cfg.learners)
     rejoin = paths.ready_mark.exists()
+    if not rejoin:
+        problem = check_own_store(cfg)
+        if problem is not None:
+            return fail(HELPER_EXIT_CONNECTION_UNREACHABLE, "store_unreachable", problem)
 
     try:
         if rejoin:

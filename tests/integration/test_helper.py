@@ -14,6 +14,7 @@ import importlib.util
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -410,3 +411,24 @@ def test_metric_files_below_log_dir_are_stored_while_training_and_at_the_end(
         Bucket=results, Key=jobspec.metrics_prefix(job_id) + "evaluation-metrics.txt"
     )["Body"].read()
     assert body.count(b"\n") == 2  # the last state, stored on the finish signal
+
+
+def test_the_jobs_own_unreachable_store_exits_15_naming_host_and_field(tmp_path, s3_server):
+    with socket.socket() as s:  # a port nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = _helper_process(
+        tmp_path,
+        s3_server,
+        DLAAS_S3_ENDPOINT=f"http://127.0.0.1:{port}",
+        DLAAS_RESULTS_BUCKET="results",
+        DLAAS_DATA_BUCKET="data",
+        **{jobspec.ENV_STORE_FIELD: jobspec.STORE_ENDPOINT_FIELD},
+    )
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == jobspec.HELPER_EXIT_CONNECTION_UNREACHABLE, out
+    error = events(out)[-1]
+    assert error["code"] == "store_unreachable"
+    assert f"127.0.0.1:{port}" in error["message"]
+    assert error["message"].startswith(jobspec.STORE_ENDPOINT_FIELD)
+    assert not (tmp_path / "job" / ".data_ready").exists()
