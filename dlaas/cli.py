@@ -38,7 +38,7 @@ from dlaas.client import (
     load_config,
     pack_code,
 )
-from dlaas.status import Status
+from dlaas.status import FINAL, Status
 
 EXIT_FAILED, EXIT_UNREACHABLE = 1, 3
 
@@ -538,6 +538,11 @@ def scale(
     )
 
 
+def _interactive() -> bool:
+    """Whether a person can answer a question (tests replace this)."""
+    return sys.stdin.isatty()
+
+
 @app.command()
 @reports_errors
 def delete(
@@ -546,9 +551,32 @@ def delete(
     purge: Annotated[
         bool, typer.Option("--purge", help="also delete its results (model, logs, checkpoints)")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", "-f", help="delete a job that has not ended without asking"),
+    ] = False,
 ) -> None:
-    """Delete a job that has ended; its results are kept unless --purge."""
-    reply = ctx.obj.client().delete(job, purge=purge)
+    """Delete a job: its record, containers and uploaded code.
+
+    A job that has not ended (queued or running) is halted first: its learners stop at
+    once, without a last checkpoint, so work since its last checkpoint is lost; you are
+    asked to confirm (or pass --force; without a terminal, --force is required). Its
+    results (model, logs, checkpoints) stay in its results bucket unless --purge.
+    `dlaas halt JOB` keeps the job, to resume later.
+    """
+    client = ctx.obj.client()
+    if not force:
+        status = str(client.get_job(job)["status"])
+        if status not in {s.value for s in FINAL}:
+            what = (
+                f"{job} is {status}: deleting it stops its learners at once; work since its "
+                "last checkpoint is lost"
+            )
+            if not _interactive():
+                _fail(f"{what}. Add --force to delete it, or `dlaas halt {job}` to keep it")
+            if not typer.confirm(f"{what}. Delete it?", default=False):
+                _fail(f"{job}: not deleted")
+    reply = client.delete(job, purge=purge)
     console.print(f"{job}: deleted; results {reply['results']}", markup=False)
 
 

@@ -47,6 +47,9 @@ HELPER_EXIT_STORE_REFUSED = 11
 HELPER_EXIT_UPLOAD_FAILED = 12
 HELPER_EXIT_BAD_ARCHIVE = 13
 HELPER_EXIT_STORE_UNREACHABLE = 14
+# The job's own data store (the manifest's connection.auth_url) did not answer at the
+# helper's start: the job's fault (a wrong or private host), failed without restarts.
+HELPER_EXIT_CONNECTION_UNREACHABLE = 15
 
 
 class JobErrorCode(StrEnum):
@@ -93,7 +96,17 @@ HELPER_EXIT_REASONS = {
         JobErrorCode.STORE_UNREACHABLE,
         "the data store could not be reached",
     ),
+    HELPER_EXIT_CONNECTION_UNREACHABLE: (
+        JobErrorCode.STORE_UNREACHABLE,
+        "the job's data store could not be reached",
+    ),
 }
+
+# Helper env: set when DLAAS_S3_ENDPOINT is the job's own data store, to the manifest
+# field that named it (STORE_ENDPOINT_FIELD); empty or absent: the platform's store. The
+# helper then checks the endpoint answers before anything else, and names the field.
+ENV_STORE_FIELD = "DLAAS_S3_ENDPOINT_FIELD"
+STORE_ENDPOINT_FIELD = "data_stores[0].connection.auth_url"
 
 # The helper finishes (stores results and logs, exits) on this signal.
 HELPER_FINISH_SIGNAL = "SIGUSR1"
@@ -158,6 +171,40 @@ def results_prefix(job_id: str) -> str:
 def checkpoint_prefix(job_id: str) -> str:
     """Where the helper keeps CHECKPOINT_DIR in the job's results bucket, across restarts."""
     return f"{job_id}/checkpoints/"
+
+
+def metrics_prefix(job_id: str) -> str:
+    """Where the helper keeps the metric files the learners write under LOG_DIR (their
+    paths below LOG_DIR kept), in the job's results bucket; the API reads them there."""
+    return f"{job_id}/metrics/"
+
+
+METRIC_FILE_TENSORBOARD = "tensorboard"
+METRIC_FILE_JSONL = "jsonl"
+# FfDL's emetrics file ($JOB_STATE_DIR/logs/evaluation-metrics.txt): JSON lines too.
+_EMETRICS_NAMES = ("evaluation-metrics.txt", "evaluation_metrics.txt")
+
+
+def metric_file_kind(rel: str) -> str | None:
+    """What a file below LOG_DIR holds, by its name: TensorBoard events, JSON lines of
+    metrics (`*.jsonl`, FfDL's emetrics file), or None for anything else (the learner
+    logs among them). A file below `learner-<i>/` is learner i's, any other learner 0's."""
+    name = rel.rsplit("/", 1)[-1]
+    if name.startswith("."):
+        return None  # half-written, as everywhere in the helper
+    if name.startswith("events.out.tfevents."):
+        return METRIC_FILE_TENSORBOARD
+    if name.endswith(".jsonl") or name in _EMETRICS_NAMES:
+        return METRIC_FILE_JSONL
+    return None
+
+
+def metric_file_learner(rel: str) -> int:
+    """The learner a metric file belongs to: i below `learner-<i>/`, else 0 (the chief,
+    which writes the summaries in TensorFlow's and Horovod's conventions)."""
+    first = rel.split("/", 1)[0] if "/" in rel else ""
+    index = first.removeprefix("learner-")
+    return int(index) if first.startswith("learner-") and index.isdigit() else 0
 
 
 # Helper env for checkpoints: the helper restores CHECKPOINT_DIR from

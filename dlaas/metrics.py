@@ -21,6 +21,13 @@ Three conventions are understood, all on the same stream:
   last `line_lookahead` lines, `scalars` (or `values`) naming the series and `etimes`
   the step, each as `{value: "$group_name"}`. Series are named `group/scalar`.
 
+Metric files are a second source of points, beside the log: TensorBoard event files and
+JSON-lines files (`*.jsonl`, FfDL's emetrics `evaluation-metrics.txt`) that learners
+write below LOG_DIR. The helper stores them in the job's results location
+(dlaas.jobspec.metrics_prefix), dlaas.metric_files reads them there (TensorBoard's with
+TensorBoard's own reader) and hands the records to the pure functions below. A point's
+`source` says where it came from: "" for the log, else the file's path below LOG_DIR.
+
 Values that are not finite numbers (nan, inf) are left out: they have no place on a
 chart and no JSON form.
 """
@@ -31,7 +38,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlaas.errors import InvalidManifest
@@ -69,12 +76,26 @@ _SYMBOL_RE = re.compile(r"%\{(\w+)(?::(\w+))?\}")
 
 @dataclass(frozen=True)
 class Point:
-    """One measurement: series `name` was `value` at `step`; `line` is the log line's index."""
+    """One measurement: series `name` was `value` at `step`; `line` is the index of the line
+    (of the log, or of the JSON-lines file) or record (of an event file) it came from."""
 
     name: str
     step: float
     value: float
     line: int
+    source: str = ""  # "": the log; else the metric file's path below LOG_DIR
+
+    def event(self) -> dict[str, Any]:
+        """The point as the follow streams send it (`source` only for a metric file)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "step": self.step,
+            "value": self.value,
+            "line": self.line,
+        }
+        if self.source:
+            out["source"] = self.source
+        return out
 
 
 @dataclass(frozen=True)
@@ -344,3 +365,46 @@ def series(found: Iterable[Point]) -> dict[str, list[list[float]]]:
         by_name.setdefault(p.name, {})[p.step] = p.value
     # Sorted by step: a job resumed from an earlier checkpoint prints some steps again.
     return {name: [[s, steps[s]] for s in sorted(steps)] for name, steps in by_name.items()}
+
+
+# --------------------------------------------------------------------------- metric files
+
+
+def jsonl_points(lines: Iterable[str], source: str) -> list[Point]:
+    """The points of a JSON-lines metric file (FfDL records or `{"step": .., name: v}`
+    objects; a line without a step counts its series 0, 1, ...), as a log's lines."""
+    return [replace(p, source=source) for p in points(lines)]
+
+
+def scalar_points(scalars: Iterable[tuple[str, float, float]], source: str) -> list[Point]:
+    """(tag, step, value) records of a TensorBoard event file -> points; tags are the
+    series names, non-finite values left out, at most MAX_SERIES series."""
+    names: set[str] = set()
+    out = []
+    for index, (tag, step, value) in enumerate(scalars):
+        name = str(tag)[:MAX_NAME]
+        if not math.isfinite(value) or not math.isfinite(step):
+            continue
+        if name not in names:
+            if len(names) >= MAX_SERIES:
+                continue
+            names.add(name)
+        out.append(Point(name, _step_value(float(step)), value, index, source))
+    return out
+
+
+@dataclass
+class Unseen:
+    """Hands out each (source, name, step) once: a metric file is read again whole each
+    time it grows, and only its new points go to a follower."""
+
+    seen: set[tuple[str, str, float]] = field(default_factory=set)
+
+    def new(self, found: Iterable[Point]) -> list[Point]:
+        out = []
+        for p in found:
+            key = (p.source, p.name, p.step)
+            if key not in self.seen:
+                self.seen.add(key)
+                out.append(p)
+        return out

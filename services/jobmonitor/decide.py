@@ -33,6 +33,7 @@ from dlaas.jobspec import (
     EVENT_DATA_READY,
     EVENT_ERROR,
     HELPER_EXIT_REASONS,
+    HELPER_EXIT_STORE_UNREACHABLE,
     ROLE_HELPER,
     JobErrorCode,
 )
@@ -68,10 +69,12 @@ EXIT_SIGTERM = 143
 EXIT_ENGINE_LOST = 255
 ERROR_ENGINE_LOST = JobErrorCode.ENGINE_LOST
 
-# Helper failures that are the job's own fault (bad location, credentials, archive): a
-# restart would fail the same way. Everything else the helper reports as an error is
-# the platform's: store_unreachable restarts; unknown codes fail as helper_failed.
-HELPER_INFRA_ERRORS = frozenset({JobErrorCode.STORE_UNREACHABLE})
+# Helper failures that are the job's own fault (bad location, credentials, archive, its
+# own data store not answering: HELPER_EXIT_CONNECTION_UNREACHABLE): a restart would fail
+# the same way. The one the platform's: its own store not answering (exit
+# HELPER_EXIT_STORE_UNREACHABLE) restarts; unknown codes fail as helper_failed. By exit
+# code, not error code: both kinds of unreachable store report `store_unreachable`.
+HELPER_INFRA_EXITS = frozenset({HELPER_EXIT_STORE_UNREACHABLE})
 
 # How long the monitor waits for the LCM to act on a restart request before asking again
 # (the LCM lets the helper sync checkpoints and logs first, which takes a while).
@@ -359,7 +362,7 @@ def classify_helper(helper: Container, events: Sequence[Mapping] = ()) -> Failur
         "",
     )
     reason = f"{text}: {message}" if message else text
-    return Failure(reason, error_code, infrastructure=error_code in HELPER_INFRA_ERRORS)
+    return Failure(reason, error_code, infrastructure=code in HELPER_INFRA_EXITS)
 
 
 def _first_failure(

@@ -128,6 +128,7 @@ def deployment_plan(
         "DLAAS_CODE_KEY": code.prefix if code else "",
         jobspec.ENV_CHECKPOINT_PREFIX: jobspec.checkpoint_prefix(job_id),
         jobspec.ENV_CHECKPOINT_INTERVAL: str(manifest.checkpoint.interval_s),
+        jobspec.ENV_STORE_FIELD: "" if results.platform else jobspec.STORE_ENDPOINT_FIELD,
     }
     if code is not None and code.endpoint != results.endpoint:
         # The code archive is in the platform's S3 while data/results are elsewhere.

@@ -14,7 +14,9 @@ the job volume at /job. It
    `data_ready` event,
 5. every DLAAS_CHECKPOINT_INTERVAL_S seconds mirrors CHECKPOINT_DIR to the checkpoint
    prefix (printing `checkpoint_synced` when something changed) and uploads the learner
-   logs that grew,
+   logs that grew; every METRICS_SYNC_S seconds (whatever the interval) uploads the metric
+   files the learners write below LOG_DIR that changed (TensorBoard events, JSON lines:
+   see services.learner_helper.sync.MetricFiles), so metric charts follow training,
 6. waits for SIGUSR1 (HELPER_FINISH_SIGNAL, sent by the LCM when the learners are done)
    or SIGTERM, then mirrors CHECKPOINT_DIR a last time, uploads RESULT_DIR/** under
    results_prefix(JOB_ID) and LOG_DIR/learner-<i>.log to log_object_key(JOB_ID, i),
@@ -43,12 +45,16 @@ Env (set by the LCM):
   DLAAS_CHECKPOINT_INTERVAL_S
                           optional seconds between syncs; 0 (the default): only at the end
   DLAAS_JOB_DIR           optional, default /job (tests run the helper outside a container)
+  DLAAS_S3_ENDPOINT_FIELD optional: the manifest field that named DLAAS_S3_ENDPOINT when it
+                          is the job's own store (dlaas.jobspec.ENV_STORE_FIELD)
 
 Events (stdout, one line each, dlaas.jobspec.format_event): data_ready,
 checkpoint_synced {files, uploaded, deleted, at}, stored, and error {code, message}
 right before a non-zero exit. Exit codes: dlaas.jobspec
-HELPER_EXIT_* (10 data not found, 11 store refused, 12 upload failed, 13 bad archive),
-1 object store unreachable, 2 bad helper env.
+HELPER_EXIT_* (10 data not found, 11 store refused, 12 upload failed, 13 bad archive,
+14 object store unreachable, 15 the job's own data store unreachable at the start: checked
+first, when DLAAS_S3_ENDPOINT_FIELD says the endpoint is the job's, see
+services.learner_helper.probe), 2 bad helper env.
 """
 
 from __future__ import annotations
@@ -69,22 +75,26 @@ from dlaas.jobspec import (
     ENV_HELPER_LEARNERS,
     ENV_HELPER_PRIMARY,
     ENV_SECRET_FILE,
+    ENV_STORE_FIELD,
     EVENT_CHECKPOINT_SYNCED,
     EVENT_DATA_READY,
     EVENT_ERROR,
     EVENT_STORED,
     HELPER_EXIT_BAD_ARCHIVE,
+    HELPER_EXIT_CONNECTION_UNREACHABLE,
     HELPER_EXIT_OK,
     checkpoint_prefix,
     format_event,
     results_prefix,
 )
 from dlaas.learner.paths import JobPaths
-from services.learner_helper import store
+from services.learner_helper import probe, store
 from services.learner_helper.archive import UnsafeArchive, safe_extract
-from services.learner_helper.sync import CheckpointSync, LearnerLogs
+from services.learner_helper.sync import CheckpointSync, LearnerLogs, MetricFiles
 
 EXIT_BAD_CONFIG = 2
+# How often metric files below LOG_DIR are looked at (a local scan; S3 only on a change).
+METRICS_SYNC_S = 1.0
 
 
 class ConfigError(ValueError):
@@ -116,6 +126,9 @@ class HelperConfig:
     # Finish by itself once its learners have exited (an engine that cannot signal a
     # running container, Swarm, stops the learners instead).
     finish_on_exit: bool = False
+    # The manifest field that named DLAAS_S3_ENDPOINT when it is the job's own data store
+    # ("": the platform's store).
+    store_field: str = ""
 
     def __repr__(self) -> str:  # never show the secret, even in a traceback
         return f"HelperConfig(job_id={self.job_id!r}, endpoint={self.endpoint!r}, ...)"
@@ -191,6 +204,7 @@ class HelperConfig:
             learners=learners,
             primary=get(ENV_HELPER_PRIMARY) != "0",
             finish_on_exit=get(ENV_HELPER_FINISH_ON_EXIT) == "1",
+            store_field=get(ENV_STORE_FIELD),
         )
 
 
@@ -223,6 +237,24 @@ def emit(event: str, **fields: object) -> None:
 def fail(exit_code: int, code: str, message: str) -> int:
     emit(EVENT_ERROR, code=code, message=message)
     return exit_code
+
+
+def check_own_store(cfg: HelperConfig) -> str | None:
+    """The error message if the job's own data store does not answer, else None (also for
+    the platform's store, which a restart may find back: boto3 retries it)."""
+    if not cfg.store_field:
+        return None
+    try:
+        host, port = probe.address(cfg.endpoint)
+    except ValueError as exc:
+        return f"{cfg.store_field}: not a usable endpoint: {exc}"
+    why = probe.unreachable_reason(host, port)
+    if why is None:
+        return None
+    return (
+        f"{cfg.store_field}: the data store at {host}:{port} could not be reached ({why}); "
+        "check the host and port, and that the platform's nodes can reach it"
+    )
 
 
 def prepare(cfg: HelperConfig, client, paths: JobPaths, stop: threading.Event) -> None:
@@ -300,8 +332,23 @@ def tick(cfg: HelperConfig, ckpt: CheckpointSync, logs: LearnerLogs, with_logs: 
         return False
 
 
+def sync_metrics(metrics: MetricFiles) -> bool:
+    """Upload the metric files that changed; False after a store hiccup (reported)."""
+    try:
+        metrics.upload_changed()
+        return True
+    except store.StoreError as exc:
+        say(f"metric files could not be stored, trying again later: {exc.message}")
+        return False
+
+
 def finish(
-    cfg: HelperConfig, client, paths: JobPaths, ckpt: CheckpointSync, logs: LearnerLogs
+    cfg: HelperConfig,
+    client,
+    paths: JobPaths,
+    ckpt: CheckpointSync,
+    logs: LearnerLogs,
+    metrics: MetricFiles | None = None,
 ) -> int:
     """The last checkpoint sync, then results and learner logs into the results bucket.
 
@@ -318,6 +365,8 @@ def finish(
     try:
         store.ensure_bucket(client, cfg.results_bucket)
         files, size = store.upload_tree(client, paths.result_dir, cfg.results_bucket, prefix)
+        if metrics is not None:
+            metrics.upload_changed()
         stored = logs.local()
         for i in stored:
             logs.upload(i)
@@ -360,7 +409,12 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
     client = store.make_client(cfg.endpoint, cfg.access_key, cfg.secret_key, cfg.region)
     ckpt = CheckpointSync(client, cfg.results_bucket, cfg.checkpoint_prefix, paths.checkpoint_dir)
     logs = LearnerLogs(client, cfg.results_bucket, cfg.job_id, paths.log_dir)
+    metrics = MetricFiles(client, cfg.results_bucket, cfg.job_id, paths.log_dir, cfg.learners)
     rejoin = paths.ready_mark.exists()
+    if not rejoin:
+        problem = check_own_store(cfg)
+        if problem is not None:
+            return fail(HELPER_EXIT_CONNECTION_UNREACHABLE, "store_unreachable", problem)
 
     try:
         if rejoin:
@@ -372,7 +426,7 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
             prepare(cfg, client, paths, stop)
     except store.Interrupted:
         say("finish signal while downloading: storing what there is")
-        return finish(cfg, client, paths, ckpt, logs)
+        return finish(cfg, client, paths, ckpt, logs, metrics)
     except store.StoreError as exc:
         return fail(exc.exit_code, exc.code, exc.message)
     except UnsafeArchive as exc:
@@ -389,11 +443,15 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
     # 0.5 s finds it; an unchanged directory costs no S3 call), so a node that dies takes
     # only the work done since the learner's last checkpoint. Logs go every interval_s.
     next_logs, next_try = time.monotonic() + interval, 0.0
+    next_metrics = time.monotonic() + METRICS_SYNC_S
     while not stop.wait(0.5):
         if cfg.finish_on_exit and all(paths.learner_exit(i).exists() for i in cfg.learners):
             say("every learner of this node has exited")
             break
         now = time.monotonic()
+        if now >= next_metrics:
+            # S3 down: wait longer before the next try, as the checkpoint sync does.
+            next_metrics = now + (METRICS_SYNC_S if sync_metrics(metrics) else max(interval, 10))
         if not interval or now < next_try:
             continue
         logs_due = now >= next_logs
@@ -402,7 +460,7 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
         if logs_due:
             next_logs = now + interval
     say("finish signal received: storing checkpoints, results and logs")
-    return finish(cfg, client, paths, ckpt, logs)
+    return finish(cfg, client, paths, ckpt, logs, metrics)
 
 
 def main() -> int:

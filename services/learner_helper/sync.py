@@ -21,6 +21,13 @@ first `run_start` lines of the object are the earlier runs', the rest are the cu
 learner container's output. Restore uploads the object at once, before `data_ready`,
 so the metadata is in place before the new container prints its first line.
 
+Metric files (`MetricFiles`): TensorBoard event files and JSON-lines metric files the
+learners write anywhere below LOG_DIR (dlaas.jobspec.metric_file_kind) are uploaded to
+metrics_prefix(JOB_ID) whenever they changed, their paths kept; the API parses them
+there. Upload only: a file gone from the volume (a new volume after a requeue) stays in
+S3, so a series keeps its history; the steps a resumed learner writes again have the
+same (name, step) and replace, not duplicate, the earlier points (dlaas.metrics.series).
+
 Everything is idempotent: running restore twice, or a sync after a helper restart,
 converges to the same S3 state.
 """
@@ -31,7 +38,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlaas.jobspec import HELPER_EXIT_DATA_NOT_FOUND, log_object_key
+from dlaas.jobspec import (
+    HELPER_EXIT_DATA_NOT_FOUND,
+    log_object_key,
+    metric_file_kind,
+    metric_file_learner,
+    metrics_prefix,
+)
 from dlaas.learner.paths import RUN_START_META
 from services.learner_helper import store
 
@@ -279,3 +292,44 @@ class LearnerLogs:
                 self.upload(i)
                 done.append(i)
         return done
+
+
+# --------------------------------------------------------------------------- metric files
+
+
+def metric_files(local: dict[str, Stat], learners: Iterable[int]) -> dict[str, Stat]:
+    """The metric files among `local` that belong to `learners` (a node's helper uploads its
+    own learners' files only, so two helpers never write the same object)."""
+    mine = set(learners)
+    return {
+        rel: stat
+        for rel, stat in local.items()
+        if metric_file_kind(rel) is not None and metric_file_learner(rel) in mine
+    }
+
+
+class MetricFiles:
+    """Uploads the learners' metric files below LOG_DIR when they change."""
+
+    def __init__(self, client, bucket: str, job_id: str, log_dir: Path, learners: Iterable[int]):
+        self.client, self.bucket, self.log_dir = client, bucket, log_dir
+        self.prefix = metrics_prefix(job_id)
+        self.learners = tuple(learners)
+        self.synced: dict[str, Stat] = {}
+
+    def upload_changed(self) -> int:
+        """Upload the files new or changed since their last upload; how many. Raise
+        store.StoreError."""
+        local = metric_files(scan(self.log_dir), self.learners)
+        plan = plan_sync(local, self.synced, owned=set())  # never deletes: see the docstring
+        if plan.uploads:
+            store.ensure_bucket(self.client, self.bucket)
+        for rel in plan.uploads:
+            path = self.log_dir / rel
+            before = _stat(path)
+            if before is None:
+                continue
+            store.upload_file(self.client, path, self.bucket, self.prefix + rel)
+            if _stat(path) == before:  # still being written: sent again next time
+                self.synced[rel] = before
+        return len(plan.uploads)

@@ -418,3 +418,32 @@ def test_status_reports_whether_each_running_component_answers(tmp_path):
         grpc_server.stop(0)
         stand_in.kill()
         stand_in.wait()
+
+
+def test_deleting_a_job_that_has_not_ended_asks_or_needs_force(server, manifest_file, monkeypatch):
+    from dlaas import cli
+
+    job_id = server.cli("submit", str(manifest_file)).stdout.strip()
+    r = server.cli("delete", job_id)  # no terminal to ask on
+    assert r.exit_code == 1 and "--force" in r.output and "QUEUED" in r.output
+    assert server.cli("show", job_id).exit_code == 0  # still there
+
+    monkeypatch.setattr(cli, "_interactive", lambda: True)
+    r = runner.invoke(app, ["--home", str(server.home), "delete", job_id], input="n\n")
+    assert r.exit_code == 1 and "not deleted" in r.output
+    assert server.cli("show", job_id).exit_code == 0
+    r = runner.invoke(app, ["--home", str(server.home), "delete", job_id], input="y\n")
+    assert r.exit_code == 0 and f"{job_id}: deleted" in r.output
+    assert server.cli("show", job_id).exit_code == 1
+
+    other = server.cli("submit", str(manifest_file)).stdout.strip()
+    monkeypatch.setattr(cli, "_interactive", lambda: False)
+    r = server.cli("delete", "--force", other)
+    assert r.exit_code == 0 and f"{other}: deleted" in r.output
+
+
+def test_delete_help_says_what_it_does():
+    r = runner.invoke(app, ["delete", "--help"])
+    text = " ".join(r.output.split())
+    assert "halted first" in text and "--force" in text and "--purge" in text
+    assert "stay in its results bucket" in text

@@ -14,6 +14,7 @@ import importlib.util
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -360,3 +361,74 @@ def test_missing_env_is_named(tmp_path, s3_server):
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 2
     assert "DLAAS_S3_ENDPOINT" in out and "DLAAS_RESULTS_BUCKET" in out
+
+
+def test_metric_files_below_log_dir_are_stored_while_training_and_at_the_end(
+    tmp_path, s3_server, s3_client
+):
+    results = _bucket(s3_client)
+    logs = tmp_path / "job" / "logs"
+    (logs / "tb").mkdir(parents=True)
+    (logs / "learner-1").mkdir()
+    (logs / "tb" / "events.out.tfevents.1.host").write_bytes(b"not parsed by the helper")
+    (logs / "learner-1" / "m.jsonl").write_text('{"step": 1, "loss": 1}\n')  # another node's
+    job_id = "m" + uuid.uuid4().hex[:8]
+    proc = _helper_process(
+        tmp_path,
+        s3_server,
+        JOB_ID=job_id,
+        DLAAS_RESULTS_BUCKET=results,
+        NUM_LEARNERS="2",
+        **{jobspec.ENV_HELPER_LEARNERS: "0"},
+    )
+
+    def stored() -> set[str]:
+        listing = s3_client.list_objects_v2(Bucket=results, Prefix=jobspec.metrics_prefix(job_id))
+        return {
+            o["Key"].removeprefix(jobspec.metrics_prefix(job_id))
+            for o in listing.get("Contents", [])
+        }
+
+    try:
+        out = ""
+        while "data_ready" not in out:
+            out += proc.stdout.readline()
+        # Written while the learners train: uploaded without waiting for the end.
+        (logs / "evaluation-metrics.txt").write_text('{"step": 1, "acc": 0.5}\n')
+        deadline = time.monotonic() + 30
+        while "evaluation-metrics.txt" not in stored() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert stored() == {"tb/events.out.tfevents.1.host", "evaluation-metrics.txt"}
+        (logs / "evaluation-metrics.txt").write_text(
+            '{"step": 1, "acc": 0.5}\n{"step": 2, "acc": 0.6}\n'
+        )
+        proc.send_signal(signal.SIGUSR1)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    body = s3_client.get_object(
+        Bucket=results, Key=jobspec.metrics_prefix(job_id) + "evaluation-metrics.txt"
+    )["Body"].read()
+    assert body.count(b"\n") == 2  # the last state, stored on the finish signal
+
+
+def test_the_jobs_own_unreachable_store_exits_15_naming_host_and_field(tmp_path, s3_server):
+    with socket.socket() as s:  # a port nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = _helper_process(
+        tmp_path,
+        s3_server,
+        DLAAS_S3_ENDPOINT=f"http://127.0.0.1:{port}",
+        DLAAS_RESULTS_BUCKET="results",
+        DLAAS_DATA_BUCKET="data",
+        **{jobspec.ENV_STORE_FIELD: jobspec.STORE_ENDPOINT_FIELD},
+    )
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == jobspec.HELPER_EXIT_CONNECTION_UNREACHABLE, out
+    error = events(out)[-1]
+    assert error["code"] == "store_unreachable"
+    assert f"127.0.0.1:{port}" in error["message"]
+    assert error["message"].startswith(jobspec.STORE_ENDPOINT_FIELD)
+    assert not (tmp_path / "job" / ".data_ready").exists()

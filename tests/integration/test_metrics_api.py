@@ -1,13 +1,17 @@
 """`GET /v1/jobs/{id}/metrics` against the real S3 and job store (test_api's `env`):
 series from a learner's stored log, owner-checked, with FfDL regex groups from the
-manifest, and `follow` as JSON lines."""
+manifest, from the metric files the helper stored (TensorBoard, JSON lines), and
+`follow` as JSON lines."""
 
 from __future__ import annotations
 
 import json
 import threading
 
+from tb_events import scalars, write_events
 from test_api import ALICE, BOB, auth, env, put_log  # noqa: F401 - env is a fixture
+
+from dlaas import jobspec
 
 LINES = [
     "starting",
@@ -123,3 +127,47 @@ def test_follow_streams_points_as_json_lines_until_the_job_ends(env):  # noqa: F
         ("accuracy", 1, 0.5, 1),
     ]
     assert len(events) == 6
+
+
+def put_metric_file(env, job_id: str, rel: str, body: bytes) -> None:  # noqa: F811
+    """A metric file as the helper stores it (services.learner_helper.sync.MetricFiles)."""
+    env.s3.put_object(Bucket=env.results, Key=jobspec.metrics_prefix(job_id) + rel, Body=body)
+
+
+def test_series_of_tensorboard_and_jsonl_files_join_the_logs(env, tmp_path):  # noqa: F811
+    job_id = env.submit(manifest=env.manifest(learners=2)).json()["job_id"]
+    put_log(env, job_id, 0, LINES)
+    events = write_events(tmp_path, scalars("tb_loss", {0: 1.0, 1: 0.5}))
+    put_metric_file(env, job_id, "tb/" + events.name, events.read_bytes())
+    put_metric_file(env, job_id, "evaluation-metrics.txt", b'{"step": 7, "val_acc": 0.8}\n')
+    put_metric_file(env, job_id, "learner-1/m.jsonl", b'{"step": 1, "loss": 3.0}\n')
+    env.finish(job_id)
+    series = get_metrics(env, job_id).json()["series"]
+    assert series["tb_loss"] == [[0, 1.0], [1, 0.5]]
+    assert series["val_acc"] == [[7, 0.8]]
+    assert series["loss"] == [[1, 0.9], [2, 0.6], [3, 0.4]]  # learner 1's file is not here
+    assert get_metrics(env, job_id, learner=1).json()["series"] == {"loss": [[1, 3.0]]}
+
+
+def test_follow_streams_file_points_once_with_their_source(env):  # noqa: F811
+    job_id = env.submit().json()["job_id"]
+    done = threading.Event()
+
+    def later():
+        put_metric_file(env, job_id, "m.jsonl", b'{"step": 1, "loss": 0.5}\n')
+        done.wait(0.3)
+        # The file grows: only its new point is sent.
+        put_metric_file(
+            env, job_id, "m.jsonl", b'{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4}\n'
+        )
+        done.wait(0.3)
+        put_log(env, job_id, 0, ["epoch 1 acc=0.7"])
+        env.finish(job_id)
+
+    threading.Thread(target=later).start()
+    r = get_metrics(env, job_id, follow="true")
+    assert r.status_code == 200
+    events = [json.loads(line) for line in r.text.splitlines()]
+    from_file = [(e["name"], e["step"], e["value"]) for e in events if e.get("source") == "m.jsonl"]
+    assert from_file == [("loss", 1, 0.5), ("loss", 2, 0.4)]
+    assert [(e["name"], e["step"]) for e in events if "source" not in e] == [("acc", 1)]

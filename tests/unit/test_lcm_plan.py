@@ -105,3 +105,24 @@ def test_a_gang_spanning_nodes_has_a_helper_per_node_and_the_first_is_learner_0s
     assert [c.node for c in p.learners] == ["n2", "n1", "n2"]
     # Every learner still finds learner 0 by its alias on the job's network.
     assert {c.env["MASTER_ADDR"] for c in p.learners} == {"learner-0"}
+
+
+def test_the_helper_is_told_when_its_store_is_the_jobs_own_and_which_field_named_it():
+    own = plan().helper  # results in the user's own store (S3Location.platform False)
+    assert own.env[jobspec.ENV_STORE_FIELD] == "data_stores[0].connection.auth_url"
+    m = parse_manifest(MANIFEST)
+    ours = S3Location("http://s3:8333", "ak", "sk", "results", platform=True)
+    platform = deployment_plan(
+        platform_id="p1",
+        job_id="job-1",
+        user="alice",
+        manifest=m,
+        learners=1,
+        gpu_indices=[(0,)],
+        image="dlaas/learner:latest",
+        helper_image="dlaas/learner:latest",
+        data=None,
+        results=ours,
+        code=None,
+    ).helper
+    assert platform.env[jobspec.ENV_STORE_FIELD] == ""

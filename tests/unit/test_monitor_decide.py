@@ -9,6 +9,7 @@ import pytest
 
 from dlaas.jobspec import (
     HELPER_EXIT_BAD_ARCHIVE,
+    HELPER_EXIT_CONNECTION_UNREACHABLE,
     HELPER_EXIT_DATA_NOT_FOUND,
     HELPER_EXIT_STORE_REFUSED,
     HELPER_EXIT_STORE_UNREACHABLE,
@@ -354,6 +355,25 @@ def test_an_unreachable_data_store_restarts_with_the_helpers_message():
     assert dec.actions == [
         Requeue("the data store could not be reached: timeout", "store_unreachable")
     ]
+
+
+def test_the_jobs_own_unreachable_store_fails_it_naming_host_and_field_without_restart():
+    message = (
+        "data_stores[0].connection.auth_url: the data store at s3.example.org:9000 could not "
+        "be reached (Connection refused)"
+    )
+    dec = decide(
+        view(
+            Status.DOWNLOADING,
+            [helper("exited", HELPER_EXIT_CONNECTION_UNREACHABLE), learner(0)],
+            helper_events=[{"event": "error", "code": "store_unreachable", "message": message}],
+        )
+    )
+    change = transition(dec)
+    assert change.target == Status.FAILED and requeues(dec) == []
+    assert change.error_code == "store_unreachable"
+    assert "s3.example.org:9000" in change.reason
+    assert "data_stores[0].connection.auth_url" in change.reason
 
 
 @pytest.mark.parametrize(("code", "how"), [(137, "killed (SIGKILL)"), (143, "stopped (SIGTERM)")])
