@@ -120,6 +120,14 @@ class StatusKeeper(StatusRepo):
                 failure=[],
             )
             if ok:
+                # The state this replaces may never have reached the store (its writer died
+                # between etcd and the mirror): it goes first, so the history has no hole.
+                try:
+                    self._mirror_if_behind(job_id, current)
+                # Broad: any store error (SQLite, MongoDB) must not fail a transition that
+                # etcd holds already; the leader's repair_mirrors is the net, and it is logged.
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("job %s: mirroring its previous state failed: %r", job_id, exc)
                 self._record(job_id, current.status, new)
                 return new
         raise InvalidTransition(f"job {job_id}: status kept changing, gave up after retries")
@@ -161,6 +169,16 @@ class StatusKeeper(StatusRepo):
             return False
         previous = record.history[-1].status if record.history and state.seq > 0 else None
         return self._record(job_id, previous, state)
+
+    def _mirror_if_behind(self, job_id: str, state: JobState) -> None:
+        """Record `state` if the store has no entry of its seq yet."""
+        try:
+            record = self.store.get(job_id)
+        except JobNotFound:
+            return
+        if record.last_seq < state.seq:
+            previous = record.history[-1].status if record.history else None
+            self._record(job_id, previous, state)
 
     def _record(self, job_id: str, previous: Status | None, state: JobState) -> bool:
         """Mirror `state` into the store; the first to record it tells the notifier."""

@@ -304,15 +304,19 @@ class DeployingEngine(NoEngine):
 
 
 class LockedOnceStore(SqliteJobStore):
-    """The real SQLite store, whose first read of a job while `locked` fails as a store held
-    locked by another writer does (sqlite3.OperationalError)."""
+    """The real SQLite store, whose read of a job fails while `locked` (after `skip` more
+    reads) as a store held locked by another writer does (sqlite3.OperationalError)."""
 
     locked = False
+    skip = 0
 
     def get(self, job_id: str):
         if self.locked:
-            self.locked = False
-            raise sqlite3.OperationalError("database is locked")
+            if self.skip:
+                self.skip -= 1
+            else:
+                self.locked = False
+                raise sqlite3.OperationalError("database is locked")
         return super().get(job_id)
 
 
@@ -332,7 +336,7 @@ def test_a_locked_store_during_deploy_leaves_the_job_pending_and_it_is_deployed_
     lcm = make_lcm(engine, store=store)
     lcm.submit("job-1", "alice", MANIFEST, "")
     [decision] = lcm.scheduler.schedule()
-    store.locked = True
+    store.locked, store.skip = True, 1  # the PENDING transition reads it first
     lcm._carry_out(decision)  # PENDING, then the deploy's read of the job fails
 
     assert lcm.keeper.get("job-1").status == Status.PENDING  # not FAILED
@@ -420,3 +424,19 @@ def test_the_leader_mirrors_what_the_store_missed_periodically(make_lcm, tmp_pat
     assert in_sync(lcm, "job-1") and in_sync(lcm, "job-2")
     assert lcm.keeper.repair_mirrors() == []  # nothing left behind; a replay adds nothing
     assert [t.status for t in lcm.store.get("job-1").history] == [Status.QUEUED, Status.PENDING]
+
+
+def test_the_next_transition_mirrors_the_state_the_store_missed_first(make_lcm, tmp_path):
+    """A writer killed between etcd and the store (the monitor, say) left STORING out of the
+    store; the next transition, by anyone, records it before its own: no hole in history."""
+    lcm = make_lcm(NoEngine(), store=MirrorLostStore(tmp_path / "m.db"))
+    job_id = running_job(lcm)
+    lose_mirror(lcm, job_id, Status.STORING)
+
+    lcm.keeper.transition(job_id, Status.COMPLETED, "stored")
+
+    assert in_sync(lcm, job_id)
+    assert [t.status for t in lcm.store.get(job_id).history] == [
+        Status.QUEUED, Status.PENDING, Status.DOWNLOADING, Status.PROCESSING, Status.STORING,
+        Status.COMPLETED,
+    ]  # fmt: skip
