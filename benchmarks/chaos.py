@@ -1,10 +1,11 @@
 """Chaos suite: example jobs run to completion while the platform's parts are SIGKILLed.
 
 Brings a platform up (`dlaas.platform.up`, a temporary home by default; `--nodes N` > 1:
-on an N-node Docker Swarm on this machine, dlaas.local.swarm), runs the process supervisor (`python -m dlaas.supervisor`, unless `up` already
-started one), uploads the digits data, submits `--jobs` example jobs and, while they
-run, kills one component at a time at a random moment, waiting for it to recover before
-the next kill. Then it waits for every job to end and checks what was lost.
+on an N-node Docker Swarm on this machine, dlaas.local.swarm), runs the process supervisor
+(`python -m dlaas.supervisor`, unless `up` already started one), uploads the digits data,
+submits `--jobs` example jobs and, while they run, kills one component at a time at a
+random moment, waiting for it to recover before the next kill. Then it waits for every job
+to end and checks what was lost.
 
 Jobs (a seeded mix): digits, 1 learner, `--epoch-sleep` so a run takes ~20-60 s; ddp,
 2 learners; elastic ddp (min 1, max 2 learners); priorities low / normal / high; every
@@ -527,6 +528,8 @@ class Watcher:
                     runs.sort(key=lambda r: r.start)
             elif not state.get("Running"):
                 break  # it died with its engine (or after): its stream ended at the break
+            else:
+                self._stop.wait(0.5)  # its engine is back and it runs on: read on
             broke_at = None
             try:
                 self._read_logs(client, container_id, run, since)

@@ -291,11 +291,13 @@ class SwarmLab:
             record = self._read()
             node = self._node(record, name)
             if not servers.pid_matches(int(node["pid"]), node["pidfile"]):
-                # What a killed engine left: its runtime state (a SIGKILLed containerd's
-                # socket and pid file keep the new one from starting) and mounts.
-                _unmount_under(Path(node["exec_root"]), Path(node["data_root"]))
-                shutil.rmtree(node["exec_root"], ignore_errors=True)
-                Path(node["pidfile"]).unlink(missing_ok=True)
+                if not _pids_with_token(node["exec_root"] + "/"):
+                    # A machine loss left the runtime state of a dead containerd (which keeps
+                    # a new one from starting) and mounts. After a dockerd-only crash its
+                    # containerd still runs the containers: they are left to be adopted.
+                    _unmount_under(Path(node["exec_root"]), Path(node["data_root"]))
+                    shutil.rmtree(node["exec_root"], ignore_errors=True)
+                    Path(node["pidfile"]).unlink(missing_ok=True)
                 self._start_dockerd(record, node)
                 self._write(record)
                 self._wait_answers(node)

@@ -1,8 +1,8 @@
 """Entrypoint of the job monitor: `python -m services.jobmonitor.main`.
 
 Configuration: the platform settings (`DLAAS_*`: etcd endpoints and prefix, job store URL,
-the nodes and their Docker engines, scheduler and LCM addresses) plus the monitor's own
-timings (`DLAAS_MONITOR_*`). One monitor watches every node's engine: a gang may span
+the machine's Docker engine or the swarm manager, scheduler and LCM addresses) plus the
+monitor's own timings (`DLAAS_MONITOR_*`). One monitor watches every node: a gang may span
 nodes, and only a view of all its containers tells a failed job from a running one.
 Runs until SIGTERM or SIGINT.
 """
