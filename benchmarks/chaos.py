@@ -1067,12 +1067,15 @@ def run(opts: Options) -> dict:
 
 
 def _troubled(result: dict) -> bool:
-    """Whether a run missed anything worth reading the platform's logs for."""
+    """Whether a run missed anything worth reading the platform's logs for (a recovery
+    slower than its target too: the logs say where the time went)."""
+    recovery = result["recovery_s"]
     return bool(
         result["lost"]
         or result["duplicate_learners"]
         or result["lost_log_lines"]
-        or any(v is None for v in result["recovery_s"].values())
+        or any(v is None for v in recovery.values())
+        or any(v > TARGETS[k] for k, v in recovery.items() if k in TARGETS and v is not None)
     )
 
 
