@@ -44,12 +44,9 @@ class PlatformSettings(BaseSettings):
     node_memory_mb: int = 0
     node_gpus: int = 0
     node_gpu_type: str = ""
-    # A nodes file (YAML/JSON, see dlaas.nodes) listing every node; when set, node_* above
-    # are not used. `dlaas up --nodes N` writes one.
-    nodes_file: str = ""
     # The Docker Swarm manager's API (a Docker host URL, e.g. unix:///.../manager.sock):
     # set, the platform deploys on the swarm's nodes through that API alone
-    # (services/lcm/swarm.py) and gangs may span nodes; empty, on one engine per node.
+    # (services/lcm/swarm.py) and gangs may span nodes; empty, on the one engine above.
     swarm_manager: str = ""
     # The broker of the asynchronous work (services/worker): result purges, retention.
     redis_url: str = "redis://127.0.0.1:6379/0"

@@ -69,8 +69,9 @@ EXTRA_ETCD = ("etcd-1", "etcd-2")
 USER_NAME = "user"
 SERVICE_START_TIMEOUT = 60.0
 JOBMONITOR_SETTLE_S = 1.0
-LOCAL_NODE = "local"
-ENGINE_PREFIX = "engine-"  # pid files of extra engines: pids/engine-node-2.json
+# Pid files of the extra engines of the multi-engine mode that the swarm replaced
+# (pids/engine-node-2.json): only ever stopped and forgotten (`_retire_old_engines`).
+OLD_ENGINE_PREFIX = "engine-"
 
 
 class PlatformError(RuntimeError):
@@ -124,21 +125,6 @@ class StateDir:
 
     def forget(self, name: str) -> None:
         self.pid_file(name).unlink(missing_ok=True)
-
-    @property
-    def engines(self) -> Path:
-        return self.root / "engines"
-
-    @property
-    def nodes_file(self) -> Path:
-        return self.root / "nodes.yaml"
-
-    def engine_records(self) -> list[str]:
-        """Names of the extra engines with a pid file ("node-2", ...), in node order."""
-        names = [
-            p.stem.removeprefix(ENGINE_PREFIX) for p in self.pids.glob(f"{ENGINE_PREFIX}*.json")
-        ]
-        return sorted(names, key=_node_order)
 
     def prepare(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -216,11 +202,8 @@ def status(state_dir: Path | None = None) -> list[ComponentStatus]:
     it answers on its address (see `_health`)."""
     state = StateDir(Path(state_dir or default_state_dir()))
     out = []
-    engines = (
-        [ENGINE_PREFIX + node for node in state.engine_records()] if state.pids.exists() else []
-    )
     members = [m for m in EXTRA_ETCD if state.read_pid(m)] if state.pids.exists() else []
-    for name in ("dockerd", *engines, *SERVERS, *members, *SERVICES, "supervisor"):
+    for name in ("dockerd", *SERVERS, *members, *SERVICES, "supervisor"):
         record = state.read_pid(name)
         if not record:
             if name == "dockerd":
@@ -265,7 +248,7 @@ def _health(name: str, address: str) -> tuple[bool | None, str]:
         ok, asked = _grpc_answers(address), "gRPC health: SERVING"
     elif kind == "api":
         ok, asked = _api_replica_answers(name, address), "/health as this replica"
-    elif name == "dockerd" or name.startswith(ENGINE_PREFIX):
+    elif name == "dockerd":
         ok, asked = servers.docker_answers(address, timeout=2.0), "Docker ping"
     else:
         return None, "running"
@@ -581,10 +564,7 @@ class _Up:
         count = count or int(self.config.get("nodes") or 1)
         if count < 1:
             raise PlatformError(f"nodes: must be at least 1, got {count}")
-        # Extra engines of a version before the swarm (the home-made multi-engine mode).
-        for name in self.state.engine_records():
-            _stop_engine(self.state, name, self.progress)
-        self.state.nodes_file.unlink(missing_ok=True)
+        _retire_old_engines(self.state, self.progress)
         self.config.update(nodes=count)
         self.save_config()
         lab = self.swarm_lab(count)
@@ -745,7 +725,7 @@ def up(
 ) -> PlatformInfo:
     """Bring every component up (or find it running); write client.json for the CLI.
 
-    `nodes`: how many Docker engines to deploy on (the machine's and nodes-1 extra ones);
+    `nodes`: 1, the machine's Docker engine; N > 1, a local swarm of N nodes (see above);
     None keeps the count of the last `up` (1 the first time). `etcd_members`: 1, or 3 for
     a real etcd cluster (survives losing a member); None keeps the last choice.
     """
@@ -909,10 +889,7 @@ def down(state_dir: Path | None = None, progress: Progress = print) -> list[str]
         for name in ("supervisor", *reversed(SERVICES)):
             if _stop_recorded(state, name, progress):
                 stopped.append(name)
-        # The extra engines stop their jobs' containers; the machine's engine goes last.
-        for node in reversed(state.engine_records()):
-            if _stop_engine(state, node, progress):
-                stopped.append(ENGINE_PREFIX + node)
+        stopped += _retire_old_engines(state, progress)
         lab = SwarmLab(state.root / "swarm", progress=lambda line: progress(f"swarm: {line}"))
         with contextlib.suppress(SwarmLabError):
             lab.info()  # raises when no lab is recorded
@@ -968,24 +945,24 @@ def _stop_recorded(state: StateDir, name: str, progress: Progress) -> bool:
     return running
 
 
-def _stop_engine(state: StateDir, node: str, progress: Progress) -> bool:
-    """Stop extra engine `node`, and what outlived it if it died; True if it was running."""
-    record = state.read_pid(ENGINE_PREFIX + node)
-    running = _record_alive(record)
-    engine = servers.find_engine(node, state.engines)
-    if engine is not None:
-        engine.stop()  # also cleans up after a dead one: containerd, shims, its bridge
-    elif running:
-        servers.stop_pid(int(record["pid"]), timeout=30.0)
-    progress(f"{node}: Docker engine " + ("stopped" if running else "was not running"))
-    state.forget(ENGINE_PREFIX + node)
-    return running
+def _retire_old_engines(state: StateDir, progress: Progress) -> list[str]:
+    """Stop and forget the extra engines of a state dir from before the swarm; their names.
 
-
-def _node_order(name: str) -> tuple[int, str]:
-    """node-2 before node-10."""
-    _, _, number = name.rpartition("-")
-    return (int(number) if number.isdigit() else 0, name)
+    The upgrade path from the multi-engine mode: SIGTERM by the recorded pid (dockerd stops
+    its containers and its containerd), then the record goes, so that the supervisor never
+    takes it for a dead component. Their image caches (`engines/`) are left alone: a
+    SIGKILLed engine may have left mounts there; the administrator removes them.
+    """
+    stopped = []
+    for path in sorted(state.pids.glob(f"{OLD_ENGINE_PREFIX}*.json")):
+        record = state.read_pid(path.stem)
+        if _record_alive(record):
+            servers.stop_pid(int(record["pid"]), timeout=30.0)
+            stopped.append(path.stem)
+        progress(f"{path.stem}: Docker engine of the multi-engine mode retired")
+        state.forget(path.stem)
+    (state.root / "nodes.yaml").unlink(missing_ok=True)
+    return stopped
 
 
 # --------------------------------------------------------------------------- data

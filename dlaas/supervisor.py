@@ -1,7 +1,7 @@
 """Keep a `dlaas up` platform running: restart any component that dies.
 
 `python -m dlaas.supervisor STATE_DIR` watches the pid records `up` keeps in
-STATE_DIR/pids/ (services, servers, extra Docker engines) every `poll_s` (0.1 s) with a
+STATE_DIR/pids/ (services, servers, the Docker engine if `up` started it) every `poll_s` (0.1 s) with a
 pid check (a `kill(pid, 0)` and a look at /proc: no connection, no RPC), and when one
 died calls `dlaas.platform.up(STATE_DIR, build_images=False)`, which leaves what runs
 alone and starts exactly what is dead (~0.1 s when nothing is). Every restart is logged

@@ -59,8 +59,8 @@ from pathlib import Path
 
 from dlaas import servers
 
-# The engines' process and mount helpers (dlaas.servers) find a node's leftovers the same
-# way they find an extra engine's: by its exec root in their command lines and mounts.
+# The process and mount helpers (dlaas.servers) find a node's leftovers by its exec root
+# in their command lines and mounts.
 from dlaas.servers import _descendants, _pids_with_token, _taken_networks, _unmount_under
 
 RUN_DIR = Path("/run/dlaas-swarm")  # exec roots: short paths (containerd's unix sockets)
@@ -273,7 +273,10 @@ class SwarmLab:
             return
         victims = [pid]
         if machine:
-            victims += _descendants([pid]) + _pids_with_token(node["exec_root"] + "/")
+            # containerd and the shims name the exec root; the containers' processes are the
+            # shims' descendants (the shims are reparented away from dockerd at start).
+            engine = [pid, *_pids_with_token(node["exec_root"] + "/")]
+            victims = engine + _descendants(engine)
         for victim in dict.fromkeys(victims):
             try:
                 os.kill(victim, signal.SIGKILL)
@@ -288,6 +291,13 @@ class SwarmLab:
             record = self._read()
             node = self._node(record, name)
             if not servers.pid_matches(int(node["pid"]), node["pidfile"]):
+                if not _pids_with_token(node["exec_root"] + "/"):
+                    # A machine loss left the runtime state of a dead containerd (which keeps
+                    # a new one from starting) and mounts. After a dockerd-only crash its
+                    # containerd still runs the containers: they are left to be adopted.
+                    _unmount_under(Path(node["exec_root"]), Path(node["data_root"]))
+                    shutil.rmtree(node["exec_root"], ignore_errors=True)
+                    Path(node["pidfile"]).unlink(missing_ok=True)
                 self._start_dockerd(record, node)
                 self._write(record)
                 self._wait_answers(node)

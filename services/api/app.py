@@ -230,28 +230,26 @@ class BodyLimit:
 
 
 def _node_views(settings: PlatformSettings) -> dict[str, Any]:
-    """One JobContainers per configured node whose Docker engine answers now (the learners'
-    live log lines are read there; a node left out is read from S3 only)."""
+    """One JobContainers per node, where the learners' live log lines are read: the swarm's
+    nodes through its manager, or the machine's one engine. None when the engine does not
+    answer now (log lines then come from S3 only)."""
     import docker as docker_sdk
 
-    from dlaas.nodes import NodesFileError, configured_nodes
+    from dlaas.nodes import NodesError, configured_nodes
     from services.lcm.deployer import Deployer
+    from services.lcm.swarm import SwarmEngine
 
+    host = settings.swarm_manager or settings.docker_host
     try:
-        nodes = {n.name: n.docker_host or settings.docker_host for n in configured_nodes(settings)}
-    except NodesFileError as exc:
-        log.warning("nodes file unusable (%s); live logs from the local engine only", exc)
-        nodes = {"local": settings.docker_host}
-    views = {}
-    for name, host in nodes.items():
-        try:
-            client = docker_sdk.DockerClient(base_url=host)
-        except docker_sdk.errors.DockerException:  # no engine: its logs come from S3 only
-            log.warning("Docker engine of node %s at %s not reachable; logs from S3 only",
-                        name, host)  # fmt: skip
-            continue
-        views[name] = Deployer(client, platform_id=settings.platform_id, node=name)
-    return views
+        names = [n.name for n in configured_nodes(settings)]
+        client = docker_sdk.DockerClient(base_url=host)
+    except (NodesError, docker_sdk.errors.DockerException) as exc:
+        log.warning("Docker engine at %s not reachable (%s); logs from S3 only", host, exc)
+        return {}
+    if settings.swarm_manager:
+        swarm = SwarmEngine(client, settings.platform_id)
+        return {name: swarm.node(name) for name in names}
+    return {name: Deployer(client, platform_id=settings.platform_id, node=name) for name in names}
 
 
 def create_app(

@@ -1,8 +1,8 @@
 """Entrypoint of the job monitor: `python -m services.jobmonitor.main`.
 
 Configuration: the platform settings (`DLAAS_*`: etcd endpoints and prefix, job store URL,
-the nodes and their Docker engines, scheduler and LCM addresses) plus the monitor's own
-timings (`DLAAS_MONITOR_*`). One monitor watches every node's engine: a gang may span
+the machine's Docker engine or the swarm manager, scheduler and LCM addresses) plus the
+monitor's own timings (`DLAAS_MONITOR_*`). One monitor watches every node: a gang may span
 nodes, and only a view of all its containers tells a failed job from a running one.
 Runs until SIGTERM or SIGINT.
 """
@@ -73,7 +73,6 @@ def main() -> None:
     from dlaas.sdk import LcmClient, SchedulerClient
 
     nodes = nodes_or_exit(settings, "jobmonitor")
-    hosts = {n.name: n.docker_host or settings.docker_host for n in nodes}
     engines: dict[str, JobContainers]
     try:
         if settings.swarm_manager:
@@ -82,15 +81,15 @@ def main() -> None:
                 _engine(settings.swarm_manager, ms.docker_timeout_s, log), settings.platform_id
             )
             engines = {n.name: swarm.node(n.name) for n in nodes}
+            where = f"the swarm's {len(nodes)} nodes (manager {settings.swarm_manager})"
         else:
+            # The machine's one engine: the one node.
+            engine = _engine(settings.docker_host, ms.docker_timeout_s, log)
             engines = {
-                name: Deployer(
-                    _engine(host, ms.docker_timeout_s, log),
-                    platform_id=settings.platform_id,
-                    node=name,
-                )
-                for name, host in hosts.items()
+                n.name: Deployer(engine, platform_id=settings.platform_id, node=n.name)
+                for n in nodes
             }
+            where = f"node {', '.join(engines)} ({settings.docker_host})"
     except docker.errors.DockerException as exc:
         sys.exit(f"jobmonitor: bad Docker engine address: {exc}")
     store = open_store(settings.store_url)
@@ -116,8 +115,7 @@ def main() -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    nodes = ", ".join(f"{name} ({host})" for name, host in sorted(hosts.items()))
-    log.info("job monitor watching %s (etcd prefix %s)", nodes, settings.etcd_prefix)
+    log.info("job monitor watching %s (etcd prefix %s)", where, settings.etcd_prefix)
     monitor.run(stop)
     lcm.close()
     scheduler.close()
@@ -126,11 +124,8 @@ def main() -> None:
 
 
 def _engine(host: str, timeout: int, log) -> docker.DockerClient:
-    """A client for one node's engine, also when the engine is down right now.
-
-    The monitor must start (and watch the other nodes) while a node is down; it
-    reconnects to that one with backoff.
-    """
+    """A client for the engine (the machine's, or the swarm manager's), also when it is
+    down right now: the monitor must start all the same, and reconnects with backoff."""
     try:
         return docker.DockerClient(base_url=host, timeout=timeout)
     except docker.errors.DockerException as exc:  # a bad address fails again below

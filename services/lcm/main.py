@@ -63,13 +63,10 @@ def main() -> None:
         swarm = SwarmEngine(_engine(settings.swarm_manager), settings.platform_id)
         deployers = {n.name: swarm.node(n.name) for n in nodes}
     else:
+        # The machine's one engine: the one node.
+        engine = _engine(settings.docker_host)
         deployers = {
-            n.name: Deployer(
-                _engine(n.docker_host or settings.docker_host),
-                platform_id=settings.platform_id,
-                node=n.name,
-            )
-            for n in nodes
+            n.name: Deployer(engine, platform_id=settings.platform_id, node=n.name) for n in nodes
         }
     lcm = Lcm(settings, keeper, store, deployers, SchedulerClient(settings.scheduler_addr), nodes)
     listen = lcm_settings.listen or settings.lcm_addr.split(",")[0]
