@@ -556,8 +556,13 @@ class SwarmNodeView(ContainerEngine):
         self.engine.wait_stopped(job_id, jobspec.ROLE_LEARNER, timeout + 5)
 
     def signal_helper(self, job_id: str) -> None:
-        """Nothing to send: a helper here finishes by itself once its learners have exited
-        (stop_learners comes first)."""
+        """Scale the running helpers' services to 0: the swarm sends their StopSignal, the
+        finish signal, and they store and exit (a teardown needs no exit code, which the
+        swarm drops with the task). A helper finishes by itself once its learners have left
+        their exit codes; a learner that was SIGKILLed left none, hence the signal."""
+        for c in self.containers(job_id, jobspec.ROLE_HELPER):
+            if not c.exited:
+                self.engine.scale(c.name, 0)
 
     def wait_helper(self, job_id: str, timeout_s: float) -> bool:
         return self.engine.wait_stopped(job_id, jobspec.ROLE_HELPER, timeout_s)

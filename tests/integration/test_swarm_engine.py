@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -201,3 +202,22 @@ def test_services_carry_the_node_and_the_hardening(swarm):
     assert spec["TaskTemplate"]["Resources"]["Limits"]["Pids"] == 64
     assert spec["TaskTemplate"]["RestartPolicy"]["Condition"] == "none"
     assert spec["EndpointSpec"]["Mode"] == "dnsrr"
+
+
+def test_a_helper_whose_learner_left_no_exit_code_finishes_on_the_teardown_signal(swarm):
+    """A learner SIGKILLed leaves no exit code for its helper: the LCM's teardown signal
+    (the service scaled to 0: its StopSignal is the finish signal) ends the wait at once."""
+    engine, info = swarm
+    n1 = info.nodes[0]
+    job = "job-killed"
+    plan = _plan(engine.platform_id, job, ["sleep 60"], [n1])
+    finishing = "trap 'echo finishing; exit 0' USR1; while true; do sleep 0.2; done"
+    plan = replace(plan, helper=replace(plan.helper, command=["sh", "-c", finishing]))
+    view = engine.node(n1)
+    view.deploy(plan)
+    _wait(lambda: all(c.running for c in view.containers(job)), 60, "the gang to run")
+
+    view.stop_learners(job, timeout=1)  # SIGTERM to `sleep`: no exit code left anywhere
+    view.signal_helper(job)
+    assert view.wait_helper(job, 20)  # without the signal it would wait forever
+    view.remove_job(job)
