@@ -71,7 +71,9 @@ _STATES = {
     "failed": "exited",
     "shutdown": "exited",
     "rejected": "dead",
-    "orphaned": "dead",
+    # The swarm lost track of the task's node (a manager restart, a node away): its container
+    # may still run there. Nothing about it is known, and nothing may be judged.
+    "orphaned": "unknown",
     "remove": "removing",
 }
 
@@ -102,7 +104,7 @@ def container_of(service: dict, task: dict | None, node: str) -> Container:
                   "Timestamp": status.get("Timestamp") or service.get("UpdatedAt", "")}  # fmt: skip
     exited = state in ("exited", "dead")
     code = (status.get("ContainerStatus") or {}).get("ExitCode")
-    if exited and code is None:
+    if status.get("State") == "rejected" or (exited and code is None):
         code = 0 if status.get("State") == "complete" else 125  # never ran: the engine's
     return Container(
         # No task yet: the service stands in (an id that is never a task's).
@@ -575,9 +577,13 @@ class SwarmNodeView(ContainerEngine):
     def job_containers(self, job_id: str) -> list[Container]:
         self._check()
         try:
-            return self.engine.job_containers(job_id, self.name)
+            found = self.engine.job_containers(job_id, self.name)
         except _UNREACHABLE as exc:
             raise EngineUnreachable(self.name, str(exc)) from None
+        if any(c.state == "unknown" for c in found):
+            # As good as the node not answering: a job must not be judged on these.
+            raise EngineUnreachable(self.name, f"the swarm lost track of {job_id}'s tasks here")
+        return found
 
     def jobs_with_resources(self) -> set[str]:
         return self.engine.jobs(self.name)

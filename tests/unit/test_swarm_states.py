@@ -1,0 +1,36 @@
+"""How a Swarm task's state reads as a container's (services/lcm/swarm.py, pure)."""
+
+from services.lcm.swarm import container_of
+
+SERVICE = {"ID": "s1", "Spec": {"Name": "dlaas-j-learner-0", "Mode": {"Replicated": {"Replicas": 1}},
+           "Labels": {"dlaas.job": "j", "dlaas.role": "learner", "dlaas.learner": "0"}}}  # fmt: skip
+
+
+def task(state, **status):
+    return {"ID": "t1", "Status": {"State": state, **status}}
+
+
+def test_a_completed_task_exited_with_its_code_and_a_failed_one_with_its_own():
+    done = container_of(SERVICE, task("complete", ContainerStatus={"ExitCode": 0}), "n1")
+    assert (done.state, done.exit_code, done.learner, done.node) == ("exited", 0, 0, "n1")
+    failed = container_of(SERVICE, task("failed", ContainerStatus={"ExitCode": 3}), "n1")
+    assert (failed.state, failed.exit_code) == ("exited", 3)
+
+
+def test_an_orphaned_task_is_unknown_never_a_clean_exit():
+    # What a manager restart showed: an orphaned task with the default exit code 0 while its
+    # container still ran; read as "dead, 0" it completed a job at epoch 0.
+    lost = container_of(SERVICE, task("orphaned", ContainerStatus={"ExitCode": 0}), "n1")
+    assert lost.state == "unknown" and lost.exit_code is None and not lost.exited
+
+
+def test_a_rejected_task_never_ran_whatever_its_exit_code_says():
+    rejected = container_of(SERVICE, task("rejected", ContainerStatus={"ExitCode": 0}), "n1")
+    assert (rejected.state, rejected.exit_code) == ("dead", 125)
+
+
+def test_a_service_scaled_to_0_whose_task_is_gone_reads_as_stopped():
+    stopped = {**SERVICE, "Spec": {**SERVICE["Spec"], "Mode": {"Replicated": {"Replicas": 0}}}}
+    gone = container_of(stopped, None, "n1")
+    assert (gone.state, gone.exit_code) == ("exited", 143)
+    assert container_of(SERVICE, None, "n1").state == "created"  # not scheduled yet
