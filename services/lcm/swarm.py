@@ -58,6 +58,7 @@ SECRET_FILE = "dlaas-env"
 SECRET_PATH = f"/run/secrets/{SECRET_FILE}"
 LEARNER_STOP_GRACE_S = 10
 STOPPED_EXIT_CODE = 143  # 128 + SIGTERM: what a stopped learner reports
+EXIT_ENGINE_LOST = 255  # as Docker reports a container that died with its engine
 HELPER_STOP_GRACE_S = 30  # as long as the LCM waits for a helper to store
 _UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
 # A task's state (swarm) as a container state (Docker's words, dlaas.ports).
@@ -89,6 +90,19 @@ def _epoch(stamp: str) -> float | None:
     return t + (float("0." + frac) if frac.isdigit() else 0.0)
 
 
+def _lost_exit_code(status: dict) -> int:
+    """The exit code of a task that ended without one of its container's: 0 if it completed,
+    125 if the engine refused what the job asked for (its image, its spec), else 255: the
+    task went with its node's engine (a restart of it, the node lost), which the monitor
+    reads as the node's failure, not the job's, as it does a Docker engine's 255."""
+    if status.get("State") == "complete":
+        return 0
+    err = str(status.get("Err", "")).lower()
+    if any(word in err for word in ("no such image", "invalid", "not found", "refused")):
+        return 125
+    return EXIT_ENGINE_LOST
+
+
 def container_of(service: dict, task: dict | None, node: str) -> Container:
     """A service's latest task as a container (no task yet: created)."""
     labels = (service.get("Spec") or {}).get("Labels") or {}
@@ -104,8 +118,8 @@ def container_of(service: dict, task: dict | None, node: str) -> Container:
                   "Timestamp": status.get("Timestamp") or service.get("UpdatedAt", "")}  # fmt: skip
     exited = state in ("exited", "dead")
     code = (status.get("ContainerStatus") or {}).get("ExitCode")
-    if status.get("State") == "rejected" or (exited and code is None):
-        code = 0 if status.get("State") == "complete" else 125  # never ran: the engine's
+    if exited and (code is None or status.get("State") == "rejected"):
+        code = _lost_exit_code(status)
     return Container(
         # No task yet: the service stands in (an id that is never a task's).
         id=(task or {}).get("ID") or f"service:{service.get('ID', '')}",

@@ -24,9 +24,19 @@ def test_an_orphaned_task_is_unknown_never_a_clean_exit():
     assert lost.state == "unknown" and lost.exit_code is None and not lost.exited
 
 
-def test_a_rejected_task_never_ran_whatever_its_exit_code_says():
-    rejected = container_of(SERVICE, task("rejected", ContainerStatus={"ExitCode": 0}), "n1")
+def test_a_task_refused_for_the_jobs_image_is_the_jobs_failure():
+    err = "No such image: mine:latest"
+    rejected = container_of(SERVICE, task("rejected", Err=err, ContainerStatus={"ExitCode": 0}),
+                            "n1")  # fmt: skip
     assert (rejected.state, rejected.exit_code) == ("dead", 125)
+
+
+def test_a_task_that_ended_with_no_exit_code_went_with_its_engine():
+    # What a restart of the manager's dockerd showed: the node's tasks ended with no container
+    # exit code; read as 125 the job FAILED for the platform's trouble.
+    for state in ("failed", "shutdown", "rejected"):
+        gone = container_of(SERVICE, task(state, Err="task: non-zero exit"), "n1")
+        assert gone.exited and gone.exit_code == 255, state
 
 
 def test_a_service_scaled_to_0_whose_task_is_gone_reads_as_stopped():
