@@ -61,7 +61,7 @@ _NODE_TROUBLE = re.compile(
 )
 # runc quotes a bad env entry whole ("NAME=value"); values may hold secrets.
 _QUOTED_ENV = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)=(?:[^"\\]|\\.)*"')
-_SECRET_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
+SECRET_ENV_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
 MAX_REASON_CHARS = 500
 
 # What a call raises when the engine itself does not answer (as opposed to an API error
@@ -95,7 +95,7 @@ def redact(text: str, plan: DeploymentPlan) -> str:
     text = _QUOTED_ENV.sub(r'"\1=<hidden>"', text)
     for spec in plan.containers:
         for name, value in spec.env.items():
-            if value and len(value) >= 4 and _SECRET_NAME.search(name):
+            if value and len(value) >= 4 and SECRET_ENV_NAME.search(name):
                 text = text.replace(value, "<hidden>")
     return text[:MAX_REASON_CHARS]
 

@@ -38,7 +38,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from datetime import datetime
 
 import docker
 import docker.errors
@@ -48,7 +47,7 @@ from dlaas import jobspec
 from dlaas.errors import DeployRefused, ImageUnavailable, TemporaryError
 from dlaas.nodes import LABEL_NODE, SwarmNode, node_of
 from dlaas.ports import Container, EngineUnreachable, EventStream
-from services.lcm.deployer import _SECRET_NAME, MAX_REASON_CHARS
+from services.lcm.deployer import MAX_REASON_CHARS, SECRET_ENV_NAME, epoch, redact
 from services.lcm.plan import ContainerSpec, DeploymentPlan
 from services.lcm.ports import ContainerEngine
 
@@ -77,17 +76,6 @@ _STATES = {
     "orphaned": "unknown",
     "remove": "removing",
 }
-
-
-def _epoch(stamp: str) -> float | None:
-    if not stamp or stamp.startswith("0001-"):
-        return None
-    head, _, frac = stamp.rstrip("Z").partition(".")
-    try:
-        t = datetime.fromisoformat(head + "+00:00").timestamp()
-    except ValueError:
-        return None
-    return t + (float("0." + frac) if frac.isdigit() else 0.0)
 
 
 def _lost_exit_code(status: dict) -> int:
@@ -132,7 +120,7 @@ def container_of(service: dict, task: dict | None, node: str) -> Container:
         exit_code=code if exited else None,
         # Docker reports 137 for a kill by the OOM killer as for any SIGKILL; a task says no more.
         oom_killed="OOM" in str(status.get("Err", "")).upper(),
-        finished_at=_epoch(status.get("Timestamp", "")) if exited else None,
+        finished_at=epoch(status.get("Timestamp", "")) if exited else None,
     )
 
 
@@ -140,7 +128,7 @@ def secret_env(spec: ContainerSpec) -> tuple[dict[str, str], dict[str, str]]:
     """(plain env, secret env) of a helper: what holds keys or secrets goes to a file."""
     if spec.role != jobspec.ROLE_HELPER:
         return dict(spec.env), {}
-    secret = {k: v for k, v in spec.env.items() if v and _SECRET_NAME.search(k)}
+    secret = {k: v for k, v in spec.env.items() if v and SECRET_ENV_NAME.search(k)}
     plain = {k: v for k, v in spec.env.items() if k not in secret}
     if secret:
         plain[jobspec.ENV_SECRET_FILE] = SECRET_PATH
@@ -359,7 +347,7 @@ class SwarmEngine:
             if exc.status_code == 409:
                 raise TemporaryError(f"name conflict: {exc.explanation}") from None
             if exc.status_code and 400 <= exc.status_code < 500 and exc.status_code != 404:
-                reason = str(exc.explanation or exc)[:MAX_REASON_CHARS]
+                reason = redact(str(exc.explanation or exc), plan)
                 raise DeployRefused(f"the swarm refused the job: {reason}") from None
             raise
         return [spec.name for spec in plan.containers]
@@ -478,13 +466,11 @@ class _PollStream(EventStream):
         while not self._closed.is_set():
             try:
                 now = self.engine.fingerprint()
-                if (
-                    not self.engine.nodes().get(self.node, None)
-                    or not self.engine.nodes()[self.node].ready
-                ):
-                    raise EngineUnreachable(self.node, "the swarm sees the node down")
+                node = self.engine.nodes().get(self.node)
             except _UNREACHABLE as exc:
                 raise EngineUnreachable(self.node, str(exc)) from None
+            if node is None or not node.ready:
+                raise EngineUnreachable(self.node, "the swarm sees the node down")
             if not first:
                 for job in sorted(set(now) | set(before)):
                     if now.get(job) != before.get(job):
