@@ -345,7 +345,7 @@ class DlaasClient:
                     if stop.is_set():  # the caller stopped reading: end at the next line
                         return
                     lines.put((learner, line, None))
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            except BaseException as exc:  # noqa: BLE001 - broad: Ctrl-C too; raised in the caller
                 lines.put((learner, None, exc))
                 return
             lines.put((learner, None, None))

@@ -126,7 +126,7 @@ class StatusKeeper(StatusRepo):
                     self._mirror_if_behind(job_id, current)
                 # Broad: any store error (SQLite, MongoDB) must not fail a transition that
                 # etcd holds already; the leader's repair_mirrors is the net, and it is logged.
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - broad: any store's error; etcd has it
                     log.warning("job %s: mirroring its previous state failed: %r", job_id, exc)
                 self._record(job_id, current.status, new)
                 return new

@@ -72,7 +72,7 @@ def translate_errors(method):
             context.abort(status_for(exc), exc.message)
         # Broad: the one place where a servicer's unexpected error becomes INTERNAL; its
         # details stay in this log (with the trace), never in the reply.
-        except Exception:
+        except Exception:  # broad: any unexpected error becomes INTERNAL; logged
             log.exception("internal error in %s", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, "internal error; see the service log")
 

@@ -95,7 +95,7 @@ class LeaderElection:
             self.on_lost()
         # Broad: the callback is the service's, and whatever it raises, the election
         # thread must go on (the trace is logged).
-        except Exception:
+        except Exception:  # broad: the service's callback; the election goes on
             log.exception("on_lost failed")
 
     def _run(self) -> None:
@@ -128,7 +128,7 @@ class LeaderElection:
             # Broad: this thread must not die. A dead one would leave `_leading` set with
             # nobody refreshing the lease, so this replica would go on leading after its key
             # expired and a standby took over. Anything else is a bug: logged with its trace.
-            except Exception:
+            except Exception:  # broad: this thread must not die (see above)
                 log.exception("election step failed")
                 self._after_failure(last_refresh, refresh_every)
 

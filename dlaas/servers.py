@@ -148,7 +148,7 @@ def wait_until(
         # Broad: the checks are any callables (a socket, an HTTP GET, an etcd or boto3 or
         # Docker call), and "not answering yet" takes as many forms; the last one is named
         # in the error if the server never answers.
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - broad: any check's failure means "not yet"; named
             last = f" (last check: {type(exc).__name__}: {exc})"
         if alive is not None and not alive():
             raise ServerError(f"{what} exited before it answered{last}{_log_hint(log)}")
@@ -219,7 +219,7 @@ def _started(
     """Wait for `mp` to answer; stop it (by PID) if it does not, then re-raise."""
     try:
         wait_until(check, timeout, what, alive=mp.alive, log=mp.log)
-    except BaseException:  # whatever ends the wait (Ctrl-C too) must not leave it running
+    except BaseException:  # broad: Ctrl-C too must not leave it running; re-raised
         mp.stop()
         raise
     return mp

@@ -154,7 +154,7 @@ class Supervisor:
             self.up()
         # Broad: the supervisor is what restarts the platform, so no failure of a restart
         # may end it; each is logged with its cause and retried after a growing delay.
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - broad: no failed restart may end the supervisor
             self._failures += 1
             delay = retry_delay(self._failures)
             self._not_before = self.clock() + delay

@@ -93,7 +93,7 @@ def load_latest(directory: str | os.PathLike | None = None) -> tuple[int, dict |
         # Broad: unpickling damaged bytes raises nearly anything (UnpicklingError, EOFError,
         # ValueError, AttributeError, ...), and any damage means "not usable". Unreadable
         # should not happen with atomic saves: say so (on stderr without logging set up).
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - broad: bad pickles raise anything; logged
             log.warning("checkpoint %s is unreadable (%r); trying an older one", path.name, exc)
             continue
         return step, state

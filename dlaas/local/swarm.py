@@ -45,6 +45,7 @@ from __future__ import annotations
 import fcntl
 import ipaddress
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -69,6 +70,8 @@ STATE_FILE = "lab.json"
 SUBNET_POOL = "10.199.0.0/16"  # the lab bridges' /24s
 DEFAULT_IMAGES = ("dlaas/learner:latest",)
 SOCKET_PATH_MAX = 100  # unix socket paths: 108 bytes in the kernel, some margin
+
+log = logging.getLogger(__name__)
 
 
 class SwarmLabError(servers.ServerError):
@@ -242,7 +245,7 @@ class SwarmLab:
             try:
                 self._form_swarm(record)
                 self._copy_images(record)
-            except BaseException:  # Ctrl-C too: never leave a half-built lab behind
+            except BaseException:  # broad: Ctrl-C too: never leave a half-built lab behind
                 self._teardown(record)
                 raise
             self.progress(f"swarm lab up: {self.n} nodes in {time.monotonic() - t0:.1f}s")
@@ -368,7 +371,7 @@ class SwarmLab:
                 self._write(record)
             for node in record["nodes"]:
                 self._wait_answers(node)
-        except BaseException:
+        except BaseException:  # broad: Ctrl-C too: a half-built lab goes; re-raised
             self._teardown(record)
             raise
         return record
@@ -491,9 +494,15 @@ class SwarmLab:
             return False
         if not all(servers.pid_matches(int(n["pid"]), n["pidfile"]) for n in nodes):
             return False
+        import docker
+
         try:
             return all(self.node_state(n["name"]) == "ready" for n in nodes)
-        except Exception:  # noqa: BLE001 - any failure to ask the manager means "not usable"
+        # The manager not answering (its socket refuses: OSError, requests' errors among
+        # them; the engine errs: DockerException; a node entry lacks a field) means "not
+        # usable": the caller removes the lab and builds it again.
+        except (docker.errors.DockerException, OSError, KeyError, SwarmLabError) as exc:
+            log.info("the recorded swarm lab does not answer (%r); not reused", exc)
             return False
 
     def _info(self, record: dict) -> SwarmInfo:

@@ -184,7 +184,7 @@ class SqliteJobStore(JobStore):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
-            except BaseException:  # whatever ends the block early undoes it, then goes on
+            except BaseException:  # broad: whatever ends the block early undoes it; re-raised
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")

@@ -64,7 +64,7 @@ def replicas_serving(addresses: str, timeout: float = PROBE_TIMEOUT_S) -> Compon
 def store_answers(store: JobStore) -> ComponentHealth:
     try:
         store.list(limit=1)
-    except Exception as exc:  # any failure of any backend means "not answering"
+    except Exception as exc:  # broad: any failure of any backend means "not answering"
         log.warning("health: job store not answering", exc_info=True)
         return ComponentHealth(False, f"not answering ({type(exc).__name__})")
     return ComponentHealth(True, "answers")
@@ -97,7 +97,7 @@ def check_all(
                 out[name] = future.result(timeout=timeout * 2)
             except FutureTimeout:
                 out[name] = ComponentHealth(False, f"no answer within {timeout * 2:.0f} s")
-            except Exception as exc:  # a probe's own failure is its answer
+            except Exception as exc:  # broad: a probe's own failure is its answer
                 log.warning("health probe %s failed", name, exc_info=True)
                 out[name] = ComponentHealth(False, f"probe failed ({type(exc).__name__})")
         return out

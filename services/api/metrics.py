@@ -97,7 +97,7 @@ def job_metrics(
                 yield json.dumps(p.event()) + "\n"
         # Broad: the status line is already sent, so whatever breaks the stream, all that
         # is left is to end it; the trace is kept here.
-        except Exception:
+        except Exception:  # broad: the reply has begun; only ending it is left
             log.exception("metrics stream of %s learner %d broke", job_id, learner)
 
     return StreamingResponse(events(), media_type="application/x-ndjson")
@@ -128,7 +128,7 @@ def merged(
                 if gone.is_set():
                     return
                 handed.put(p)
-        except Exception as exc:  # noqa: BLE001 - handed to the follower's thread, raised there
+        except Exception as exc:  # noqa: BLE001 - broad: raised in the follower's thread
             handed.put(exc)
         handed.put(_END)
 

@@ -153,7 +153,7 @@ class PlatformCollector:
             up.add_metric([r, "store"], 1)
         # Broad: a scrape must answer even with the store down; the other series still
         # say something, and dlaas_metrics_source_up says what is missing.
-        except Exception:
+        except Exception:  # broad: a scrape must answer with the store down
             log.exception("metrics: the job store could not be read")
             records = None
             up.add_metric([r, "store"], 0)

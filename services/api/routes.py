@@ -214,7 +214,7 @@ def _submit(deps: Deps, caller: Caller, text: str, manifest: Manifest, code: byt
         deps.s3.put_object(Bucket=deps.settings.s3_bucket, Key=key, Body=code)
     try:
         result = deps.lcm.submit(job_id, caller.user, text, key, team=caller.team)
-    except BaseException:
+    except BaseException:  # broad: Ctrl-C too; the archive goes, the error goes on
         # Nothing half-created: a job refused or failed for whatever reason leaves no
         # archive behind (the error goes on to the caller).
         if key:
@@ -229,7 +229,7 @@ def _delete_code(deps: Deps, key: str) -> None:
         deps.s3.delete_object(Bucket=deps.settings.s3_bucket, Key=key)
     # Broad: this runs while the submit's own error is on its way to the caller; a failure
     # here must not replace it (the caller would get a 500 instead of the refusal).
-    except Exception:
+    except Exception:  # broad: must not replace the submit's own error
         log.warning("could not delete code archive %s", key, exc_info=True)
 
 
@@ -468,7 +468,7 @@ def delete_job(
         )
         try:
             deps.lcm.delete(job_id, record.user)
-        except BaseException:
+        except BaseException:  # broad: whatever failed, the purge is cancelled; re-raised
             deps.tasks.cancel_purge(request_id)
             raise
         text = purge.queued_text(shown, prefix)
@@ -519,7 +519,7 @@ def job_logs(
                 yield line + "\n"
         # Broad: the status line is already sent, so whatever breaks the stream, all that
         # is left is to end it; the trace is kept here.
-        except Exception:
+        except Exception:  # broad: the reply has begun; only ending it is left
             log.exception("log stream of %s learner %d broke", job_id, learner)
 
     return StreamingResponse(lines(), media_type="text/plain; charset=utf-8")

@@ -205,7 +205,7 @@ class Actor:
                     log.warning("stopping container %s: %s", c.name, exc)
                 # Broad: a thread of its own, so whatever the adapter raises would be lost
                 # unless logged here; the next reconcile sees the learner still running.
-                except Exception:
+                except Exception:  # broad: a thread of its own; logged here or lost
                     log.exception("stopping container %s", c.name)
                 finally:
                     self._stopping.discard(c.id)

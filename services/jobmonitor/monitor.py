@@ -113,7 +113,7 @@ class JobMonitor:
             jobs = set(self.keeper.active_jobs())
         # Broad: etcd's client raises its own and gRPC's errors; the resync is tried
         # again at the next period, and the cause is logged.
-        except Exception:
+        except Exception:  # broad: etcd's client raises several kinds
             log.exception("resync: could not list jobs")
             return
         jobs |= self._jobs_with_resources()
@@ -182,7 +182,7 @@ class JobMonitor:
         # Broad: one bad job (an adapter's API error, a store hiccup, a bug) must never
         # stop the monitor; it is logged with its traceback and looked at again at the
         # next resync.
-        except Exception:
+        except Exception:  # broad: one bad job must never stop the monitor
             log.exception("reconcile of job %s failed", job_id)
             return
         if decision is not None and decision.recheck_at is not None:
@@ -197,7 +197,7 @@ class JobMonitor:
                 pass  # marked down; looked at again once it answers
             # Broad: an engine may answer with an error of its own (a 500); one node must
             # not stop the resync of the others. Logged with its cause.
-            except Exception:
+            except Exception:  # broad: one node must not stop the others' resync
                 log.exception("resync: could not list the resources on node %s", node)
         return jobs
 
@@ -205,7 +205,7 @@ class JobMonitor:
         try:
             jobs = set(self.keeper.active_jobs())
         # Broad: as in reconcile_all; the periodic resync will retry, and it is logged.
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - broad: as in reconcile_all; retried
             log.warning("resync after reconnect failed: %r", exc)
             return
         for job_id in jobs | self._jobs_with_resources():

@@ -358,7 +358,7 @@ class Observer:
             log.warning("helper log stream of job %s broke: %s", job_id, exc)
         # Broad: this is a thread of its own, so whatever the adapter raises would be lost
         # unless logged here; the job is looked at again below either way.
-        except Exception:
+        except Exception:  # broad: a thread of its own; logged here or lost
             log.exception("following the helper logs of job %s", job_id)
         # The stream ends when the helper exits; its die event brings the job back anyway.
         self.mark(job_id)

@@ -130,7 +130,7 @@ class Watchers:
                 close()
             # Broad: a stream that already broke may raise whatever its transport does
             # on close; the monitor is stopping either way.
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - broad: a broken stream's close raises any
                 log.debug("closing %s: %s", name, exc)
         for t in self._threads:
             t.join(timeout=5)
@@ -142,7 +142,7 @@ class Watchers:
         try:
             close()
         # Broad: as in close(): a broken stream's transport raises what it raises.
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - broad: a broken stream's close raises any
             log.debug("closing the event stream of node %s: %s", node, exc)
 
     def _watch_engine(self, node: str) -> None:
@@ -181,7 +181,7 @@ class Watchers:
                 first = False
             # Broad: a stream may break in ways its adapter does not name (a protocol
             # error mid-event); whatever it was, the cure is to reconnect, and it is logged.
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - broad: any break is cured by reconnecting
                 if self.stop.is_set():
                     break
                 log.warning("event stream of node %s broke (%r); reconnecting", node, exc)
@@ -210,7 +210,7 @@ class Watchers:
                     self.on_job(job_id)
             # Broad: the etcd client raises its own errors and gRPC's (unavailable, stream
             # reset, cancelled); any broken watch is cured by watching again, and logged.
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - broad: any broken watch: watch again
                 if self.stop.is_set():
                     break
                 log.warning("etcd watch broke (%r); reconnecting", exc)

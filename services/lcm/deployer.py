@@ -370,7 +370,7 @@ class Deployer(ContainerEngine):
             return self._create(spec, plan)
         # Broad, and not swallowed: carried back so that _deploy removes the gang's other
         # containers before it raises this, and deploy() maps what it can.
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - broad: carried back to _deploy, which raises it
             return exc
 
     @staticmethod

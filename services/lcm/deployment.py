@@ -130,7 +130,7 @@ class Deployment:
                 "deploy %s on %s: %s: %s; will retry", job_id, node, type(exc).__name__, exc
             )
             return
-        except Exception as exc:
+        except Exception as exc:  # broad: a bug here would fail every redeploy too
             # Neither the job's known faults nor known infrastructure trouble: a bug here
             # would fail every redeploy too, so the job ends instead of holding its GPUs.
             log.exception("deploy %s failed", job_id)

@@ -52,7 +52,7 @@ class Reconciler:
         try:
             self._watch = self.keeper.watch_scheduler(lambda _event: self._wake.set())
         # Broad: etcd's client raises several kinds; the poll still places, only slower.
-        except Exception:
+        except Exception:  # broad: etcd's client raises several kinds
             log.warning(
                 "could not watch the scheduler's keys; placing on the poll only", exc_info=True
             )
@@ -65,7 +65,7 @@ class Reconciler:
             try:
                 self.keeper.cancel_watch(watch)
             # Broad: etcd's client raises several kinds; the watch dies with the connection.
-            except Exception:
+            except Exception:  # broad: etcd's client raises several kinds
                 log.info("could not cancel the scheduler watch", exc_info=True)
 
     def _loop(self) -> None:
@@ -93,7 +93,7 @@ class Reconciler:
                 log.warning("placement round: %s", exc.message)
             # Broad: the leader's loop must outlive any one round's bug (the adapters raise
             # their own errors too); logged with its trace, the next round tries again.
-            except Exception:
+            except Exception:  # broad: the leader's loop must outlive any round
                 log.exception("placement round failed")
 
     def reconcile(self) -> None:
@@ -121,7 +121,7 @@ class Reconciler:
                     self._due[job_id] = float(record.info.get("not_before", 0.0))
             # Broad: one job's trouble must not keep the others from being reconciled;
             # logged with its trace, the placement loop redeploys or requeues it later.
-            except Exception:
+            except Exception:  # broad: one job must not stop the others
                 log.exception("reconcile %s", job_id)
 
     def repair_mirrors(self) -> None:

@@ -336,7 +336,7 @@ class SwarmEngine:
                         continue
                     body = service_spec(spec, plan, ids[spec.node], secret)
                     created.append(self._create(body)["ID"])
-            except BaseException:
+            except BaseException:  # broad: all or none, Ctrl-C too; re-raised
                 # All or none: the gang's services made in this attempt go again.
                 for sid in created:
                     self._quiet(self.api.remove_service, sid)

@@ -71,7 +71,7 @@ class JobUseCases:
             accepted, reason = self.scheduler.enqueue(self._gang(record, manifest))
             if not accepted:
                 raise errors.CapacityExceeded(reason)
-        except BaseException:
+        except BaseException:  # broad: whatever failed, nothing half-made stays; re-raised
             for what, remove in (("status key", self.keeper.delete), ("record", self.store.delete)):
                 try:
                     remove(job_id)
@@ -136,7 +136,7 @@ class JobUseCases:
                 d.signal_helper(job_id)
         # Broad: a thread of its own, so whatever an engine raises would be lost unless
         # logged here; the monitor stops the learners of a HALTED job all the same.
-        except Exception:
+        except Exception:  # broad: a thread of its own; logged here or lost
             log.exception("stopping job %s", job_id)
 
     def resume(self, job_id: str, user: str, reason: str) -> str:

@@ -46,7 +46,7 @@ def queue_sweeps(app, every_s: float, log: logging.Logger, stop: threading.Event
     while True:
         try:
             app.send_task(RETENTION_TASK)
-        except Exception as exc:  # noqa: BLE001 - any publish failure: the next round retries
+        except Exception as exc:  # noqa: BLE001 - broad: any publish failure; next round retries
             log.warning("could not queue the retention sweep: %s", exc)
         if stop.wait(every_s):
             return
