@@ -15,7 +15,7 @@ import ast
 import io
 import tokenize
 
-from tests.source_scan import offenders
+from source_scan import offenders
 
 TOPS = ("dlaas", "services")
 BROAD = frozenset({"Exception", "BaseException"})
