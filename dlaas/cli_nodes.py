@@ -1,8 +1,9 @@
 """`dlaas nodes`: the cluster's nodes, and their planned maintenance (administrators).
 
 `dlaas nodes` lists every node with its state (ready/down), availability (active, pause,
-drain), capacity, what the running jobs hold of it and its topology labels (GET /v1/nodes;
-on a swarm read from the swarm's node objects). `dlaas nodes drain NODE` moves the node's
+drain), capacity, what the running jobs hold of it, what their containers use now (as
+measured; "unknown" where it is not, GPU utilization "n/a": not measured on these nodes)
+and its topology labels (GET /v1/nodes; on a swarm read from the swarm's node objects). `dlaas nodes drain NODE` moves the node's
 jobs off it from their checkpoints (elastic jobs shrink, never below their min) and places
 nothing new there; `dlaas nodes activate NODE` puts it back in use. Both use the admin
 token (admin.json, or --token).
@@ -29,15 +30,32 @@ def _amount(a: dict) -> str:
     return f"{a['cpus']:g} CPUs, {a['memory_mb']} MiB{gpus}"
 
 
+def _used(n: dict) -> str:
+    """The measured use: unknown values are said to be, never shown as 0."""
+    u = n.get("utilization") or {}
+    cpus, memory = u.get("cpus"), u.get("memory_mb")
+    if cpus is None and memory is None:
+        text = "unknown"
+    else:
+        text = "? CPUs" if cpus is None else f"{cpus:g} CPUs"
+        text += ", ? MiB" if memory is None else f", {memory} MiB"
+    if (n.get("capacity") or {}).get("gpus"):
+        gpu = u.get("gpu_percent")
+        text += ", GPUs n/a" if gpu is None else f", GPUs {gpu:.0f}%"
+    return text
+
+
 def nodes_table(nodes: list[dict]) -> Table:
     """The listing's table (pure: rows from GET /v1/nodes' `nodes`)."""
-    table = Table("node", "state", "availability", "capacity", "allocated", "labels", "jobs")
+    table = Table(
+        "node", "state", "availability", "capacity", "allocated", "used", "labels", "jobs"
+    )  # fmt: skip
     for n in nodes:
         gpu = f" ({n['gpu_type']})" if n.get("gpu_type") else ""
         labels = ",".join(f"{k}={v}" for k, v in sorted((n.get("labels") or {}).items()))
         table.add_row(
             n["name"], n.get("state", "?"), n.get("availability", "?"),
-            _amount(n["capacity"]) + gpu, _amount(n["allocated"]), labels or "-",
+            _amount(n["capacity"]) + gpu, _amount(n["allocated"]), _used(n), labels or "-",
             ", ".join(n.get("jobs") or []) or "-",
         )  # fmt: skip
     return table
@@ -48,7 +66,7 @@ def nodes_table(nodes: list[dict]) -> Table:
 def nodes_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
-    """Every node with state, availability, capacity, allocation and labels."""
+    """Every node with state, availability, capacity, allocation, measured use and labels."""
     if ctx.invoked_subcommand is not None:
         return
     nodes = ctx.obj.client().nodes()["nodes"]

@@ -57,6 +57,17 @@ def _fields(exc: errors.DlaasError) -> dict:
     return out
 
 
+def _abort(context, exc: errors.DlaasError) -> None:
+    """End the call with the status `exc` stands for (gRPC's abort raises)."""
+    # ASCII JSON: metadata values other than "-bin" ones must be printable ASCII.
+    context.set_trailing_metadata([(_CODE_KEY, exc.code), (_FIELDS_KEY, json.dumps(_fields(exc)))])
+    context.abort(status_for(exc), exc.message)
+
+
+def _internal(context) -> None:
+    context.abort(grpc.StatusCode.INTERNAL, "internal error; see the service log")
+
+
 def translate_errors(method):
     """Decorator for servicer methods: domain errors -> gRPC status, others -> INTERNAL."""
 
@@ -65,16 +76,29 @@ def translate_errors(method):
         try:
             return method(self, request, context)
         except errors.DlaasError as exc:
-            # ASCII JSON: metadata values other than "-bin" ones must be printable ASCII.
-            context.set_trailing_metadata(
-                [(_CODE_KEY, exc.code), (_FIELDS_KEY, json.dumps(_fields(exc)))]
-            )
-            context.abort(status_for(exc), exc.message)
+            _abort(context, exc)
         # Broad: the one place where a servicer's unexpected error becomes INTERNAL; its
         # details stay in this log (with the trace), never in the reply.
         except Exception:  # broad: any unexpected error becomes INTERNAL; logged
             log.exception("internal error in %s", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, "internal error; see the service log")
+            _internal(context)
+
+    return wrapper
+
+
+def translate_stream_errors(method):
+    """`translate_errors` for a server-streaming method (a generator): an error raised
+    before or between its messages ends the stream with the status it stands for."""
+
+    @functools.wraps(method)
+    def wrapper(self, request, context):
+        try:
+            yield from method(self, request, context)
+        except errors.DlaasError as exc:
+            _abort(context, exc)
+        except Exception:  # broad, as in translate_errors
+            log.exception("internal error in %s", method.__name__)
+            _internal(context)
 
     return wrapper
 

@@ -7,11 +7,13 @@ handle `JobNotFound` or `CapacityExceeded`, not status codes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import grpc
 
 from dlaas.grpc_errors import raise_from_rpc
+from dlaas.metric_query import metric_query
 from dlaas.ports import SchedulerPort
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
@@ -21,6 +23,18 @@ class SubmitResult:
     job_id: str
     status: str
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NodeUtilization:
+    """What a node's job containers use now, as measured; None: unknown (not measured
+    there, or not yet), never a guessed 0. GPU utilization is unknown on these nodes."""
+
+    cpus_used: float | None = None  # CPU cores busy
+    memory_mb_used: int | None = None
+    gpu_percent: float | None = None
+    containers: int = 0  # running job containers the sample saw
+    sampled_at: float | None = None  # seconds since the epoch; None: never sampled
 
 
 @dataclass(frozen=True)
@@ -34,6 +48,30 @@ class NodeInfo:
     state: str = "ready"  # ready, down (a swarm: also unknown, disconnected)
     availability: str = "active"  # active, pause, drain
     labels: dict[str, str] = field(default_factory=dict)
+    utilization: NodeUtilization = field(default_factory=NodeUtilization)
+
+
+@dataclass(frozen=True)
+class MetricSeries:
+    """A learner's training metrics: series name -> [(step, value), ...] in step order.
+    `truncated`: more points follow; ask again with since_step=next_since_step."""
+
+    job_id: str
+    learner: int
+    series: dict[str, list[tuple[float, float]]]
+    truncated: bool = False
+    next_since_step: float | None = None
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One point of a follow; `source`: "" for the log, else the metric file below LOG_DIR."""
+
+    name: str
+    step: float
+    value: float
+    line: int
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -169,11 +207,77 @@ class LcmClient(_Client):
         request = lcm_pb2.NodeAvailabilityRequest(node=node, availability=availability, user=user)
         return _node_info(self._call(self._stub.SetNodeAvailability, request))
 
+    def job_metrics(
+        self,
+        job_id: str,
+        user: str = "",
+        *,
+        learner: int = 0,
+        names: Iterable[str] = (),
+        since_step: float | None = None,
+        limit: int = 0,
+    ) -> MetricSeries:
+        """A learner's metric series (REST's GET /v1/jobs/{id}/metrics): only `names` (all
+        if empty), only steps after `since_step`, at most `limit` points (0: 10000; whole
+        steps). Another user's job is JobNotFound; a bad filter InvalidRequest naming it."""
+        request = _metrics_request(job_id, user, learner, names, since_step, limit)
+        reply = self._call(self._stub.JobMetrics, request)
+        return MetricSeries(
+            reply.job_id,
+            reply.learner,
+            {s.name: list(zip(s.steps, s.values, strict=True)) for s in reply.series},
+            reply.truncated,
+            reply.next_since_step if reply.truncated else None,
+        )
+
+    def follow_metrics(
+        self,
+        job_id: str,
+        user: str = "",
+        *,
+        learner: int = 0,
+        names: Iterable[str] = (),
+        since_step: float | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[MetricPoint]:
+        """A learner's metric points as they come, until the job has ended (or `timeout`
+        seconds: TemporaryError). Closing the iterator ends the stream on the server too."""
+        request = _metrics_request(job_id, user, learner, names, since_step, 0)
+        call = self._stub.FollowMetrics(request, timeout=timeout)
+        try:
+            for p in call:
+                yield MetricPoint(p.name, p.step, p.value, p.line, p.source)
+        except grpc.RpcError as exc:
+            raise_from_rpc(exc, f"{self.service} at {self.addr}")
+        finally:
+            call.cancel()
+
+
+def _metrics_request(
+    job_id: str, user: str, learner: int, names: Iterable[str], since: float | None, limit: int
+) -> lcm_pb2.MetricsRequest:
+    # Checked here first (the LCM checks again): a value the wire cannot carry (a limit past
+    # 64 bits) gets the same message naming the field instead of protobuf's range error.
+    q = metric_query(learner, names, since, limit)
+    return lcm_pb2.MetricsRequest(
+        job_id=job_id, user=user, learner=q.learner, names=sorted(q.names),
+        since_step=q.since_step, limit=limit,
+    )  # fmt: skip
+
 
 def _node_info(n: lcm_pb2.NodeInfo) -> NodeInfo:
+    u = n.utilization
+    known = u.HasField
     return NodeInfo(
         n.name, n.cpus, n.memory_mb, n.gpus, n.gpu_type, n.healthy,
         n.state, n.availability, dict(n.labels),
+        NodeUtilization(
+            u.cpus_used if known("cpus_used") else None,
+            u.memory_mb_used if known("memory_mb_used") else None,
+            u.gpu_percent if known("gpu_percent") else None,
+            u.containers,
+            u.sampled_at or None,
+        ),
     )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x64laas/v1/lcm.proto\x12\x08\x64laas.v1\"g\n\x10SubmitJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x15\n\rmanifest_yaml\x18\x03 \x01(\t\x12\x10\n\x08\x63ode_key\x18\x04 \x01(\t\x12\x0c\n\x04team\x18\x05 \x01(\t\"B\n\x0eSubmitJobReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x10\n\x08warnings\x18\x03 \x03(\t\"6\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"0\n\x0eJobStatusReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\"\x07\n\x05\x45mpty\"D\n\x0eRequeueRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\nis_restart\x18\x03 \x01(\x08\">\n\x0cScaleRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x10\n\x08learners\x18\x03 \x01(\x05\"\xee\x01\n\x08NodeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x63pus\x18\x02 \x01(\x01\x12\x11\n\tmemory_mb\x18\x03 \x01(\x03\x12\x0c\n\x04gpus\x18\x04 \x01(\x05\x12\x10\n\x08gpu_type\x18\x05 \x01(\t\x12\x0f\n\x07healthy\x18\x06 \x01(\x08\x12\r\n\x05state\x18\x07 \x01(\t\x12\x14\n\x0c\x61vailability\x18\x08 \x01(\t\x12.\n\x06labels\x18\t \x03(\x0b\x32\x1e.dlaas.v1.NodeInfo.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"K\n\x17NodeAvailabilityRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x14\n\x0c\x61vailability\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\"1\n\x0c\x43lusterReply\x12!\n\x05nodes\x18\x01 \x03(\x0b\x32\x12.dlaas.v1.NodeInfo2\xf7\x03\n\x10LifecycleManager\x12\x41\n\tSubmitJob\x12\x1a.dlaas.v1.SubmitJobRequest\x1a\x18.dlaas.v1.SubmitJobReply\x12\x35\n\x07HaltJob\x12\x10.dlaas.v1.JobRef\x1a\x18.dlaas.v1.JobStatusReply\x12\x37\n\tResumeJob\x12\x10.dlaas.v1.JobRef\x1a\x18.dlaas.v1.JobStatusReply\x12@\n\nRequeueJob\x12\x18.dlaas.v1.RequeueRequest\x1a\x18.dlaas.v1.JobStatusReply\x12<\n\x08ScaleJob\x12\x16.dlaas.v1.ScaleRequest\x1a\x18.dlaas.v1.JobStatusReply\x12.\n\tDeleteJob\x12\x10.dlaas.v1.JobRef\x1a\x0f.dlaas.v1.Empty\x12\x32\n\x07\x43luster\x12\x0f.dlaas.v1.Empty\x1a\x16.dlaas.v1.ClusterReply\x12L\n\x13SetNodeAvailability\x12!.dlaas.v1.NodeAvailabilityRequest\x1a\x12.dlaas.v1.NodeInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x64laas/v1/lcm.proto\x12\x08\x64laas.v1\"g\n\x10SubmitJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x15\n\rmanifest_yaml\x18\x03 \x01(\t\x12\x10\n\x08\x63ode_key\x18\x04 \x01(\t\x12\x0c\n\x04team\x18\x05 \x01(\t\"B\n\x0eSubmitJobReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x10\n\x08warnings\x18\x03 \x03(\t\"6\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"0\n\x0eJobStatusReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\"\x07\n\x05\x45mpty\"D\n\x0eRequeueRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\nis_restart\x18\x03 \x01(\x08\">\n\x0cScaleRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x10\n\x08learners\x18\x03 \x01(\x05\"\x9e\x02\n\x08NodeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x63pus\x18\x02 \x01(\x01\x12\x11\n\tmemory_mb\x18\x03 \x01(\x03\x12\x0c\n\x04gpus\x18\x04 \x01(\x05\x12\x10\n\x08gpu_type\x18\x05 \x01(\t\x12\x0f\n\x07healthy\x18\x06 \x01(\x08\x12\r\n\x05state\x18\x07 \x01(\t\x12\x14\n\x0c\x61vailability\x18\x08 \x01(\t\x12.\n\x06labels\x18\t \x03(\x0b\x32\x1e.dlaas.v1.NodeInfo.LabelsEntry\x12.\n\x0butilization\x18\n \x01(\x0b\x32\x19.dlaas.v1.NodeUtilization\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb9\x01\n\x0fNodeUtilization\x12\x16\n\tcpus_used\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x1b\n\x0ememory_mb_used\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x18\n\x0bgpu_percent\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x12\n\ncontainers\x18\x04 \x01(\x05\x12\x12\n\nsampled_at\x18\x05 \x01(\x01\x42\x0c\n\n_cpus_usedB\x11\n\x0f_memory_mb_usedB\x0e\n\x0c_gpu_percent\"K\n\x17NodeAvailabilityRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x14\n\x0c\x61vailability\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\"1\n\x0c\x43lusterReply\x12!\n\x05nodes\x18\x01 \x03(\x0b\x32\x12.dlaas.v1.NodeInfo\"\x85\x01\n\x0eMetricsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x0f\n\x07learner\x18\x03 \x01(\x03\x12\r\n\x05names\x18\x04 \x03(\t\x12\x17\n\nsince_step\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05limit\x18\x06 \x01(\x03\x42\r\n\x0b_since_step\"5\n\x06Series\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05steps\x18\x02 \x03(\x01\x12\x0e\n\x06values\x18\x03 \x03(\x01\"}\n\x0cMetricsReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07learner\x18\x02 \x01(\x03\x12 \n\x06series\x18\x03 \x03(\x0b\x32\x10.dlaas.v1.Series\x12\x11\n\ttruncated\x18\x04 \x01(\x08\x12\x17\n\x0fnext_since_step\x18\x05 \x01(\x01\"V\n\x0bMetricPoint\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x01\x12\r\n\x05value\x18\x03 \x01(\x01\x12\x0c\n\x04line\x18\x04 \x01(\x03\x12\x0e\n\x06source\x18\x05 \x01(\t2\xfb\x04\n\x10LifecycleManager\x12\x41\n\tSubmitJob\x12\x1a.dlaas.v1.SubmitJobRequest\x1a\x18.dlaas.v1.SubmitJobReply\x12\x35\n\x07HaltJob\x12\x10.dlaas.v1.JobRef\x1a\x18.dlaas.v1.JobStatusReply\x12\x37\n\tResumeJob\x12\x10.dlaas.v1.JobRef\x1a\x18.dlaas.v1.JobStatusReply\x12@\n\nRequeueJob\x12\x18.dlaas.v1.RequeueRequest\x1a\x18.dlaas.v1.JobStatusReply\x12<\n\x08ScaleJob\x12\x16.dlaas.v1.ScaleRequest\x1a\x18.dlaas.v1.JobStatusReply\x12.\n\tDeleteJob\x12\x10.dlaas.v1.JobRef\x1a\x0f.dlaas.v1.Empty\x12\x32\n\x07\x43luster\x12\x0f.dlaas.v1.Empty\x1a\x16.dlaas.v1.ClusterReply\x12L\n\x13SetNodeAvailability\x12!.dlaas.v1.NodeAvailabilityRequest\x1a\x12.dlaas.v1.NodeInfo\x12>\n\nJobMetrics\x12\x18.dlaas.v1.MetricsRequest\x1a\x16.dlaas.v1.MetricsReply\x12\x42\n\rFollowMetrics\x12\x18.dlaas.v1.MetricsRequest\x1a\x15.dlaas.v1.MetricPoint0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,13 +48,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SCALEREQUEST']._serialized_start=390
   _globals['_SCALEREQUEST']._serialized_end=452
   _globals['_NODEINFO']._serialized_start=455
-  _globals['_NODEINFO']._serialized_end=693
-  _globals['_NODEINFO_LABELSENTRY']._serialized_start=648
-  _globals['_NODEINFO_LABELSENTRY']._serialized_end=693
-  _globals['_NODEAVAILABILITYREQUEST']._serialized_start=695
-  _globals['_NODEAVAILABILITYREQUEST']._serialized_end=770
-  _globals['_CLUSTERREPLY']._serialized_start=772
-  _globals['_CLUSTERREPLY']._serialized_end=821
-  _globals['_LIFECYCLEMANAGER']._serialized_start=824
-  _globals['_LIFECYCLEMANAGER']._serialized_end=1327
+  _globals['_NODEINFO']._serialized_end=741
+  _globals['_NODEINFO_LABELSENTRY']._serialized_start=696
+  _globals['_NODEINFO_LABELSENTRY']._serialized_end=741
+  _globals['_NODEUTILIZATION']._serialized_start=744
+  _globals['_NODEUTILIZATION']._serialized_end=929
+  _globals['_NODEAVAILABILITYREQUEST']._serialized_start=931
+  _globals['_NODEAVAILABILITYREQUEST']._serialized_end=1006
+  _globals['_CLUSTERREPLY']._serialized_start=1008
+  _globals['_CLUSTERREPLY']._serialized_end=1057
+  _globals['_METRICSREQUEST']._serialized_start=1060
+  _globals['_METRICSREQUEST']._serialized_end=1193
+  _globals['_SERIES']._serialized_start=1195
+  _globals['_SERIES']._serialized_end=1248
+  _globals['_METRICSREPLY']._serialized_start=1250
+  _globals['_METRICSREPLY']._serialized_end=1375
+  _globals['_METRICPOINT']._serialized_start=1377
+  _globals['_METRICPOINT']._serialized_end=1463
+  _globals['_LIFECYCLEMANAGER']._serialized_start=1466
+  _globals['_LIFECYCLEMANAGER']._serialized_end=2101
 # @@protoc_insertion_point(module_scope)

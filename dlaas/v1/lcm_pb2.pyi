@@ -73,7 +73,7 @@ class ScaleRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., learners: _Optional[int] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("name", "cpus", "memory_mb", "gpus", "gpu_type", "healthy", "state", "availability", "labels")
+    __slots__ = ("name", "cpus", "memory_mb", "gpus", "gpu_type", "healthy", "state", "availability", "labels", "utilization")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +90,7 @@ class NodeInfo(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     AVAILABILITY_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     cpus: float
     memory_mb: int
@@ -99,7 +100,22 @@ class NodeInfo(_message.Message):
     state: str
     availability: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., healthy: _Optional[bool] = ..., state: _Optional[str] = ..., availability: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    utilization: NodeUtilization
+    def __init__(self, name: _Optional[str] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., healthy: _Optional[bool] = ..., state: _Optional[str] = ..., availability: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., utilization: _Optional[_Union[NodeUtilization, _Mapping]] = ...) -> None: ...
+
+class NodeUtilization(_message.Message):
+    __slots__ = ("cpus_used", "memory_mb_used", "gpu_percent", "containers", "sampled_at")
+    CPUS_USED_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MB_USED_FIELD_NUMBER: _ClassVar[int]
+    GPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_AT_FIELD_NUMBER: _ClassVar[int]
+    cpus_used: float
+    memory_mb_used: int
+    gpu_percent: float
+    containers: int
+    sampled_at: float
+    def __init__(self, cpus_used: _Optional[float] = ..., memory_mb_used: _Optional[int] = ..., gpu_percent: _Optional[float] = ..., containers: _Optional[int] = ..., sampled_at: _Optional[float] = ...) -> None: ...
 
 class NodeAvailabilityRequest(_message.Message):
     __slots__ = ("node", "availability", "user")
@@ -116,3 +132,57 @@ class ClusterReply(_message.Message):
     NODES_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
     def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
+
+class MetricsRequest(_message.Message):
+    __slots__ = ("job_id", "user", "learner", "names", "since_step", "limit")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    LEARNER_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    SINCE_STEP_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    user: str
+    learner: int
+    names: _containers.RepeatedScalarFieldContainer[str]
+    since_step: float
+    limit: int
+    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., learner: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ..., since_step: _Optional[float] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class Series(_message.Message):
+    __slots__ = ("name", "steps", "values")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    steps: _containers.RepeatedScalarFieldContainer[float]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, name: _Optional[str] = ..., steps: _Optional[_Iterable[float]] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class MetricsReply(_message.Message):
+    __slots__ = ("job_id", "learner", "series", "truncated", "next_since_step")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LEARNER_FIELD_NUMBER: _ClassVar[int]
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SINCE_STEP_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    learner: int
+    series: _containers.RepeatedCompositeFieldContainer[Series]
+    truncated: bool
+    next_since_step: float
+    def __init__(self, job_id: _Optional[str] = ..., learner: _Optional[int] = ..., series: _Optional[_Iterable[_Union[Series, _Mapping]]] = ..., truncated: _Optional[bool] = ..., next_since_step: _Optional[float] = ...) -> None: ...
+
+class MetricPoint(_message.Message):
+    __slots__ = ("name", "step", "value", "line", "source")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    step: float
+    value: float
+    line: int
+    source: str
+    def __init__(self, name: _Optional[str] = ..., step: _Optional[float] = ..., value: _Optional[float] = ..., line: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...

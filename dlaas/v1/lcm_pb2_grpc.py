@@ -74,6 +74,16 @@ class LifecycleManagerStub:
                 request_serializer=dlaas_dot_v1_dot_lcm__pb2.NodeAvailabilityRequest.SerializeToString,
                 response_deserializer=dlaas_dot_v1_dot_lcm__pb2.NodeInfo.FromString,
                 _registered_method=True)
+        self.JobMetrics = channel.unary_unary(
+                '/dlaas.v1.LifecycleManager/JobMetrics',
+                request_serializer=dlaas_dot_v1_dot_lcm__pb2.MetricsRequest.SerializeToString,
+                response_deserializer=dlaas_dot_v1_dot_lcm__pb2.MetricsReply.FromString,
+                _registered_method=True)
+        self.FollowMetrics = channel.unary_stream(
+                '/dlaas.v1.LifecycleManager/FollowMetrics',
+                request_serializer=dlaas_dot_v1_dot_lcm__pb2.MetricsRequest.SerializeToString,
+                response_deserializer=dlaas_dot_v1_dot_lcm__pb2.MetricPoint.FromString,
+                _registered_method=True)
 
 
 class LifecycleManagerServicer:
@@ -136,6 +146,20 @@ class LifecycleManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JobMetrics(self, request, context):
+        """A learner's metric series so far, filtered and paged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FollowMetrics(self, request, context):
+        """A learner's metric points as they come, until the job has ended and every point is out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LifecycleManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -178,6 +202,16 @@ def add_LifecycleManagerServicer_to_server(servicer, server):
                     servicer.SetNodeAvailability,
                     request_deserializer=dlaas_dot_v1_dot_lcm__pb2.NodeAvailabilityRequest.FromString,
                     response_serializer=dlaas_dot_v1_dot_lcm__pb2.NodeInfo.SerializeToString,
+            ),
+            'JobMetrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.JobMetrics,
+                    request_deserializer=dlaas_dot_v1_dot_lcm__pb2.MetricsRequest.FromString,
+                    response_serializer=dlaas_dot_v1_dot_lcm__pb2.MetricsReply.SerializeToString,
+            ),
+            'FollowMetrics': grpc.unary_stream_rpc_method_handler(
+                    servicer.FollowMetrics,
+                    request_deserializer=dlaas_dot_v1_dot_lcm__pb2.MetricsRequest.FromString,
+                    response_serializer=dlaas_dot_v1_dot_lcm__pb2.MetricPoint.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -396,6 +430,60 @@ class LifecycleManager:
             '/dlaas.v1.LifecycleManager/SetNodeAvailability',
             dlaas_dot_v1_dot_lcm__pb2.NodeAvailabilityRequest.SerializeToString,
             dlaas_dot_v1_dot_lcm__pb2.NodeInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JobMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlaas.v1.LifecycleManager/JobMetrics',
+            dlaas_dot_v1_dot_lcm__pb2.MetricsRequest.SerializeToString,
+            dlaas_dot_v1_dot_lcm__pb2.MetricsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FollowMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dlaas.v1.LifecycleManager/FollowMetrics',
+            dlaas_dot_v1_dot_lcm__pb2.MetricsRequest.SerializeToString,
+            dlaas_dot_v1_dot_lcm__pb2.MetricPoint.FromString,
             options,
             channel_credentials,
             insecure,

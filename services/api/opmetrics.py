@@ -12,7 +12,10 @@ alternates between two counts.
 `summarize()` is the pure part: job records -> counts, the durations the histograms hold
 and the requeues by cause. Per-node allocation reuses the capacity page's own sum
 (services.api.dashboard.nodes.allocation), so `/metrics` and GET /v1/nodes cannot
-disagree. `PlatformCollector` is the adapter: it reads the store and the LCM and yields
+disagree; so does the measured use (`dlaas_node_used_*`, the LCM's last sample of the job
+containers, in `Cluster`), whose series is absent for a node where it is unknown (a
+swarm node, no sample yet): an absent series, never a made-up 0. GPU utilization is not
+measured on these nodes, so it has no series. `PlatformCollector` is the adapter: it reads the store and the LCM and yields
 Prometheus families.
 
 The "_total" families are recomputed from the histories, so deleting a job makes them go
@@ -61,6 +64,9 @@ REQUEUES = "dlaas_job_requeues"  # exposed as dlaas_job_requeues_total
 FAILURES = "dlaas_job_failures"  # exposed as dlaas_job_failures_total
 NODE_HEALTHY = "dlaas_node_healthy"
 NODE_LEARNERS = "dlaas_node_learners"
+NODE_USED_CPUS = "dlaas_node_used_cpus"
+NODE_USED_MEMORY = "dlaas_node_used_memory_bytes"
+NODE_CONTAINERS = "dlaas_node_job_containers"
 SOURCE_UP = "dlaas_metrics_source_up"
 RESOURCES = ("cpus", "gpus", "memory_bytes")
 
@@ -236,9 +242,31 @@ class PlatformCollector:
             for kind in ("capacity", "allocated", "free")
             for res in RESOURCES
         }
+        used_cpus = GaugeMetricFamily(
+            NODE_USED_CPUS,
+            "CPU cores the job containers on the node use, as measured (absent: unknown)",
+            labels=labels,
+        )
+        used_memory = GaugeMetricFamily(
+            NODE_USED_MEMORY,
+            "memory the job containers on the node use, page cache left out (absent: unknown)",
+            labels=labels,
+        )
+        containers = GaugeMetricFamily(
+            NODE_CONTAINERS,
+            "running job containers on the node at the last sample (absent: not sampled)",
+            labels=labels,
+        )
         for n in nodes:
             u = use.get(n.name, NodeUse())
             healthy.add_metric([r, n.name], 1 if n.healthy else 0)
+            measured = n.utilization
+            if measured.cpus_used is not None:
+                used_cpus.add_metric([r, n.name], measured.cpus_used)
+            if measured.memory_mb_used is not None:
+                used_memory.add_metric([r, n.name], measured.memory_mb_used * MIB)
+            if measured.sampled_at is not None:
+                containers.add_metric([r, n.name], measured.containers)
             learners.add_metric([r, n.name], u.learners)
             capacity = {"cpus": n.cpus, "gpus": n.gpus, "memory_bytes": n.memory_mb * MIB}
             held = {"cpus": u.cpus, "gpus": u.gpus, "memory_bytes": u.memory_mb * MIB}
@@ -251,6 +279,9 @@ class PlatformCollector:
         yield healthy
         yield learners
         yield from families.values()
+        yield used_cpus
+        yield used_memory
+        yield containers
 
 
 _MEANING = {

@@ -10,6 +10,7 @@ import os
 import socket
 
 import docker
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dlaas.config import PlatformSettings
@@ -27,6 +28,8 @@ from services.lcm.grpc_api import LcmServicer
 from services.lcm.ports import ContainerEngine
 from services.lcm.service import Lcm
 from services.lcm.swarm import SwarmEngine
+from services.lcm.usage_docker import DockerUsage
+from services.lcm.utilization import UsageSource, UtilizationSampler
 
 
 class LcmSettings(BaseSettings):
@@ -36,6 +39,8 @@ class LcmSettings(BaseSettings):
     listen: str = ""
     # Seconds without a lease refresh before a standby takes over (etcd's minimum is 1).
     leader_ttl_s: int = 1
+    # Seconds between two samples of the nodes' measured utilization (docker stats).
+    utilization_interval_s: float = Field(default=5.0, gt=0.5, le=300)
 
 
 def _engine(host: str) -> docker.DockerClient:
@@ -58,21 +63,28 @@ def main() -> None:
     )
     nodes = nodes_or_exit(settings, "lcm")
     deployers: dict[str, ContainerEngine]
+    usage: dict[str, UsageSource | None]
     if settings.swarm_manager:
         # The swarm, through its manager's API alone; each node is a view of it.
         swarm = SwarmEngine(_engine(settings.swarm_manager), settings.platform_id)
         deployers = {n.name: swarm.node(n.name) for n in nodes}
+        # The manager's API has no container stats: a swarm node's utilization is unknown.
+        usage = {n.name: None for n in nodes}
     else:
         # The machine's one engine: the one node.
         engine = _engine(settings.docker_host)
         deployers = {
             n.name: Deployer(engine, platform_id=settings.platform_id, node=n.name) for n in nodes
         }
+        usage = {n.name: DockerUsage(engine, settings.platform_id, n.name) for n in nodes}
+    sampler = UtilizationSampler(usage, lcm_settings.utilization_interval_s)
     lcm = Lcm(settings, keeper, store, deployers, SchedulerClient(settings.scheduler_addr), nodes)
     listen = lcm_settings.listen or settings.lcm_addr.split(",")[0]
     server = start_server(
         listen,
-        lambda s: lcm_pb2_grpc.add_LifecycleManagerServicer_to_server(LcmServicer(lcm), s),
+        lambda s: lcm_pb2_grpc.add_LifecycleManagerServicer_to_server(
+            LcmServicer(lcm, utilization=sampler), s
+        ),
         ["dlaas.v1.LifecycleManager"],
     )
     identity = f"{socket.gethostname()}:{os.getpid()}@{listen}"
@@ -85,10 +97,12 @@ def main() -> None:
         on_lost=lcm.on_lost,
     )
     lcm.start()
+    sampler.start()
     election.start()
     log.info("lcm %s serving on %s", identity, listen)
     wait_for_termination(server)
     election.stop()
+    sampler.stop()
     lcm.stop()
 
 

@@ -226,6 +226,7 @@ def test_user_submits_watches_a_job_complete_with_a_live_loss_chart(browser, cre
         page.click("header nav a:has-text('Nodes')")
         page.wait_for_selector("table.nodes tbody tr")
         assert "healthy" in page.inner_text("table.nodes")
+        assert "CPUs used" in page.inner_text("table.nodes thead")
         page.screenshot(path=shots / "05-nodes.png", full_page=True)
 
         assert w.errors == []
@@ -255,6 +256,10 @@ def test_halt_and_delete_buttons_and_nodes_allocation(browser, creds, shots):
         # The running job holds its allocation on the node it runs on.
         page.click("header nav a:has-text('Nodes')")
         page.wait_for_selector(f"table.nodes a:has-text('{job_id}')")
+        # And what its containers use, measured by the LCM every few seconds (a meter once
+        # known; "unknown" until the second sample).
+        page.wait_for_selector("table.nodes td.used-cpus meter", timeout=60_000)
+        page.wait_for_selector("table.nodes td.used-memory meter")
         page.screenshot(path=shots / "06-nodes-allocated.png", full_page=True)
 
         page.goto(f"{creds['url']}/ui/#/job/{job_id}")

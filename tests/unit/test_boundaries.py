@@ -34,6 +34,8 @@ PURE_FILES = [
     "dlaas/purge.py",
     "dlaas/keys.py",
     "dlaas/metrics.py",
+    "dlaas/metric_query.py",
+    "services/lcm/utilization.py",
     "dlaas/hooks.py",
 ]
 PURE_GLOBS = ["services/scheduler/policy/**/*.py"]

@@ -1,7 +1,8 @@
 """The dashboard's serving, without a browser or a server: the page and every file it loads
 are served under a self-only Content-Security-Policy, none of them names another host
 (nothing is fetched at run time), the data routes still need a token, and GET /v1/nodes
-sums what placed jobs hold per node.
+sums what placed jobs hold per node and passes on what the LCM measured of each (unknown
+as null, and in /metrics as an absent series).
 
 The app is the real one (create_app) on a SQLite store in the test's tmp dir; the LCM is
 a stub answering only `cluster()`, the one call these routes make of it.
@@ -13,10 +14,11 @@ import re
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from dlaas.accounts import TokenRecord, User, token_hash
 from dlaas.config import ApiSettings, PlatformSettings
-from dlaas.sdk import NodeInfo
+from dlaas.sdk import NodeInfo, NodeUtilization
 from dlaas.secretbox import new_key
 from dlaas.status import Status
 from dlaas.store.base import JobRecord
@@ -80,7 +82,16 @@ def client(job_store, tmp_path):
         job_store.add_token(TokenRecord(token_hash(token), name, token[:6], 1.0))
     lcm = StubLcm(
         [
-            NodeInfo("n1", 8, 16384, 2, "t4", True),
+            # n1 measured (GPU use unknown: no telemetry); n2 not measured at all.
+            NodeInfo(
+                "n1",
+                8,
+                16384,
+                2,
+                "t4",
+                True,
+                utilization=NodeUtilization(1.25, 300, None, 3, 1000.0),
+            ),
             NodeInfo("n2", 4, 8192, 0, "", False),
         ]
     )
@@ -226,3 +237,46 @@ def test_a_record_without_placed_learners_or_a_readable_manifest_counts_for_noth
     placed = {"learners": [{"id": 0, "node": "x"}]}
     assert placed_job(JobRecord("j", "u", "m", "name: [", 1.0, info=placed), "name: [") is None
     assert placed_job(JobRecord("j", "u", "m", yaml, 1.0, info=placed), yaml).nodes == ("x",)
+
+
+def test_nodes_show_the_measured_use_and_unknown_as_null(client):
+    nodes = {n["name"]: n for n in client.get("/v1/nodes", headers=auth(ALICE)).json()["nodes"]}
+    assert nodes["n1"]["utilization"] == {
+        "cpus": 1.25,
+        "memory_mb": 300,
+        "gpu_percent": None,
+        "containers": 3,
+        "sampled_at": 1000.0,
+    }
+    assert nodes["n2"]["utilization"] == {
+        "cpus": None,
+        "memory_mb": None,
+        "gpu_percent": None,
+        "containers": 0,
+        "sampled_at": None,
+    }
+    schema = client.get("/openapi.json").json()["components"]["schemas"]
+    assert set(schema["NodeUtilizationPublic"]["properties"]) == {
+        "cpus", "memory_mb", "gpu_percent", "containers", "sampled_at"
+    }  # fmt: skip
+    assert "utilization" in schema["NodePublic"]["required"]
+
+
+def test_metrics_export_the_measured_use_per_node_and_nothing_for_unknown(client):
+    samples = {
+        (s.name, s.labels["node"]): s
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for s in family.samples
+        if s.name in ("dlaas_node_used_cpus", "dlaas_node_used_memory_bytes",
+                      "dlaas_node_job_containers")
+    }  # fmt: skip
+    # n2 was never measured: no series at all rather than a 0.
+    assert set(samples) == {
+        ("dlaas_node_used_cpus", "n1"),
+        ("dlaas_node_used_memory_bytes", "n1"),
+        ("dlaas_node_job_containers", "n1"),
+    }
+    assert samples["dlaas_node_used_cpus", "n1"].value == 1.25
+    assert samples["dlaas_node_used_memory_bytes", "n1"].value == 300 * 2**20
+    assert samples["dlaas_node_job_containers", "n1"].value == 3
+    assert all("replica" in s.labels for s in samples.values())

@@ -1,5 +1,6 @@
-"""`GET /v1/nodes`: each node's capacity, state and what the running jobs hold of it;
-`PUT /v1/nodes/{name}/availability`: an administrator drains or activates a node.
+"""`GET /v1/nodes`: each node's capacity, state, what the running jobs hold of it and what
+they really use; `PUT /v1/nodes/{name}/availability`: an administrator drains or
+activates a node.
 
 The dashboard's capacity page and `dlaas nodes` read it. Capacity, health, state and
 availability (on a swarm: the swarm's node objects) come from the LCM (`Cluster`, the
@@ -7,7 +8,10 @@ nodes it deploys to; `SetNodeAvailability` for a drain, which moves the node's j
 the allocation is summed from the jobs that hold one (placed and not yet ended), each
 learner counted on the node the LCM deployed it to (`info.learners[].node`) with the
 resources its manifest asks for. `allocation()` is that sum, pure; the route is the
-adapter around it.
+adapter around it. The utilization is measured, not summed: the LCM samples the job
+containers' CPU and memory on each node every few seconds (services/lcm/utilization.py)
+and `Cluster` hands out the last sample; a value it cannot know (a swarm node, no sample
+yet, GPUs: no GPU telemetry here) is null, never 0.
 
 Totals count every job (they are the cluster's); the jobs listed per node are only the
 caller's own, or all of them for an administrator.
@@ -24,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from dlaas.errors import InvalidManifest
 from dlaas.manifest import parse_manifest
-from dlaas.sdk import NodeInfo
+from dlaas.sdk import NodeInfo, NodeUtilization
 from dlaas.status import ACTIVE, Status
 from dlaas.store.base import JobRecord
 from services.api.models import error_responses
@@ -95,6 +99,33 @@ class NodeAllocation(BaseModel):
     learners: int
 
 
+class NodeUtilizationPublic(BaseModel):
+    cpus: float | None = Field(
+        description="CPU cores the job containers on the node use now, as measured "
+        "(1.5: one and a half cores busy); null: unknown"
+    )
+    memory_mb: int | None = Field(
+        description="memory they use now (page cache left out, as `docker stats`); null: unknown"
+    )
+    gpu_percent: float | None = Field(
+        description="GPU utilization in percent; null: unknown (no GPU telemetry on the node)"
+    )
+    containers: int = Field(description="running job containers (helpers and learners) seen")
+    sampled_at: float | None = Field(
+        description="when it was measured (seconds since the epoch); null: not measured"
+    )
+
+
+def utilization_public(u: NodeUtilization) -> NodeUtilizationPublic:
+    return NodeUtilizationPublic(
+        cpus=u.cpus_used,
+        memory_mb=u.memory_mb_used,
+        gpu_percent=u.gpu_percent,
+        containers=u.containers,
+        sampled_at=u.sampled_at,
+    )
+
+
 class NodePublic(BaseModel):
     name: str
     healthy: bool = Field(description="schedulable: new gangs may be placed there")
@@ -104,6 +135,9 @@ class NodePublic(BaseModel):
     gpu_type: str
     capacity: NodeAllocation = Field(description="what the node offers (learners: 0)")
     allocated: NodeAllocation = Field(description="what placed, unfinished jobs hold on it")
+    utilization: NodeUtilizationPublic = Field(
+        description="what the job containers on it use now, measured every few seconds"
+    )
     jobs: list[str] = Field(description="jobs with learners here (yours; every one for an admin)")
 
 
@@ -133,6 +167,7 @@ def nodes_public(
                 allocated=NodeAllocation(
                     cpus=round(u.cpus, 3), memory_mb=u.memory_mb, gpus=u.gpus, learners=u.learners
                 ),
+                utilization=utilization_public(n.utilization),
                 jobs=jobs,
             )
         )
@@ -153,7 +188,7 @@ def _holding_records(deps) -> Iterator[JobRecord]:
 
 @router.get("/nodes", response_model=NodesReply)
 def list_nodes(deps: DepsDep, caller: CallerDep) -> NodesReply:
-    """Each node's capacity, health and what running jobs hold of it (CPUs, memory, GPUs)."""
+    """Each node's capacity, health, what running jobs hold of it and what they use now."""
     placed = []
     for record in _holding_records(deps):
         # Sealed secrets stay sealed: only the sizes are read.

@@ -450,18 +450,30 @@ const Use = ({ used, total, unit = "" }) =>
   html`<meter min="0" max=${total || 1} value=${used} high=${total * 0.9}></meter>
     <span class="muted">${+used.toFixed(2)} / ${total}${unit}</span>`;
 
+// Measured use: null is unknown (not measured there, or not yet) and says so, never 0.
+const Measured = ({ used, total, unit = "" }) =>
+  used === null || used === undefined
+    ? html`<span class="muted unknown">unknown</span>`
+    : html`<${Use} used=${used} total=${total} unit=${unit} />`;
+
 function NodesPage() {
   const [data, error] = usePoll(() => api("/v1/nodes"), 3000);
   return html`<section>
     <h2>Nodes</h2>
     <${ErrorNote} error=${error} />
+    <p class="muted">Allocated: what the jobs placed on a node asked for. Used: what their containers use now, measured every few seconds.</p>
     <table class="nodes">
-      <thead><tr><th>node</th><th>health</th><th>CPUs allocated</th><th>memory allocated</th><th>GPUs allocated</th><th>learners</th><th>jobs</th></tr></thead>
+      <thead><tr><th>node</th><th>health</th><th>CPUs allocated</th><th>CPUs used</th><th>memory allocated</th><th>memory used</th><th>GPUs allocated</th><th>GPU use</th><th>learners</th><th>jobs</th></tr></thead>
       <tbody>${(data?.nodes || []).map((n) => html`<tr key=${n.name}>
         <td>${n.name}</td><td>${n.healthy ? "healthy" : html`<span class="status st-FAILED">unhealthy</span>`}</td>
         <td><${Use} used=${n.allocated.cpus} total=${n.capacity.cpus} /></td>
+        <td class="used-cpus"><${Measured} used=${n.utilization?.cpus} total=${n.capacity.cpus} /></td>
         <td><${Use} used=${n.allocated.memory_mb} total=${n.capacity.memory_mb} unit=" MiB" /></td>
+        <td class="used-memory"><${Measured} used=${n.utilization?.memory_mb} total=${n.capacity.memory_mb} unit=" MiB" /></td>
         <td>${n.capacity.gpus ? html`<${Use} used=${n.allocated.gpus} total=${n.capacity.gpus} unit=${n.gpu_type ? ` ${n.gpu_type}` : ""} />` : html`<span class="muted">none</span>`}</td>
+        <td class="used-gpus">${!n.capacity.gpus ? html`<span class="muted">none</span>`
+          : n.utilization?.gpu_percent == null ? html`<span class="muted unknown" title="no GPU telemetry on this node">n/a</span>`
+          : html`<${Use} used=${n.utilization.gpu_percent} total=${100} unit="%" />`}</td>
         <td>${n.allocated.learners}</td>
         <td>${n.jobs.map((j) => html`<${JobLink} id=${j} /> `)}</td></tr>`)}</tbody>
     </table>
