@@ -4,7 +4,7 @@ REST's GET /v1/jobs/{id}/metrics serves.
 
 The series come from dlaas.job_metrics, as REST's do; the query is checked and cut by
 dlaas.metric_query. Who may read: the LCM's one rule for every job call (the use cases'
-`_owned`): a named user reads only their own jobs, and another user's job is
+`owned`): a named user reads only their own jobs, and another user's job is
 JobNotFound, exactly as a missing one (as REST answers 404, never 403).
 
 A follow holds one of the gRPC server's threads for as long as it runs, so a replica
@@ -63,7 +63,7 @@ class MetricsQueries:
         settings = lcm.settings
         s3_for = s3_for_locations(lambda: platform_client(settings))
         logs = LogReader(lcm.store, settings, lcm.deployers, s3_for)
-        return cls(lcm._owned, settings, logs)
+        return cls(lcm.owned, settings, logs)
 
     def _record(self, job_id: str, user: str) -> JobRecord:
         if not job_id or len(job_id) > MAX_JOB_ID:

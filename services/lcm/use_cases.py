@@ -104,7 +104,7 @@ class JobUseCases:
             team=record.team,
         )
 
-    def _owned(self, job_id: str, user: str) -> JobRecord:
+    def owned(self, job_id: str, user: str) -> JobRecord:
         record = self.store.get(job_id)
         if user and user != ADMIN and record.user != user:
             raise errors.JobNotFound(job_id)  # the same answer as for a missing job
@@ -117,7 +117,7 @@ class JobUseCases:
         return state
 
     def halt(self, job_id: str, user: str, reason: str) -> str:
-        self._owned(job_id, user)
+        self.owned(job_id, user)
         state = self._state(job_id)
         if state.final:
             raise errors.InvalidTransition(f"job {job_id} has already ended ({state.status})")
@@ -141,7 +141,7 @@ class JobUseCases:
 
     def resume(self, job_id: str, user: str, reason: str) -> str:
         """Queue a HALTED job again; it continues from its last checkpoint."""
-        record = self._owned(job_id, user)
+        record = self.owned(job_id, user)
         state = self._state(job_id)
         if state.status != Status.HALTED:
             raise errors.InvalidTransition(
@@ -190,7 +190,7 @@ class JobUseCases:
         from its checkpoint with it; one already at that size keeps running (the target is
         recorded, its learners become its own); a job whose target it is already is left as
         it is (the scheduler grows a shrunk job back to its target by itself)."""
-        record = self._owned(job_id, user)
+        record = self.owned(job_id, user)
         manifest = stored_manifest(record)
         problem = scale_problem(manifest, learners, job_id)
         if problem:
@@ -215,7 +215,7 @@ class JobUseCases:
         return self.requeue(job_id, f"rescaled to {learners} learner(s) by the user", False)
 
     def delete(self, job_id: str, user: str) -> None:
-        self._owned(job_id, user)
+        self.owned(job_id, user)
         state = self.keeper.get(job_id)
         if state is not None and not state.final:
             self.keeper.transition(job_id, Status.HALTED, "deleted by the user")

@@ -39,7 +39,7 @@ LINES = [
 def sdk(env):  # noqa: F811
     """An LcmClient on a LifecycleManager whose metrics read env's S3 (at most 1 follow)."""
     logs = LogReader(env.store, env.settings, None, s3_for_locations(lambda: env.s3), poll_s=0.05)
-    queries = MetricsQueries(env.lcm._owned, env.settings, logs, max_followers=1, check_s=0.05)
+    queries = MetricsQueries(env.lcm.owned, env.settings, logs, max_followers=1, check_s=0.05)
     addr = f"127.0.0.1:{free_port()}"
     server = start_server(
         addr,
