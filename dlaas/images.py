@@ -256,7 +256,8 @@ def _build(
         if "error" in chunk:
             raise ImageUnavailable(f"building {spec.tag} failed: {chunk['error'].strip()}")
         line = chunk.get("stream", "").strip()
-        if line.startswith("Step "):
+        # apt's summary lines say what a minutes-long package step is doing.
+        if line.startswith(("Step ", "Need to get", "After this operation", "Fetched ")):
             progress("  " + line)
         if "aux" in chunk and "ID" in chunk["aux"]:
             image_id = chunk["aux"]["ID"]

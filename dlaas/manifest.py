@@ -538,6 +538,13 @@ def scale_problem(manifest: Manifest, learners: int, job_id: str) -> str:
 
 def parse_manifest(text: str | bytes) -> Manifest:
     """Parse and validate a YAML manifest; raise InvalidManifest listing every problem."""
+    return manifest_from_dict(load_yaml(text))
+
+
+def load_yaml(text: str | bytes) -> dict[str, Any]:
+    """The manifest's YAML as plain data, read as parse_manifest reads it (folded commands
+    joined, no aliases, bounded); for code that rewrites a manifest and stores it again,
+    so that the text stored means what the text submitted meant."""
     if len(text) > MAX_MANIFEST_BYTES:
         raise InvalidManifest([f"(manifest): larger than {MAX_MANIFEST_BYTES // 2**20} MiB"])
     loader = None
@@ -555,7 +562,7 @@ def parse_manifest(text: str | bytes) -> Manifest:
             loader.dispose()
     if not isinstance(data, dict):
         raise InvalidManifest(["(manifest): must be a YAML mapping of fields"])
-    return manifest_from_dict(data)
+    return data
 
 
 def manifest_from_dict(data: dict[str, Any]) -> Manifest:

@@ -211,3 +211,18 @@ def test_with_the_fixes_applied_each_example_validates(tmp_path, name):
     r = validate(tmp_path, fixed(name))
     assert r.exit_code == 0, r.output
     assert parse_manifest(fixed(name)).data_stores[0].connection.endpoint.startswith("http://")
+
+
+def test_a_sealed_ffdl_manifest_keeps_its_folded_command_on_one_line():
+    # The LCM stores a manifest with a connection password sealed (re-serialised): the
+    # stored text must run the folded command as FfDL ran it, not as three shell lines.
+    from dlaas.secretbox import SecretBox, new_key
+
+    box = SecretBox(new_key())
+    body = text("ffdl-pytorch-digits.yml")
+    sealed = box.seal(body)
+    assert "password: test" not in sealed
+    for stored in (sealed, box.open(sealed)):
+        command = parse_manifest(box.open(stored)).framework.command
+        assert command == parse_manifest(body).framework.command
+        assert "\n" not in command
