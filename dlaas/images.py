@@ -1,15 +1,24 @@
-"""Builds the job container image locally, with no registry: `ensure_images(client)`.
+"""Builds the job container images locally, with no registry: `ensure_images(client)`.
 
-Every job container (the helper and the learners) runs `dlaas/learner:latest`, which is
-`images/Dockerfile.learner` on top of `dlaas/base:bookworm` (Debian + python3, numpy,
-boto3). Where no registry can be reached, the base image is made with debootstrap and
-`docker import`; the learner image is then built with the legacy builder from a context
-that holds only the files the Dockerfile COPYs. The learner image carries a hash of
-those files and the id of its base, so a second call with nothing changed returns in
-well under a second and a changed source rebuilds in seconds.
+Every helper, and the learners of a job whose framework is plain Python, run
+`dlaas/learner:latest`, which is `images/Dockerfile.learner` on top of `dlaas/base:bookworm`
+(Debian + python3, numpy, boto3). Where no registry can be reached, the base image is made
+with debootstrap and `docker import`; the learner image is then built with the legacy
+builder from a context that holds only the files the Dockerfile COPYs.
 
-With a registry, build both images the ordinary way (see images/README.md).
-CLI: `python -m dlaas.images [--force]`.
+A framework with an image of its own (dlaas.manifest.FRAMEWORK_VERSIONS: PyTorch 1.13) gets
+two more: its layer on the base (`images/Dockerfile.pytorch`, Debian's python3-torch,
+dlaas/base-pytorch:1.13, minutes) and the same learner Dockerfile on that layer
+(dlaas/learner-pytorch:1.13, seconds), so a change to the in-container code never
+reinstalls PyTorch. They are built on request (`frameworks=`, `dlaas images build`), not by
+`dlaas up`.
+
+Every built image carries a hash of its Dockerfile, build arguments and copied files and
+the id of its base, so a second call with nothing changed returns in well under a second
+and a changed source rebuilds only what is above it.
+
+With a registry, build the images the ordinary way (see images/README.md).
+CLI: `python -m dlaas.images [--force] [--learner-only]`.
 """
 
 from __future__ import annotations
@@ -24,13 +33,15 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
 import docker.errors
 
 from dlaas.errors import ImageUnavailable
+from dlaas.manifest import FRAMEWORK_VERSIONS, framework_image
 
 BASE_IMAGE = "dlaas/base:bookworm"
 LEARNER_IMAGE = "dlaas/learner:latest"
@@ -44,7 +55,50 @@ BASE_PACKAGES = ("python3", "python3-numpy", "python3-boto3", "ca-certificates")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LEARNER_DOCKERFILE = REPO_ROOT / "images" / "Dockerfile.learner"
 
+# The Dockerfile of each framework's layer on the base, and the build argument that takes
+# the version (FRAMEWORK_VERSIONS in dlaas.manifest says which versions exist).
+FRAMEWORK_DOCKERFILES = {"pytorch": (REPO_ROOT / "images" / "Dockerfile.pytorch", "TORCH_VERSION")}
+
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One image to build: `dockerfile` FROM `base` (passed as the BASE_IMAGE build arg)."""
+
+    tag: str
+    dockerfile: Path
+    base: str
+    note: str  # for the progress line: how long it takes
+    buildargs: dict[str, str] = field(default_factory=dict)
+    needs_network: bool = False  # a RUN step downloads packages
+
+
+def learner_spec(base: str = BASE_IMAGE, tag: str = LEARNER_IMAGE) -> ImageSpec:
+    return ImageSpec(tag, LEARNER_DOCKERFILE, base, "seconds")
+
+
+def framework_specs(name: str, version: str) -> tuple[ImageSpec, ImageSpec]:
+    """(the framework's layer on the base, the learner image on that layer) for a version
+    listed in FRAMEWORK_VERSIONS: dlaas/base-pytorch:1.13, dlaas/learner-pytorch:1.13."""
+    if version not in FRAMEWORK_VERSIONS.get(name, ()) or name not in FRAMEWORK_DOCKERFILES:
+        known = ", ".join(f"{n} {'/'.join(v)}" for n, v in FRAMEWORK_VERSIONS.items())
+        raise ImageUnavailable(f"no image is built for framework {name} {version}; known: {known}")
+    dockerfile, version_arg = FRAMEWORK_DOCKERFILES[name]
+    layer = ImageSpec(
+        framework_image(BASE_IMAGE, name, version),
+        dockerfile,
+        BASE_IMAGE,
+        "Debian packages, a few minutes",
+        buildargs={version_arg: version},
+        needs_network=True,
+    )
+    return layer, learner_spec(base=layer.tag, tag=framework_image(LEARNER_IMAGE, name, version))
+
+
+def all_frameworks() -> list[tuple[str, str]]:
+    """Every (framework, version) the platform has an image for."""
+    return [(name, v) for name, versions in FRAMEWORK_VERSIONS.items() for v in versions]
 
 
 # --- the build context (pure apart from reading files) ---------------------------------
@@ -73,13 +127,17 @@ def context_files(root: Path, sources: list[str]) -> list[str]:
         elif path.is_file():
             files.add(path.relative_to(root).as_posix())
         else:
-            raise ImageUnavailable(f"{LEARNER_DOCKERFILE.name} copies {src}, which does not exist")
+            raise ImageUnavailable(f"a Dockerfile copies {src}, which does not exist")
     return sorted(files)
 
 
-def source_hash(dockerfile: bytes, root: Path, files: list[str]) -> str:
+def source_hash(
+    dockerfile: bytes, root: Path, files: list[str], buildargs: dict[str, str] | None = None
+) -> str:
     digest = hashlib.sha256()
     digest.update(b"Dockerfile\0" + dockerfile + b"\0")
+    for name, value in sorted((buildargs or {}).items()):
+        digest.update(f"ARG {name}={value}\0".encode())
     for name in files:
         digest.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
     return digest.hexdigest()
@@ -170,62 +228,113 @@ def build_base_image(client: docker.DockerClient, progress: Progress = print) ->
         shutil.rmtree(root_dir, ignore_errors=True)
 
 
-def build_learner_image(
-    client: docker.DockerClient, base_id: str, digest: str, files: list[str], progress: Progress
+def _build(
+    client: docker.DockerClient,
+    spec: ImageSpec,
+    base_id: str,
+    digest: str,
+    files: list[str],
+    progress: Progress,
 ) -> str:
-    dockerfile = LEARNER_DOCKERFILE.read_bytes()
-    progress(f"building {LEARNER_IMAGE} ({len(files)} files from the repository)...")
+    dockerfile = spec.dockerfile.read_bytes()
+    progress(f"building {spec.tag} from {spec.dockerfile.name} on {spec.base} ({spec.note})...")
+    started = time.monotonic()
     image_id = None
     for chunk in client.api.build(
         fileobj=context_tar(dockerfile, REPO_ROOT, files),
         custom_context=True,
-        tag=LEARNER_IMAGE,
-        buildargs={"BASE_IMAGE": BASE_IMAGE},
+        tag=spec.tag,
+        buildargs={"BASE_IMAGE": spec.base, **spec.buildargs},
         labels={LABEL_SOURCE_HASH: digest, LABEL_BASE_ID: base_id},
         rm=True,
         forcerm=True,
         decode=True,
+        # apt-get in a RUN step needs the archive; with `dockerd --iptables=false` (this
+        # machine, CI) the default bridge reaches nothing, the host's network does.
+        network_mode="host" if spec.needs_network else None,
     ):
         if "error" in chunk:
-            raise ImageUnavailable(f"building {LEARNER_IMAGE} failed: {chunk['error'].strip()}")
+            raise ImageUnavailable(f"building {spec.tag} failed: {chunk['error'].strip()}")
         line = chunk.get("stream", "").strip()
-        if line.startswith("Step "):
+        # apt's summary lines say what a minutes-long package step is doing.
+        if line.startswith(("Step ", "Need to get", "After this operation", "Fetched ")):
             progress("  " + line)
         if "aux" in chunk and "ID" in chunk["aux"]:
             image_id = chunk["aux"]["ID"]
     if image_id is None:
-        image_id = client.images.get(LEARNER_IMAGE).id
-    progress(f"{LEARNER_IMAGE} ready")
+        image_id = client.images.get(spec.tag).id
+    progress(f"{spec.tag} ready ({time.monotonic() - started:.0f} s)")
     return image_id
 
 
+def ensure_built(
+    client: docker.DockerClient,
+    spec: ImageSpec,
+    base_id: str,
+    progress: Progress = print,
+    force: bool = False,
+) -> str:
+    """Build `spec` unless an image of that tag was built from the same sources on the same
+    base (by its labels); return the image's id."""
+    dockerfile = spec.dockerfile.read_bytes()
+    files = context_files(REPO_ROOT, copy_sources(dockerfile.decode()))
+    digest = source_hash(dockerfile, REPO_ROOT, files, spec.buildargs)
+    current = _image(client, spec.tag)
+    labels = (current.labels or {}) if current is not None else {}
+    if (
+        not force
+        and current is not None
+        and labels.get(LABEL_SOURCE_HASH) == digest
+        and labels.get(LABEL_BASE_ID) == base_id
+    ):
+        progress(f"{spec.tag} is up to date")
+        return current.id
+    new_id = _build(client, spec, base_id, digest, files, progress)
+    if current is not None and current.id != new_id:
+        _remove_quietly(client, current.id)
+    return new_id
+
+
 def ensure_images(
-    client: docker.DockerClient, progress: Progress = print, force: bool = False
+    client: docker.DockerClient,
+    progress: Progress = print,
+    force: bool = False,
+    frameworks: Iterable[tuple[str, str]] = (),
 ) -> str:
     """Make sure the job image exists and matches the sources; return its tag.
 
     Builds the base image if it is missing (or `force`), and the learner image if it is
-    missing, was built from other sources or another base, or `force`.
+    missing, was built from other sources or another base, or `force`; then the images of
+    `frameworks` ((name, version) pairs of FRAMEWORK_VERSIONS, e.g. ("pytorch", "1.13")).
     """
     base = None if force else _image(client, BASE_IMAGE)
     base_id = base.id if base is not None else build_base_image(client, progress)
-
-    dockerfile = LEARNER_DOCKERFILE.read_bytes()
-    files = context_files(REPO_ROOT, copy_sources(dockerfile.decode()))
-    digest = source_hash(dockerfile, REPO_ROOT, files)
-    learner = _image(client, LEARNER_IMAGE)
-    labels = (learner.labels or {}) if learner is not None else {}
-    if (
-        not force
-        and labels.get(LABEL_SOURCE_HASH) == digest
-        and labels.get(LABEL_BASE_ID) == base_id
-    ):
-        progress(f"{LEARNER_IMAGE} is up to date")
-        return LEARNER_IMAGE
-    new_id = build_learner_image(client, base_id, digest, files, progress)
-    if learner is not None and learner.id != new_id:
-        _remove_quietly(client, learner.id)
+    ensure_built(client, learner_spec(), base_id, progress, force)
+    for name, version in frameworks:
+        ensure_framework_image(client, name, version, progress, force, base_id=base_id)
     return LEARNER_IMAGE
+
+
+def ensure_framework_image(
+    client: docker.DockerClient,
+    name: str,
+    version: str,
+    progress: Progress = print,
+    force: bool = False,
+    base_id: str | None = None,
+) -> str:
+    """Make sure the learner image of framework `name` `version` is built; return its tag.
+
+    Two images: the framework's layer on the base (minutes, rebuilt only when its
+    Dockerfile or the base changes) and the learner Dockerfile on top of it (seconds).
+    """
+    layer, learner = framework_specs(name, version)
+    if base_id is None:
+        base = None if force else _image(client, BASE_IMAGE)
+        base_id = base.id if base is not None else build_base_image(client, progress)
+    layer_id = ensure_built(client, layer, base_id, progress, force)
+    ensure_built(client, learner, layer_id, progress, force)
+    return learner.tag
 
 
 def _remove_quietly(client: docker.DockerClient, image_id: str) -> None:
@@ -237,19 +346,30 @@ def _remove_quietly(client: docker.DockerClient, image_id: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    frameworks = all_frameworks()
     parser = argparse.ArgumentParser(
-        prog="python -m dlaas.images", description=f"Build {LEARNER_IMAGE} locally (no registry)."
+        prog="python -m dlaas.images",
+        description=(
+            f"Build {LEARNER_IMAGE} and the framework images "
+            f"({', '.join(framework_image(LEARNER_IMAGE, n, v) for n, v in frameworks)}) "
+            "locally (no registry)."
+        ),
     )
-    parser.add_argument("--force", action="store_true", help="rebuild both images")
+    parser.add_argument("--force", action="store_true", help="rebuild every image")
+    parser.add_argument(
+        "--learner-only",
+        action="store_true",
+        help="build the learner image only (what `dlaas up` does), not the framework images",
+    )
     args = parser.parse_args(argv)
     try:
-        client = docker.from_env()
+        client = docker.from_env(timeout=600)
         client.ping()
     except docker.errors.DockerException as exc:
         print(f"error: cannot reach the Docker engine: {exc}", file=sys.stderr)
         return 1
     try:
-        ensure_images(client, force=args.force)
+        ensure_images(client, force=args.force, frameworks=() if args.learner_only else frameworks)
     except ImageUnavailable as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1

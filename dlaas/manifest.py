@@ -71,6 +71,14 @@ MAX_URL = 2048
 # Framework names the platform's own learner image serves (any version).
 BUILTIN_FRAMEWORKS = frozenset({"python", "python3", "numpy", "dlaas"})
 
+# Deep-learning frameworks with a learner image of their own, by the versions built:
+# dlaas/images.py builds `<learner image>-<name>:<version>` from Debian's packages (there is
+# no registry here), e.g. dlaas/learner-pytorch:1.13 from bookworm's python3-torch. FfDL's
+# "latest" means the newest version listed. TensorFlow, Horovod and Caffe are not in Debian.
+FRAMEWORK_VERSIONS: dict[str, tuple[str, ...]] = {"pytorch": ("1.13",)}
+FRAMEWORK_ALIASES = {"torch": "pytorch"}
+LATEST = "latest"
+
 # Priority classes a manifest may name instead of a number.
 PRIORITY_CLASSES = {"low": -100, "normal": 0, "high": 100, "critical": 1000}
 
@@ -530,6 +538,13 @@ def scale_problem(manifest: Manifest, learners: int, job_id: str) -> str:
 
 def parse_manifest(text: str | bytes) -> Manifest:
     """Parse and validate a YAML manifest; raise InvalidManifest listing every problem."""
+    return manifest_from_dict(load_yaml(text))
+
+
+def load_yaml(text: str | bytes) -> dict[str, Any]:
+    """The manifest's YAML as plain data, read as parse_manifest reads it (folded commands
+    joined, no aliases, bounded); for code that rewrites a manifest and stores it again,
+    so that the text stored means what the text submitted meant."""
     if len(text) > MAX_MANIFEST_BYTES:
         raise InvalidManifest([f"(manifest): larger than {MAX_MANIFEST_BYTES // 2**20} MiB"])
     loader = None
@@ -547,7 +562,7 @@ def parse_manifest(text: str | bytes) -> Manifest:
             loader.dispose()
     if not isinstance(data, dict):
         raise InvalidManifest(["(manifest): must be a YAML mapping of fields"])
-    return manifest_from_dict(data)
+    return data
 
 
 def manifest_from_dict(data: dict[str, Any]) -> Manifest:
@@ -564,28 +579,70 @@ def resolve_image(manifest: Manifest, learner_image: str) -> str:
     fw = manifest.framework
     if fw.image:
         return fw.image
-    if fw.name.lower() in BUILTIN_FRAMEWORKS:
+    name = fw.name.lower()
+    if name in BUILTIN_FRAMEWORKS:
         return learner_image
-    library = _NO_IMAGE_FOR.get(fw.name.lower())
-    if library is not None:
-        # FfDL picked an image by framework name and version; the platform has one learner
-        # image, with Python 3, numpy and boto3 and no deep-learning library.
+    name = FRAMEWORK_ALIASES.get(name, name)
+    library = _LIBRARIES.get(name, fw.name)
+    if name in FRAMEWORK_VERSIONS:
+        versions = FRAMEWORK_VERSIONS[name]
+        version = framework_version(fw.version, versions)
+        if version is None:
+            listed = ", ".join(versions)
+            raise ImageUnavailable(
+                f"framework.version: the platform has no {library} {fw.version} image; "
+                f"{library} versions with an image: {listed} ({LATEST!r} is {versions[-1]}). "
+                f"Set framework.version to one of them if the script runs there, or set "
+                f"framework.image to an image with {library} {fw.version} present on the nodes"
+            )
+        return framework_image(learner_image, name, version)
+    if name in _LIBRARIES:  # and not built
+        # FfDL picked an image by framework name and version; these libraries are not in
+        # Debian, so the platform cannot build their images without a registry.
         raise ImageUnavailable(
-            f"framework.name: the platform has no {library} image (its learner image has "
-            f"Python 3 with numpy and boto3 only), so framework {fw.name} {fw.version} cannot "
-            f"run as written; set framework.image to an image with {library} that is present "
-            f"on the nodes (e.g. built FROM the learner image, see images/README.md), or use "
-            f"framework name 'python' for a script that does not import {library}"
+            f"framework.name: the platform has no {library} image (its images: the learner "
+            f"image with Python 3, numpy and boto3, and framework {_built_frameworks()}), so "
+            f"framework {fw.name} {fw.version} cannot run as written; set framework.image to an "
+            f"image with {library} that is present on the nodes (e.g. built FROM the learner image, "
+            f"see images/README.md), or use framework name 'python' for a script that does "
+            f"not import {library}"
         )
     raise ImageUnavailable(
         f"framework.name: no image is known for framework {fw.name} {fw.version}; "
-        f"use framework name 'python' (the platform's learner image) or set framework.image "
-        f"to an image present on the nodes"
+        f"use framework name 'python' (the platform's learner image) or one of the framework "
+        f"images ({_built_frameworks()}), or set framework.image to an image present on the "
+        f"nodes"
     )
 
 
-# Framework names FfDL had images for, by the library the job imports.
-_NO_IMAGE_FOR = {
+def framework_version(asked: str, versions: tuple[str, ...]) -> str | None:
+    """The built version `asked` means: itself, a patch release of it (1.13.1 is 1.13), or
+    the newest for "latest"; None when none was built."""
+    if asked.lower() == LATEST:
+        return versions[-1]
+    for version in versions:
+        if asked == version or asked.startswith(version + "."):
+            return version
+    return None
+
+
+def framework_image(learner_image: str, name: str, version: str) -> str:
+    """The framework's image, named after the learner image so that a registry prefix
+    carries over: dlaas/learner:latest -> dlaas/learner-pytorch:1.13,
+    reg:5000/dlaas/learner:v2 -> reg:5000/dlaas/learner-pytorch:1.13."""
+    repository = learner_image.split("@", 1)[0]
+    if ":" in repository.rsplit("/", 1)[-1]:
+        repository = repository.rsplit(":", 1)[0]
+    return f"{repository}-{name}:{version}"
+
+
+def _built_frameworks() -> str:
+    """The framework images there are, as a manifest names them: "pytorch 1.13"."""
+    return ", ".join(f"{name} {'/'.join(v)}" for name, v in FRAMEWORK_VERSIONS.items())
+
+
+# Framework names FfDL had images for, by the library the job imports (for messages).
+_LIBRARIES = {
     "tensorflow": "TensorFlow",
     "tf": "TensorFlow",
     "keras": "TensorFlow",

@@ -16,6 +16,7 @@ import yaml
 from cryptography.fernet import Fernet, InvalidToken
 
 from dlaas.errors import InvalidManifest
+from dlaas.manifest import load_yaml
 
 PREFIX = "dlaas-enc:v1:"
 # The store's credentials: the password and, with it, the key id (FfDL's and our names).
@@ -48,7 +49,9 @@ class SecretBox:
 
     def seal(self, manifest_yaml: str) -> str:
         """The manifest with every connection secret encrypted (as is if it holds none)."""
-        data = yaml.safe_load(manifest_yaml)
+        # Read as the manifest parser reads it: a plain safe_load keeps the line breaks of a
+        # folded `command: >`, and the dump below would store them as a multi-line command.
+        data = load_yaml(manifest_yaml)
         slots = [(c, f) for c, f in _secret_slots(data) if not c[f].startswith(PREFIX)]
         if not slots:
             return manifest_yaml
@@ -62,7 +65,7 @@ class SecretBox:
         """The manifest with its secrets readable again (for handing them to their store)."""
         if PREFIX not in manifest_yaml:
             return manifest_yaml
-        data = yaml.safe_load(manifest_yaml)
+        data = load_yaml(manifest_yaml)
         for conn, field in _secret_slots(data):
             if conn[field].startswith(PREFIX):
                 if self._fernet is None:

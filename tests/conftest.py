@@ -150,6 +150,24 @@ def learner_image(docker_client) -> str:
 
 
 @pytest.fixture(scope="session")
+def pytorch_image(docker_host) -> str:
+    """The PyTorch learner image (dlaas/learner-pytorch:1.13: Debian's python3-torch under
+    the learner image's code), built on first use and reused after. On a new machine that
+    is a few minutes and about 1.1 GB of Debian packages, once per session at most; the
+    tests that need it carry a timeout that allows for it."""
+    import docker
+
+    from dlaas.images import ensure_framework_image
+
+    # The apt step can be quiet for longer than the session client's 60 s timeout.
+    client = docker.DockerClient(base_url=docker_host, timeout=900)
+    try:
+        return ensure_framework_image(client, "pytorch", "1.13", progress=lambda _line: None)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
 def docker_host(docker_client) -> str:
     """The engine's address, for processes and clients a test starts itself."""
     return servers.ensure_dockerd(Path(tempfile.gettempdir()) / "dlaas-dockerd")

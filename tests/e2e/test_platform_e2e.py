@@ -148,6 +148,55 @@ def test_two_learners_exchange_gradients_and_agree(live):
     wait_cleaned(docker_client, job_id)
 
 
+@pytest.mark.timeout(900)  # a new machine builds the PyTorch image first (a few minutes)
+def test_an_ffdl_pytorch_model_runs_to_completed_on_the_pytorch_image(
+    live, home, pytorch_image, docker_gateway
+):
+    """FfDL's pytorch-model shape as written (a folded `python` command, a mount_cos store
+    with a connection block, framework pytorch "latest"), on Debian's torch.
+
+    As in FfDL's examples, the connection names the platform's own object store with its
+    keys (FfDL's `auth_url: http://s3.default.svc.cluster.local`, `test`/`test`): job
+    containers reach no other store here (dlaas.firewall lets them reach only that port).
+    """
+    import importlib.util
+
+    http, s3, docker_client = live
+    spec = importlib.util.spec_from_file_location("prepare", REPO / "examples/digits/prepare.py")
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    suffix = os.urandom(4).hex()
+    data_bucket, model_bucket = f"pytorch-digits-data-{suffix}", f"pytorch-digits-model-{suffix}"
+    for bucket in (data_bucket, model_bucket):
+        s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=data_bucket, Key="digits.npz", Body=prepare.digits_npz())
+    port = json.loads((home / "platform.json").read_text())["s3_port"]
+    keys = json.loads((home / "secrets.json").read_text())
+    manifest = (
+        (REPO / "tests/fixtures/manifests/ffdl-pytorch-digits.yml")
+        .read_text()
+        .replace("http://s3.lab.example:9000", f"http://{docker_gateway}:{port}")
+        .replace("user_name: test", f"user_name: {keys['s3_access_key']}")
+        .replace("password: test", f"password: {keys['s3_secret_key']}")
+        .replace("container: pytorch-digits-data", f"container: {data_bucket}")
+        .replace("container: pytorch-digits-model", f"container: {model_bucket}")
+    )
+    job_id = submit(http, manifest, REPO / "examples/pytorch")
+    job = wait_final(http, job_id, timeout=240)
+    assert job["status"] == "COMPLETED", [(h["status"], h["reason"]) for h in job["history"]]
+    lines = logs(http, job_id)
+    assert any(line.startswith("torch 1.13") for line in lines), lines[-20:]
+    assert any(line.startswith("epoch 8/8 loss=") for line in lines), lines[-20:]
+    stored = {o["Key"] for o in s3.list_objects_v2(Bucket=model_bucket)["Contents"]}
+    assert {f"{job_id}/model.pt", f"{job_id}/metrics.json"} <= stored
+    body = s3.get_object(Bucket=model_bucket, Key=f"{job_id}/metrics.json")["Body"].read()
+    metrics = json.loads(body)
+    assert metrics["framework"].startswith("torch 1.13") and metrics["test_accuracy"] > 0.9
+    model = s3.get_object(Bucket=model_bucket, Key=f"{job_id}/model.pt")["Body"].read()
+    assert model[:2] == b"PK"  # torch.save's zip format
+    wait_cleaned(docker_client, job_id)
+
+
 def test_exit_code_3_fails_the_job_with_the_code_and_last_log_lines(live):
     http, _, docker_client = live
     job_id = submit(

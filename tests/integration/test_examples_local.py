@@ -1,7 +1,9 @@
 """The example jobs as plain host processes, with the env a learner gets (temp dirs).
 
 digits must really learn (test accuracy > 0.9), checkpoint and resume; ddp's two
-processes must really exchange gradients over TCP and end with identical weights.
+processes must really exchange gradients over TCP and end with identical weights. The
+PyTorch example runs in the PyTorch image instead (torch is not on the host), and must
+learn, checkpoint and resume the same way.
 """
 
 from __future__ import annotations
@@ -162,3 +164,48 @@ def test_ddp_worker_gives_up_clearly_without_a_master(tmp_path, data_dir):
     )
     assert done.returncode == 1
     assert "cannot reach the master 127.0.0.1" in done.stderr and "Traceback" not in done.stderr
+
+
+# --------------------------------------------------------------------------- pytorch
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(900)  # a new machine builds the PyTorch image first (a few minutes)
+def test_pytorch_example_learns_checkpoints_and_resumes_in_the_pytorch_image(
+    tmp_path, data_dir, docker_client, pytorch_image
+):
+    """examples/pytorch/train.py in dlaas/learner-pytorch:1.13 (torch is not on the host),
+    with the learner's env, run twice as a restarted learner would be."""
+    import shutil
+
+    work = tmp_path / "w"
+    shutil.copytree(data_dir, work / "data")
+    shutil.copy(REPO / "examples/pytorch/train.py", work / "train.py")
+
+    def run(epochs: int) -> str:
+        command = f"python train.py --data $DATA_DIR --epochs {epochs} --out $RESULT_DIR/model.pt"
+        env = {"DATA_DIR": "/w/data", "RESULT_DIR": "/w/results", "CHECKPOINT_DIR": "/w/ckpt"}
+        return docker_client.containers.run(
+            pytorch_image,
+            ["sh", "-c", command + " 2>&1"],
+            working_dir="/w",
+            volumes={str(work): {"bind": "/w", "mode": "rw"}},
+            environment=env,
+            network_mode="none",
+            init=True,
+            remove=True,
+        ).decode()
+
+    out = run(6)
+    epochs = EPOCH_RE.findall(out)
+    assert [int(e[0]) for e in epochs] == list(range(1, 7)), out
+    assert float(epochs[-1][2]) < float(epochs[0][2])  # the loss went down
+    metrics = json.loads((work / "results" / "metrics.json").read_text())
+    assert metrics["framework"].startswith("torch 1.13") and metrics["test_accuracy"] > 0.9
+    assert (work / "results" / "model.pt").read_bytes()[:2] == b"PK"
+    assert max(p.name for p in (work / "ckpt").iterdir()) == "ckpt-000000000006.bin"
+
+    again = run(8)
+    assert "resuming from the checkpoint of epoch 6" in again, again
+    assert [int(e[0]) for e in EPOCH_RE.findall(again)] == [7, 8]
+    assert len(json.loads((work / "results" / "metrics.json").read_text())["history"]) == 8

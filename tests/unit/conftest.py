@@ -17,7 +17,15 @@ HERE = Path(__file__).parent
 
 # The fixtures of tests/conftest.py that start or reach a real server or the Docker engine.
 SERVER_FIXTURES = frozenset(
-    {"etcd_server", "s3_server", "docker_client", "learner_image", "docker_host", "docker_gateway"}
+    {
+        "etcd_server",
+        "s3_server",
+        "docker_client",
+        "learner_image",
+        "pytorch_image",
+        "docker_host",
+        "docker_gateway",
+    }
 )
 
 

@@ -1,6 +1,8 @@
 """FfDL's example shapes (tests/fixtures/manifests/ffdl-*.yml, written by us in FfDL's
-format): folded commands run as one shell line, underscore bucket names and frameworks
-with no image are refused by `dlaas validate` with the field, the reason and the fix."""
+format): folded commands run as one shell line; PyTorch 1.13 (or FfDL's "latest") selects
+the platform's PyTorch image; underscore bucket names, PyTorch versions with no image and
+frameworks with no image are refused by `dlaas validate` with the field, the reason and
+the fix."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dlaas.errors import ImageUnavailable, InvalidManifest
 from dlaas.manifest import join_folded, parse_manifest, resolve_image
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
 
 
@@ -102,16 +105,91 @@ def test_validate_refuses_underscore_buckets_in_one_line_each(tmp_path):
 
 @pytest.mark.parametrize(
     ("name", "library"),
-    [("ffdl-tf-model.yml", "TensorFlow"), ("ffdl-pytorch-model.yml", "PyTorch")],
+    [("ffdl-tf-model.yml", "TensorFlow"), ("ffdl-horovod.yml", "Horovod")],
 )
 def test_a_framework_with_no_image_says_so_and_the_fix(name, library):
-    body = fixed(name).replace("name: python\n", f"name: {name.split('-')[1]}\n")
-    body = body.replace("name: tf\n", "name: tensorflow\n")
+    body = fixed(name).replace("name: python\n", f"name: {library.lower()}\n")
     with pytest.raises(ImageUnavailable) as info:
         resolve_image(parse_manifest(body), "dlaas/learner:latest")
     message = info.value.message
     assert message.startswith("framework.name: the platform has no " + library + " image")
     assert "set framework.image" in message and "framework name 'python'" in message
+    assert "framework pytorch 1.13" in message  # what it does have
+
+
+@pytest.mark.parametrize(
+    ("name", "version"), [("pytorch", "latest"), ("pytorch", "1.13"), ("pytorch", "1.13.1"),
+                          ("PyTorch", "LATEST"), ("torch", "1.13")],
+)  # fmt: skip
+def test_pytorch_1_13_selects_the_pytorch_image(name, version):
+    body = fixed("ffdl-pytorch-model.yml").replace("name: python\n", f"name: {name}\n")
+    m = parse_manifest(
+        body.replace('version: "1.0"\n  command', f'version: "{version}"\n  command')
+    )
+    assert resolve_image(m, "dlaas/learner:latest") == "dlaas/learner-pytorch:1.13"
+    # A registry's learner image carries its prefix over to the framework's image.
+    assert resolve_image(m, "reg.example:5000/ml/dlaas/learner:v7") == (
+        "reg.example:5000/ml/dlaas/learner-pytorch:1.13"
+    )
+    assert resolve_image(m, "reg.example/dlaas/learner@sha256:" + "0" * 64) == (
+        "reg.example/dlaas/learner-pytorch:1.13"
+    )
+
+
+def test_a_pytorch_framework_without_a_version_is_the_newest():
+    m = parse_manifest("name: x\nframework: {name: pytorch, command: python t.py}\n")
+    assert resolve_image(m, "dlaas/learner:latest") == "dlaas/learner-pytorch:1.13"
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.4.1", "2.3", "1.1", "1.13x", "1"])
+def test_a_pytorch_version_with_no_image_is_refused_naming_the_versions_there_are(version):
+    m = parse_manifest(
+        f"name: x\nframework: {{name: pytorch, version: '{version}', command: python t.py}}\n"
+    )
+    with pytest.raises(ImageUnavailable) as info:
+        resolve_image(m, "dlaas/learner:latest")
+    message = info.value.message
+    assert message.startswith(f"framework.version: the platform has no PyTorch {version} image")
+    assert "PyTorch versions with an image: 1.13 ('latest' is 1.13)" in message
+    assert "Set framework.version to one of them" in message and "framework.image" in message
+
+
+def test_an_explicit_image_wins_over_the_pytorch_version():
+    m = parse_manifest(
+        "name: x\nframework: {name: pytorch, version: '0.4', image: 'my/torch:0.4', "
+        "command: python t.py}\n"
+    )
+    assert resolve_image(m, "dlaas/learner:latest") == "my/torch:0.4"
+
+
+def test_validate_refuses_ffdl_pytorch_1_0_at_the_version_with_the_fix(tmp_path):
+    body = fixed("ffdl-pytorch-model.yml").replace("name: python\n", "name: pytorch\n")
+    r = validate(tmp_path, body, "--json")
+    assert r.exit_code == 1
+    (problem,) = json.loads(r.output)["problems"]
+    assert problem.startswith("framework.version: the platform has no PyTorch 1.0 image")
+    assert "1.13" in problem and "Traceback" not in r.output
+
+
+def test_the_runnable_pytorch_fixture_validates_as_written(tmp_path):
+    r = validate(tmp_path, text("ffdl-pytorch-digits.yml"), "--json")
+    assert r.exit_code == 0, r.output
+    m = parse_manifest(text("ffdl-pytorch-digits.yml"))
+    assert m.framework.command == (
+        "python train.py --data ${DATA_DIR} --epochs 8 --lr 0.05 --out ${RESULT_DIR}/model.pt"
+    )
+    assert resolve_image(m, "dlaas/learner:latest") == "dlaas/learner-pytorch:1.13"
+    store = m.data_stores[0]
+    assert store.connection.endpoint == "http://s3.lab.example:9000"  # FfDL's auth_url
+    assert store.training_data.container == "pytorch-digits-data"
+
+
+def test_the_pytorch_example_validates_and_selects_the_pytorch_image(tmp_path):
+    body = (EXAMPLES / "pytorch" / "manifest.yaml").read_text()
+    assert validate(tmp_path, body).exit_code == 0
+    m = parse_manifest(body)
+    assert resolve_image(m, "dlaas/learner:latest") == "dlaas/learner-pytorch:1.13"
+    assert m.framework.command.startswith("python train.py --data ${DATA_DIR} --epochs 10")
 
 
 def test_validate_refuses_the_tf_model_with_the_reason_and_the_fix(tmp_path):
@@ -133,3 +211,18 @@ def test_with_the_fixes_applied_each_example_validates(tmp_path, name):
     r = validate(tmp_path, fixed(name))
     assert r.exit_code == 0, r.output
     assert parse_manifest(fixed(name)).data_stores[0].connection.endpoint.startswith("http://")
+
+
+def test_a_sealed_ffdl_manifest_keeps_its_folded_command_on_one_line():
+    # The LCM stores a manifest with a connection password sealed (re-serialised): the
+    # stored text must run the folded command as FfDL ran it, not as three shell lines.
+    from dlaas.secretbox import SecretBox, new_key
+
+    box = SecretBox(new_key())
+    body = text("ffdl-pytorch-digits.yml")
+    sealed = box.seal(body)
+    assert "password: test" not in sealed
+    for stored in (sealed, box.open(sealed)):
+        command = parse_manifest(box.open(stored)).framework.command
+        assert command == parse_manifest(body).framework.command
+        assert "\n" not in command

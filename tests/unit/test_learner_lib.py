@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dlaas import images
+from dlaas.errors import ImageUnavailable
 from dlaas.learner import checkpoint
 from dlaas.learner.paths import JobPaths
 from dlaas.learner.run import exit_code, parse_command
@@ -288,6 +289,30 @@ def test_image_context_is_what_the_dockerfile_copies_and_the_hash_tracks_it(tmp_
     assert h1 != images.source_hash(b"FROM x", tmp_path, ["pkg/a.py"])
     with tarfile.open(fileobj=images.context_tar(b"FROM x", tmp_path, ["pkg/a.py"])) as tar:
         assert tar.getnames() == ["Dockerfile", "pkg/a.py"]
+
+
+def test_the_pytorch_image_is_two_specs_and_its_version_is_part_of_the_hash():
+    layer, learner = images.framework_specs("pytorch", "1.13")
+    assert (layer.tag, layer.base) == ("dlaas/base-pytorch:1.13", images.BASE_IMAGE)
+    assert layer.buildargs == {"TORCH_VERSION": "1.13"} and layer.needs_network
+    # The learner Dockerfile, unchanged, on the torch layer: the same in-container code.
+    assert (learner.tag, learner.base) == ("dlaas/learner-pytorch:1.13", layer.tag)
+    assert learner.dockerfile == images.LEARNER_DOCKERFILE and not learner.needs_network
+    # Dockerfile.pytorch copies nothing: its context is the Dockerfile alone.
+    assert images.copy_sources(layer.dockerfile.read_text()) == []
+    text = layer.dockerfile.read_bytes()
+    assert images.source_hash(text, REPO, [], {"TORCH_VERSION": "1.13"}) != images.source_hash(
+        text, REPO, [], {"TORCH_VERSION": "2.0"}
+    )
+    # No build argument hashes as before: the learner image's label did not change.
+    assert images.source_hash(text, REPO, [], {}) == images.source_hash(text, REPO, [])
+    assert images.all_frameworks() == [("pytorch", "1.13")]
+
+
+@pytest.mark.parametrize(("name", "version"), [("pytorch", "2.0"), ("tensorflow", "1.13")])
+def test_a_framework_image_that_is_not_built_is_refused_naming_what_is(name, version):
+    with pytest.raises(ImageUnavailable, match=f"framework {name} {version}; known: pytorch 1.13"):
+        images.framework_specs(name, version)
 
 
 def test_helper_config_checkpoint_env():
