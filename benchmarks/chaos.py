@@ -1,6 +1,6 @@
 """Chaos suite: example jobs run to completion while the platform's parts are SIGKILLed.
 
-Brings a platform up (`dlaas.platform.up`, a temporary home by default; `--nodes N` > 1:
+Brings a platform up (`dlaas.local.platform.up`, a temporary home by default; `--nodes N` > 1:
 on an N-node Docker Swarm on this machine, dlaas.local.swarm), runs the process supervisor
 (`python -m dlaas.supervisor`, unless `up` already started one), uploads the digits data,
 submits `--jobs` example jobs and, while they run, kills one component at a time at a
@@ -96,6 +96,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dlaas.local.probes import grpc_answers, http_ok
+from dlaas.local.state import StateDir, record_alive
 
 REPO = Path(__file__).resolve().parents[1]
 FINAL = {"COMPLETED", "FAILED", "HALTED"}
@@ -373,10 +376,7 @@ class Platform:
         return self._docker.DockerClient(base_url=host, version="1.41", timeout=5, max_pool_size=64)
 
     def record(self, name: str) -> dict:
-        try:
-            return json.loads((self.home / "pids" / f"{name}.json").read_text())
-        except (OSError, ValueError):
-            return {}
+        return StateDir(self.home).read_pid(name)
 
     def records(self) -> dict[str, dict]:
         out = {}
@@ -624,30 +624,9 @@ def _wait(check: Callable[[], bool], timeout: float = RECOVERY_WAIT_S, every: fl
     return None
 
 
-def _http_ok(url: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(url, timeout=0.5).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _grpc_ok(address: str) -> bool:
-    from dlaas.platform import _grpc_serving
-
-    try:
-        return _grpc_serving(address)
-    except Exception:  # noqa: BLE001 - not answering yet
-        return False
-
-
 def _new_pid_alive(p: Platform, name: str, old: int) -> bool:
-    from dlaas import servers
-
     rec = p.record(name)
-    pid = int(rec.get("pid") or 0)
-    return pid not in (0, old) and servers.pid_matches(pid, rec.get("match", ""))
+    return int(rec.get("pid") or 0) != old and record_alive(rec)
 
 
 class Chaos:
@@ -731,13 +710,13 @@ class Chaos:
             return self._skip("api", f"no {name} pid record")
         log(f"kill -9 {name} (pid {old}), one of the API replicas")
         _sigkill(old)
-        took = _wait(lambda: _http_ok(health), self.wait_s)
-        back = _wait(lambda: _new_pid_alive(self.p, name, old) and _http_ok(health), self.wait_s)
+        took = _wait(lambda: http_ok(health), self.wait_s)
+        back = _wait(lambda: _new_pid_alive(self.p, name, old) and http_ok(health), self.wait_s)
         replica_s = round(took + back, 2) if took is not None and back is not None else None
         self._done("api", took, pid=old, replica=name, replica_restarted_s=replica_s)
 
     def _kill_scheduler(self) -> None:
-        self._service("scheduler", "scheduler", lambda rec: _grpc_ok(rec["address"]))
+        self._service("scheduler", "scheduler", lambda rec: grpc_answers(rec["address"]))
 
     def _kill_jobmonitor(self) -> None:
         # The monitor serves nothing to ask: its replacement process running is the answer.
@@ -750,7 +729,7 @@ class Chaos:
         if not standby:
             return self._skip("lcm-replica", "no LCM replica besides the leader")
         name = self.rng.choice(standby)
-        self._service("lcm-replica", name, lambda rec: _grpc_ok(rec["address"]))
+        self._service("lcm-replica", name, lambda rec: grpc_answers(rec["address"]))
 
     def _kill_lcm_leader(self) -> None:
         leader = self.p.leader()
@@ -771,7 +750,7 @@ class Chaos:
         if len(members) < 2:
             return self._skip("etcd", "the platform runs a single etcd member, not a cluster")
         name = self.rng.choice(members)
-        self._service("etcd", name, lambda rec: _http_ok(f"http://{rec['address']}/health"))
+        self._service("etcd", name, lambda rec: http_ok(f"http://{rec['address']}/health"))
 
     # -- containers
     def _job_with_progress(self, role: str) -> tuple[str, str, dict] | None:
@@ -957,14 +936,8 @@ def upload_digits(home: Path) -> None:
 
 def start_supervisor(home: Path) -> subprocess.Popen | None:
     """Our own supervisor, unless `up` runs one (pid record "supervisor")."""
-    from dlaas import servers
-
-    rec = (
-        json.loads((home / "pids" / "supervisor.json").read_text())
-        if (home / "pids" / "supervisor.json").exists()
-        else {}
-    )
-    if rec and servers.pid_matches(int(rec.get("pid") or 0), rec.get("match", "")):
+    rec = StateDir(home).read_pid("supervisor")
+    if record_alive(rec):
         log(f"supervisor: started by up (pid {rec['pid']})")
         return None
     out = open(home / "logs" / "supervisor-chaos.log", "ab")  # noqa: SIM115 - the child owns it
@@ -995,7 +968,7 @@ class Options:
 
 def run(opts: Options) -> dict:
     """The whole suite; returns the summary dict (plus jobs, skipped, details)."""
-    from dlaas import platform
+    from dlaas.local import platform
 
     rng = random.Random(opts.seed)
     own_home = opts.home is None

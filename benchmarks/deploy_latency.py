@@ -49,7 +49,8 @@ from pathlib import Path
 import docker
 import httpx
 
-from dlaas import jobspec, platform
+from dlaas import jobspec
+from dlaas.local import components, platform
 
 MANIFEST = """
 name: latency-probe
@@ -456,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         return main_swarm(args)
 
     home = args.home or Path(tempfile.mkdtemp(prefix="dlaas-bench-"))
-    was_up = (home / "client.json").exists() and all(c.running for c in platform.status(home))
+    was_up = (home / "client.json").exists() and all(c.running for c in components.status(home))
     print(f"platform in {home}", flush=True)
     info = platform.up(home, progress=lambda line: print("  " + line, flush=True))
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from dlaas import platform
+from dlaas.local import components, platform
 
 MANIFEST = """
 name: log-metrics-latency
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     home = args.home or Path(tempfile.mkdtemp(prefix="dlaas-bench-"))
-    was_up = (home / "client.json").exists() and all(c.running for c in platform.status(home))
+    was_up = (home / "client.json").exists() and all(c.running for c in components.status(home))
     print(f"platform in {home}", flush=True)
     platform.up(home, progress=lambda line: print("  " + line, flush=True))
     try:

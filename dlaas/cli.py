@@ -1,6 +1,6 @@
 """The `dlaas` command line: bring the platform up, submit jobs, follow them.
 
-A thin entrypoint (typer + rich) over dlaas.platform (up/down/status), dlaas.manifest
+A thin entrypoint (typer + rich) over dlaas.local (up/down/status), dlaas.manifest
 (validate, no server needed) and dlaas.client (everything else, over REST). The API's
 address and token come from <home>/client.json, written by `dlaas up` (home: --home,
 $DLAAS_HOME or ~/.dlaas), or from --url/--token ($DLAAS_URL/$DLAAS_TOKEN).
@@ -230,7 +230,7 @@ def up(
     ] = None,
 ) -> None:
     """Bring the whole platform up on this machine (idempotent)."""
-    from dlaas import platform
+    from dlaas.local import platform
 
     try:
         info = platform.up(
@@ -248,7 +248,7 @@ def up(
 @app.command()
 def down(ctx: typer.Context) -> None:
     """Stop everything `dlaas up` started."""
-    from dlaas import platform
+    from dlaas.local import platform
 
     stopped = platform.down(ctx.obj.home, progress=console.print)
     console.print(f"stopped: {', '.join(stopped) or 'nothing'}")
@@ -257,9 +257,9 @@ def down(ctx: typer.Context) -> None:
 @app.command()
 def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Show each platform component: is it running, does it answer as it should (exit 1 if not)."""
-    from dlaas import platform
+    from dlaas.local import components
 
-    comps = platform.status(ctx.obj.home)
+    comps = components.status(ctx.obj.home)
     if as_json:
         _json([c.__dict__ for c in comps])
     else:

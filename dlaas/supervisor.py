@@ -3,7 +3,7 @@
 `python -m dlaas.supervisor STATE_DIR` watches the pid records `up` keeps in
 STATE_DIR/pids/ (services, servers, the Docker engine if `up` started it) every `poll_s` (0.1 s) with a
 pid check (a `kill(pid, 0)` and a look at /proc: no connection, no RPC), and when one
-died calls `dlaas.platform.up(STATE_DIR, build_images=False)`, which leaves what runs
+died calls `dlaas.local.platform.up(STATE_DIR, build_images=False)`, which leaves what runs
 alone and starts exactly what is dead (~0.1 s when nothing is). Every restart is logged
 with its cause and the time from detection to the component answering again.
 
@@ -79,10 +79,10 @@ def read_records(pids_dir: Path) -> dict[str, dict]:
 
 
 def record_alive(record: Mapping) -> bool:
-    from dlaas import servers
+    from dlaas.local import processes
 
     pid = int(record.get("pid") or 0)
-    return bool(pid) and servers.pid_matches(pid, str(record.get("match", "")))
+    return bool(pid) and processes.pid_matches(pid, str(record.get("match", "")))
 
 
 def reap_children() -> None:
@@ -130,7 +130,7 @@ class Supervisor:
         if self._up is not None:
             self._up()
             return
-        from dlaas import platform
+        from dlaas.local import platform
 
         platform.up(
             self.state_dir, progress=lambda line: log.info("up: %s", line), build_images=False
@@ -188,7 +188,7 @@ def _preload() -> None:
     import grpc  # noqa: F401
     from grpc_health.v1 import health_pb2_grpc  # noqa: F401
 
-    from dlaas import platform, servers  # noqa: F401
+    from dlaas.local import platform, processes  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:

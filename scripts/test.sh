@@ -14,7 +14,8 @@ mkdir -p "$state"
 # one a developer's run goes on (the Docker tests skip and say why); in CI it is an error.
 "$VENV/bin/python" -c "
 import sys
-from dlaas.servers import ServerError, ensure_dockerd
+from dlaas.local.dockerd import ensure_dockerd
+from dlaas.local.processes import ServerError
 try:
     print('test: docker engine on', ensure_dockerd(sys.argv[1]))
 except ServerError as e:

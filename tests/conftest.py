@@ -1,6 +1,6 @@
 """Shared test fixtures: real servers on free ports, started once per session.
 
-etcd, SeaweedFS S3, Redis and the Docker engine are the real things (dlaas.servers starts them);
+etcd, SeaweedFS S3, Redis and the Docker engine are the real things (dlaas.local starts them);
 each is stopped by PID in teardown, also when tests fail. The Docker engine is the
 machine's engine and is left running (it holds the image cache). Tests stay independent
 through unique names: a key prefix per test in etcd, a bucket per test in S3.
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from dlaas import servers
+from dlaas.local import dockerd, etcd, processes, redis, seaweedfs
 
 
 def _start_or_skip(what: str, start):
     """Start a server; a missing binary skips the tests that need it, with the reason."""
     try:
         return start()
-    except servers.ServerError as e:
+    except processes.ServerError as e:
         pytest.skip(f"{what} unavailable: {e}")
 
 
@@ -31,9 +31,9 @@ def _start_or_skip(what: str, start):
 
 
 @pytest.fixture(scope="session")
-def etcd_server(tmp_path_factory) -> Iterator[servers.EtcdServer]:
+def etcd_server(tmp_path_factory) -> Iterator[etcd.EtcdServer]:
     """One etcd member for the session (.host, .port, .endpoint "host:port")."""
-    server = _start_or_skip("etcd", lambda: servers.start_etcd(tmp_path_factory.mktemp("etcd")))
+    server = _start_or_skip("etcd", lambda: etcd.start_etcd(tmp_path_factory.mktemp("etcd")))
     try:
         yield server
     finally:
@@ -65,7 +65,7 @@ def etcd_client(etcd_server, etcd_prefix):
 
 
 @pytest.fixture(scope="session")
-def s3_server(tmp_path_factory) -> Iterator[servers.S3Server]:
+def s3_server(tmp_path_factory) -> Iterator[seaweedfs.S3Server]:
     """SeaweedFS S3 for the session with generated credentials (.endpoint, .access_key, ...).
 
     Bound on 0.0.0.0 so that containers reach it through the Docker bridge gateway.
@@ -74,7 +74,7 @@ def s3_server(tmp_path_factory) -> Iterator[servers.S3Server]:
     secret_key = secrets.token_urlsafe(24)
     server = _start_or_skip(
         "SeaweedFS S3",
-        lambda: servers.start_seaweedfs(
+        lambda: seaweedfs.start_seaweedfs(
             tmp_path_factory.mktemp("seaweedfs"), access_key, secret_key
         ),
     )
@@ -102,7 +102,7 @@ def s3_bucket(s3_client) -> str:
 
 
 @pytest.fixture
-def redis_server(tmp_path_factory) -> Iterator[servers.RedisServer]:
+def redis_server(tmp_path_factory) -> Iterator[redis.RedisServer]:
     """A Redis of this test's own (.url with its password), stopped after.
 
     Per test, not per session: a broker holds queued and unacknowledged tasks, which
@@ -110,9 +110,7 @@ def redis_server(tmp_path_factory) -> Iterator[servers.RedisServer]:
     """
     server = _start_or_skip(
         "Redis",
-        lambda: servers.start_redis(
-            tmp_path_factory.mktemp("redis"), password=secrets.token_hex(12)
-        ),
+        lambda: redis.start_redis(tmp_path_factory.mktemp("redis"), password=secrets.token_hex(12)),
     )
     try:
         yield server
@@ -130,8 +128,8 @@ def docker_client():
 
     try:
         # A dockerd started here outlives the session: its log goes to a lasting place.
-        host = servers.ensure_dockerd(Path(tempfile.gettempdir()) / "dlaas-dockerd")
-    except servers.ServerError as e:
+        host = dockerd.ensure_dockerd(Path(tempfile.gettempdir()) / "dlaas-dockerd")
+    except processes.ServerError as e:
         pytest.skip(f"no Docker engine: {e}")
     client = docker.DockerClient(base_url=host, timeout=60)
     try:
@@ -170,13 +168,13 @@ def pytorch_image(docker_host) -> str:
 @pytest.fixture(scope="session")
 def docker_host(docker_client) -> str:
     """The engine's address, for processes and clients a test starts itself."""
-    return servers.ensure_dockerd(Path(tempfile.gettempdir()) / "dlaas-dockerd")
+    return dockerd.ensure_dockerd(Path(tempfile.gettempdir()) / "dlaas-dockerd")
 
 
 @pytest.fixture(scope="session")
 def docker_gateway(docker_client) -> str:
     """The host's IP as containers see it (the default bridge gateway)."""
-    return servers.docker_gateway_ip(docker_client)
+    return dockerd.docker_gateway_ip(docker_client)
 
 
 # --------------------------------------------------------------------------- job store

@@ -58,11 +58,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlaas import servers
+from dlaas.local import dockerd, processes
+from dlaas.local.dockerd import taken_networks
 
-# The process and mount helpers (dlaas.servers) find a node's leftovers by its exec root
-# in their command lines and mounts.
-from dlaas.servers import _descendants, _pids_with_token, _taken_networks, _unmount_under
+# The process and mount helpers (dlaas.local.processes, .host) find a node's leftovers by its
+# exec root in their command lines and mounts.
+from dlaas.local.host import unmount_under
+from dlaas.local.processes import descendants, pids_with_token
 
 RUN_DIR = Path("/run/dlaas-swarm")  # exec roots: short paths (containerd's unix sockets)
 NETNS_DIR = Path("/var/run/netns")
@@ -74,7 +76,7 @@ SOCKET_PATH_MAX = 100  # unix socket paths: 108 bytes in the kernel, some margin
 log = logging.getLogger(__name__)
 
 
-class SwarmLabError(servers.ServerError):
+class SwarmLabError(processes.ServerError):
     """The lab cannot be built, reached or removed here; the message says what is missing."""
 
 
@@ -206,7 +208,7 @@ class SwarmLab:
         images: Sequence[str] = DEFAULT_IMAGES,
         progress: Callable[[str], None] | None = None,
         heartbeat_s: float = 2.0,
-        machine_docker_host: str = servers.DEFAULT_DOCKER_HOST,
+        machine_docker_host: str = dockerd.DEFAULT_DOCKER_HOST,
         timeout: float = 90.0,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
@@ -272,20 +274,20 @@ class SwarmLab:
         record = self._read()
         node = self._node(record, name)
         pid = int(node["pid"])
-        if not servers.pid_matches(pid, node["pidfile"]):
+        if not processes.pid_matches(pid, node["pidfile"]):
             return
         victims = [pid]
         if machine:
             # containerd and the shims name the exec root; the containers' processes are the
             # shims' descendants (the shims are reparented away from dockerd at start).
-            engine = [pid, *_pids_with_token(node["exec_root"] + "/")]
-            victims = engine + _descendants(engine)
+            engine = [pid, *pids_with_token(node["exec_root"] + "/")]
+            victims = engine + descendants(engine)
         for victim in dict.fromkeys(victims):
             try:
                 os.kill(victim, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        servers.wait_until(lambda: not servers.pid_alive(pid), 10, f"{name}'s dockerd to die")
+        processes.wait_until(lambda: not processes.pid_alive(pid), 10, f"{name}'s dockerd to die")
 
     def restart_node(self, name: str, wait_ready: bool = True) -> None:
         """Start `name`'s dockerd again (same data: it rejoins the swarm); with `wait_ready`,
@@ -293,12 +295,12 @@ class SwarmLab:
         with self._locked():
             record = self._read()
             node = self._node(record, name)
-            if not servers.pid_matches(int(node["pid"]), node["pidfile"]):
-                if not _pids_with_token(node["exec_root"] + "/"):
+            if not processes.pid_matches(int(node["pid"]), node["pidfile"]):
+                if not pids_with_token(node["exec_root"] + "/"):
                     # A machine loss left the runtime state of a dead containerd (which keeps
                     # a new one from starting) and mounts. After a dockerd-only crash its
                     # containerd still runs the containers: they are left to be adopted.
-                    _unmount_under(Path(node["exec_root"]), Path(node["data_root"]))
+                    unmount_under(Path(node["exec_root"]), Path(node["data_root"]))
                     shutil.rmtree(node["exec_root"], ignore_errors=True)
                     Path(node["pidfile"]).unlink(missing_ok=True)
                 self._start_dockerd(record, node)
@@ -322,11 +324,11 @@ class SwarmLab:
         """Poll the manager until it reports `name` in `state`; SwarmLabError on timeout."""
         timeout = timeout or self.timeout
         try:
-            servers.wait_until(
+            processes.wait_until(
                 lambda: self.node_state(name) == state, timeout,
                 f"swarm manager to report {name} {state}", interval=0.25,
             )  # fmt: skip
-        except servers.ServerError as e:
+        except processes.ServerError as e:
             raise SwarmLabError(str(e)) from None
 
     def down(self) -> None:
@@ -347,7 +349,7 @@ class SwarmLab:
         with open(RUN_DIR / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                subnet = choose_subnet(_taken_networks())
+                subnet = choose_subnet(taken_networks())
                 record = lab_plan(self.state_dir, secrets.token_hex(3), subnet, self.n)
                 record["labels"], record["gpus"] = self.labels, self.gpus
                 for node in record["nodes"]:
@@ -406,19 +408,19 @@ class SwarmLab:
             "DOCKER_SERVICE_PREFER_OFFLINE_IMAGE": "1",
         }
         argv = dockerd_argv(node, int(record.get("gpus", {}).get(node["name"], 0)))
-        mp = servers.spawn(f"dockerd {node['name']}", argv, Path(node["log"]), env=env)
+        mp = processes.spawn(f"dockerd {node['name']}", argv, Path(node["log"]), env=env)
         # nsenter, unshare and sh all exec: the child's pid is dockerd's.
         node["pid"] = mp.pid
 
     def _wait_answers(self, node: dict) -> None:
         pid, url = int(node["pid"]), f"unix://{node['socket']}"
         try:
-            servers.wait_until(
-                lambda: servers.docker_answers(url), self.timeout,
+            processes.wait_until(
+                lambda: dockerd.docker_answers(url), self.timeout,
                 f"dockerd of {node['name']} ({url})",
-                alive=lambda: servers.pid_alive(pid), log=Path(node["log"]),
+                alive=lambda: processes.pid_alive(pid), log=Path(node["log"]),
             )  # fmt: skip
-        except servers.ServerError as e:
+        except processes.ServerError as e:
             raise SwarmLabError(str(e)) from None
 
     def _form_swarm(self, record: dict) -> None:
@@ -492,7 +494,7 @@ class SwarmLab:
         nodes = record.get("nodes", [])
         if len(nodes) != self.n:
             return False
-        if not all(servers.pid_matches(int(n["pid"]), n["pidfile"]) for n in nodes):
+        if not all(processes.pid_matches(int(n["pid"]), n["pidfile"]) for n in nodes):
             return False
         import docker
 
@@ -611,15 +613,15 @@ def _stop_node(node: Mapping) -> None:
     pid = int(node.get("pid") or 0)
     # Matched by the pid file's path, which names this node alone ("<sfx>-1" is also the
     # start of "<sfx>-10"); its containerd and shims by paths inside its exec root.
-    if pid and servers.pid_matches(pid, node["pidfile"]):
-        servers.stop_pid(pid, timeout=20)
-    leftovers = _pids_with_token(exec_root + "/")
+    if pid and processes.pid_matches(pid, node["pidfile"]):
+        processes.stop_pid(pid, timeout=20)
+    leftovers = pids_with_token(exec_root + "/")
     # Container processes do not name the exec root: they are the shims' descendants.
-    for victim in _descendants(leftovers):
-        servers.stop_pid(victim, 0)
+    for victim in descendants(leftovers):
+        processes.stop_pid(victim, 0)
     for victim in leftovers:
-        servers.stop_pid(victim, 5)
-    _unmount_under(Path(exec_root), Path(node["data_root"]))
+        processes.stop_pid(victim, 5)
+    unmount_under(Path(exec_root), Path(node["data_root"]))
     if (NETNS_DIR / node["netns"]).exists():
         _run("ip", "netns", "del", node["netns"], check=False)
     # The host end of the veth goes with the namespace (asynchronously); a veth whose peer

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from dlaas import servers
 from dlaas import supervisor as sv
+from dlaas.local import processes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -145,7 +145,7 @@ def test_supervisor_restarts_a_dead_process_through_up_and_leaves_stopped_ones_a
     try:
         # Between fork and the end of exec the child's command line reads empty.
         deadline = time.monotonic() + 5
-        while "sleep" not in servers.pid_cmdline(proc.pid) and time.monotonic() < deadline:
+        while "sleep" not in processes.pid_cmdline(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.01)
         _record(tmp_path, "scheduler", proc.pid, "sleep")
         calls = []

@@ -1,7 +1,7 @@
 """End to end in a real browser: the web dashboard at /ui on a real platform.
 
 Debian's Chromium, headless, driven by Playwright (PyPI `playwright`; its own browser
-download is never used). The platform comes up once for the module with `dlaas.platform.up`
+download is never used). The platform comes up once for the module with `dlaas.local.platform.up`
 (real Docker engine, etcd, SeaweedFS, the services as processes), as in
 test_platform_e2e.py. The user logs in with the token `dlaas up` made, submits a job in
 the page, watches its metric chart fill while it runs and its status reach COMPLETED,
@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from dlaas import platform
+from dlaas.local import platform
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 

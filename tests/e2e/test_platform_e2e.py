@@ -1,6 +1,6 @@
 """End to end: REST -> gRPC -> LCM -> Docker containers -> status, logs and results.
 
-The whole platform is brought up once for this module with `dlaas.platform.up` in a
+The whole platform is brought up once for this module with `dlaas.local.platform.up` in a
 temporary state dir (real Docker engine, etcd, SeaweedFS, SQLite and the four services as
 processes) and taken down afterwards. Jobs go in over REST as a user would send them.
 """
@@ -20,9 +20,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dlaas import jobspec, platform
+from dlaas import jobspec
 from dlaas.accounts import DEFAULT_TEAM
 from dlaas.client import DlaasClient, pack_code
+from dlaas.local import components, platform
+from dlaas.local.state import StateDir
 from dlaas.namespace import team_bucket
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
@@ -314,8 +316,8 @@ def test_a_followed_log_stream_resumes_without_gaps_after_every_api_process_is_k
         time.sleep(0.05)
     # Both API replicas die at once: the stream's connection breaks and nothing answers
     # until `up` (what the supervisor runs) starts them again.
-    state = platform.StateDir(home)
-    for name in platform.API_NAMES:
+    state = StateDir(home)
+    for name in components.API_NAMES:
         os.kill(state.read_pid(name)["pid"], signal.SIGKILL)
     platform.up(home, progress=lambda line: None)
     follower.join(timeout=90)
@@ -332,7 +334,7 @@ def _lcm_leader_pid(home: Path) -> int:
     """The pid of the LCM replica holding the leadership key."""
     from dlaas.etcd_status import connect
 
-    state = platform.StateDir(home)
+    state = StateDir(home)
     host, port = state.read_pid("etcd")["address"].rsplit(":", 1)
     etcd = connect([(host, int(port))])
     try:
@@ -340,7 +342,7 @@ def _lcm_leader_pid(home: Path) -> int:
         while time.time() < deadline:
             value, _ = etcd.get("/dlaas/lcm/leader")
             holder = value.decode() if value else ""
-            for name in platform.LCM_NAMES:
+            for name in components.LCM_NAMES:
                 pid = state.read_pid(name).get("pid")
                 if pid and f":{pid}@" in holder:
                     return pid

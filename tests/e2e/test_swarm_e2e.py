@@ -18,7 +18,7 @@ import docker
 import httpx
 import pytest
 
-from dlaas import platform
+from dlaas.local import platform
 from dlaas.local.swarm import SwarmLab, SwarmLabError, check_requirements
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]

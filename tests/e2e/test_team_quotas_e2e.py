@@ -1,6 +1,6 @@
 """End to end: two teams' guaranteed shares on one live platform, borrowing and reclaim.
 
-The platform is brought up once for this module with `dlaas.platform.up` in a temporary state
+The platform is brought up once for this module with `dlaas.local.platform.up` in a temporary state
 dir, declaring its one node's capacity (DLAAS_NODE_CPUS=4, DLAAS_NODE_MEMORY_MB=4096) so the
 test controls the cluster's size whatever the machine has. Teams alpha and beta are each
 guaranteed half of it (2 CPUs, 2048 MiB); each has one user, who uploads the training data
@@ -26,9 +26,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from dlaas import platform
 from dlaas.cli import app
 from dlaas.client import pack_code
+from dlaas.local import platform
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 

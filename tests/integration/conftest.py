@@ -12,10 +12,10 @@ import pytest
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper
 from dlaas.grpc_server import start_server
+from dlaas.local.processes import free_port
 from dlaas.local.swarm import SwarmLab, SwarmLabError, check_requirements
 from dlaas.nodes import NodeSpec
 from dlaas.sdk import SchedulerClient
-from dlaas.servers import free_port
 from dlaas.v1 import scheduler_pb2_grpc
 from services.lcm.deployer import Deployer
 from services.lcm.service import Lcm

@@ -26,10 +26,10 @@ from dlaas.accounts import TokenRecord, User, token_hash
 from dlaas.config import ApiSettings, PlatformSettings
 from dlaas.errors import InvalidRequest, TemporaryError
 from dlaas.grpc_server import start_server
+from dlaas.local.processes import free_port
 from dlaas.purge import PurgeRequest
 from dlaas.sdk import LcmClient, SchedulerClient
 from dlaas.secretbox import new_key
-from dlaas.servers import free_port
 from dlaas.status import Status
 from dlaas.v1 import lcm_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from services.api.app import create_app
@@ -1135,7 +1135,7 @@ def test_results_from_a_store_that_never_answers_end_in_a_503(env, tarpit, monke
 
 
 def test_results_from_a_store_that_refuses_connections_end_in_a_503(env):
-    from dlaas.servers import free_port
+    from dlaas.local.processes import free_port
 
     job_id = _with_endpoint(env, f"http://127.0.0.1:{free_port()}")
     r = env.client.get(f"/v1/jobs/{job_id}/results", headers=auth(ALICE))

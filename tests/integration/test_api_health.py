@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import test_api
 
-from dlaas.servers import free_port
+from dlaas.local.processes import free_port
 
 env = test_api.env
 

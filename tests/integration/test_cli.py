@@ -18,8 +18,8 @@ from test_api import ADMIN, ALICE, MANIFEST, make_settings, put_log, scaled, see
 from typer.testing import CliRunner
 
 from dlaas.cli import app
+from dlaas.local.processes import free_port
 from dlaas.sdk import LcmClient, SchedulerClient
-from dlaas.servers import free_port
 from dlaas.status import Status
 from dlaas.v1 import scheduler_pb2
 from services.api.app import create_app

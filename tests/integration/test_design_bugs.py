@@ -22,9 +22,9 @@ from dlaas.config import ApiSettings, PlatformSettings
 from dlaas.errors import DeployRefused
 from dlaas.etcd_status import StatusKeeper
 from dlaas.grpc_server import start_server
+from dlaas.local.processes import free_port
 from dlaas.nodes import NodeSpec
 from dlaas.sdk import LcmClient, SchedulerClient
-from dlaas.servers import free_port
 from dlaas.status import Status
 from dlaas.store.sqlite import SqliteJobStore
 from dlaas.v1 import lcm_pb2_grpc, scheduler_pb2_grpc

@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from dlaas import hooks, servers
+from dlaas import hooks
 from dlaas.config import PlatformSettings
 from dlaas.etcd_status import StatusKeeper
+from dlaas.local import processes
 from dlaas.notify import hook_notifier
 from dlaas.secretbox import new_key
 from dlaas.status import Status, Transition
@@ -103,10 +104,10 @@ class Worker:
         }
         self.log = workdir / "worker.log"
         self.workdir = workdir
-        self.process: servers.ManagedProcess | None = None
+        self.process: processes.ManagedProcess | None = None
 
     def start(self) -> None:
-        self.process = servers.spawn(
+        self.process = processes.spawn(
             "worker", [sys.executable, "-m", "services.worker.main"], self.log,
             env=self.env, cwd=self.workdir,
         )  # fmt: skip
@@ -167,7 +168,7 @@ def test_transitions_reach_the_owners_hook_signed_with_their_idempotency_key(env
         submit(store, keeper, "job-1")
         keeper.transition("job-1", Status.PENDING, "placed on local")  # no event
         keeper.transition("job-1", Status.FAILED, "image missing", error_code="image_unavailable")
-        servers.wait_until(
+        processes.wait_until(
             lambda: len(delivered(store, hook.hook_id)) == 2, WAIT_S, "two deliveries",
             log=worker.log,
         )  # fmt: skip
@@ -205,13 +206,13 @@ def test_a_receiver_that_is_down_gets_the_delivery_once_it_is_back(env):
         d = store.get_delivery(key)
         return d is not None and d.attempts >= 2
 
-    servers.wait_until(failed_twice, WAIT_S, "two failed attempts", log=worker.log)
+    processes.wait_until(failed_twice, WAIT_S, "two failed attempts", log=worker.log)
     pending = store.get_delivery(key)
     assert pending.state == hooks.PENDING
     assert pending.last_status is None and "Connect" in pending.last_error
     receiver = Receiver(port)
     try:
-        servers.wait_until(
+        processes.wait_until(
             lambda: delivered(store, hook.hook_id) != [], WAIT_S, "the delivery", log=worker.log
         )
         assert [b["idempotency_key"] for b in receiver.bodies()] == [key]
@@ -237,7 +238,7 @@ def test_a_worker_killed_mid_delivery_leaves_it_to_the_next_with_the_same_key(en
         assert r.llen("celery") + r.hlen("unacked") == 1, "the task must outlive the worker"
         receiver.release.set()
         worker.start()
-        servers.wait_until(
+        processes.wait_until(
             lambda: delivered(store, hook.hook_id) != [], WAIT_S, "the redelivery",
             log=worker.log,
         )  # fmt: skip

@@ -18,10 +18,10 @@ from test_api import ALICE, BOB, auth, env, put_log  # noqa: F401 - env is a fix
 from dlaas.errors import InvalidRequest, JobNotFound, TemporaryError
 from dlaas.grpc_server import start_server
 from dlaas.job_metrics import s3_for_locations
+from dlaas.local.processes import free_port
 from dlaas.logs import LogReader
 from dlaas.metric_query import MAX_LIMIT
 from dlaas.sdk import LcmClient
-from dlaas.servers import free_port
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc
 from services.lcm.grpc_api import LcmServicer
 from services.lcm.metrics import MetricsQueries

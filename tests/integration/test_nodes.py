@@ -17,8 +17,9 @@ import time
 
 import pytest
 
-from dlaas import platform, servers
 from dlaas.config import PlatformSettings
+from dlaas.local import platform, processes
+from dlaas.local.state import StateDir
 from dlaas.nodes import NodesError, NodeSpec, configured_nodes, machine_capacity, nodes_or_exit
 
 
@@ -45,12 +46,12 @@ def test_a_nodes_file_setting_is_refused_naming_it(monkeypatch, tmp_path):
 
 
 def test_up_and_down_retire_the_engines_a_state_dir_of_the_multi_engine_mode_recorded(tmp_path):
-    state = platform.StateDir(tmp_path)
+    state = StateDir(tmp_path)
     state.prepare()
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         deadline = time.monotonic() + 5  # its command line reads empty until exec is done
-        while "sleep" not in servers.pid_cmdline(sleeper.pid) and time.monotonic() < deadline:
+        while "sleep" not in processes.pid_cmdline(sleeper.pid) and time.monotonic() < deadline:
             time.sleep(0.01)
         state.write_pid("engine-node-2", {"pid": sleeper.pid, "match": "sleep"})
         state.write_pid("engine-node-3", {"pid": 999_999_999, "match": "dockerd"})  # dead
@@ -76,13 +77,13 @@ def test_a_node_whose_machine_dies_leaves_nothing_running_and_comes_back(swarm_l
     )  # fmt: skip
     pid = node.api.inspect_container(sleeper.id)["State"]["Pid"]
     exec_root = swarm_lab._node(swarm_lab._read(), "node-2")["exec_root"]
-    assert servers.pid_alive(pid)
+    assert processes.pid_alive(pid)
     node.close()
     swarm_lab.kill_node("node-2", machine=True)
     try:
         # dockerd, its containerd, the shims and the container's process: all gone.
-        servers.wait_until(lambda: not servers.pid_alive(pid), 10, "the container's process")
-        assert servers._pids_with_token(exec_root + "/") == []
+        processes.wait_until(lambda: not processes.pid_alive(pid), 10, "the container's process")
+        assert processes.pids_with_token(exec_root + "/") == []
     finally:
         swarm_lab.restart_node("node-2")  # waits until the manager sees it Ready
     node = swarm_lab.client("node-2")

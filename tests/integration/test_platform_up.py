@@ -17,7 +17,7 @@ import time
 import httpx
 import pytest
 
-from dlaas import platform, servers
+from dlaas.local import components, dockerd, platform, processes, seaweedfs
 
 pytestmark = pytest.mark.docker
 
@@ -34,7 +34,7 @@ def up_state(tmp_path_factory, docker_client):
 
 
 def _pids(state_dir) -> dict[str, int]:
-    return {c.name: c.pid for c in platform.status(state_dir) if c.pid}
+    return {c.name: c.pid for c in components.status(state_dir) if c.pid}
 
 
 def _client(state_dir) -> dict:
@@ -43,17 +43,17 @@ def _client(state_dir) -> dict:
 
 def test_up_starts_every_component(up_state):
     state_dir, info, lines = up_state
-    components = {c.name: c for c in platform.status(state_dir)}
-    for name in (*platform.SERVERS, *platform.SERVICES):
-        assert components[name].running, f"{name}: {components[name].detail}"
+    found = {c.name: c for c in components.status(state_dir)}
+    for name in (*components.SERVERS, *components.SERVICES):
+        assert found[name].running, f"{name}: {found[name].detail}"
         # Running is not enough: each answers on its address (the job monitor has none).
         expected = None if name in ("jobmonitor", "worker") else True
-        assert components[name].healthy is expected, f"{name}: {components[name].detail}"
+        assert found[name].healthy is expected, f"{name}: {found[name].detail}"
     # One progress line per step, naming the component.
-    for name in ("docker", "etcd", "s3", *platform.SERVICES):
+    for name in ("docker", "etcd", "s3", *components.SERVICES):
         assert any(line.startswith(f"{name}:") for line in lines), name
     assert info.api_url.startswith("http://127.0.0.1:")
-    for name in platform.SERVICES:
+    for name in components.SERVICES:
         assert (state_dir / "logs" / f"{name}.log").exists()
 
 
@@ -92,9 +92,11 @@ def test_info_holds_no_secret(up_state):
 def test_s3_uses_the_generated_credentials(up_state):
     state_dir, info, _ = up_state
     creds = json.loads((state_dir / "secrets.json").read_text())
-    good = servers.make_s3_client(info.s3_endpoint, creds["s3_access_key"], creds["s3_secret_key"])
+    good = seaweedfs.make_s3_client(
+        info.s3_endpoint, creds["s3_access_key"], creds["s3_secret_key"]
+    )
     assert "dlaas" in [b["Name"] for b in good.list_buckets()["Buckets"]]
-    bad = servers.make_s3_client(info.s3_endpoint, creds["s3_access_key"], "wrong")
+    bad = seaweedfs.make_s3_client(info.s3_endpoint, creds["s3_access_key"], "wrong")
     with pytest.raises(Exception, match="SignatureDoesNotMatch|AccessDenied|403"):
         bad.list_buckets()
 
@@ -115,12 +117,12 @@ def test_up_restarts_a_dead_service_and_detects_a_stale_pid(up_state):
     state_dir, info, _ = up_state
     before = _pids(state_dir)
     # This test is about what `up` itself detects: the supervisor would repair it first.
-    servers.stop_pid(before["supervisor"])
+    processes.stop_pid(before["supervisor"])
     (state_dir / "pids" / "supervisor.json").unlink()
-    servers.stop_pid(before["jobmonitor"])
+    processes.stop_pid(before["jobmonitor"])
     # A pid file naming a live process that is not the service (the number was reused).
     record = json.loads((state_dir / "pids" / "lcm-1.json").read_text())
-    servers.stop_pid(record["pid"])
+    processes.stop_pid(record["pid"])
     record["pid"] = os.getpid()
     (state_dir / "pids" / "lcm-1.json").write_text(json.dumps(record))
 
@@ -138,11 +140,11 @@ def test_up_restarts_a_dead_service_and_detects_a_stale_pid(up_state):
 
 def test_the_api_answers_while_one_replica_is_dead(up_state):
     state_dir, info, _ = up_state
-    servers.stop_pid(_pids(state_dir)["supervisor"])  # `up` below is the repair under test
+    processes.stop_pid(_pids(state_dir)["supervisor"])  # `up` below is the repair under test
     (state_dir / "pids" / "supervisor.json").unlink()
     before = _pids(state_dir)
     os.kill(before["api-1"], signal.SIGKILL)
-    servers.wait_until(lambda: not servers.pid_alive(before["api-1"]), 5, "api-1 to die")
+    processes.wait_until(lambda: not processes.pid_alive(before["api-1"]), 5, "api-1 to die")
     # Every fresh connection is taken by the live replica on the same port.
     answers = [httpx.get(f"{info.api_url}/health", timeout=5).json() for _ in range(10)]
     assert answers == [{"status": "ok", "replica": "api-0"}] * 10
@@ -190,9 +192,9 @@ def test_up_with_two_nodes_builds_a_swarm_and_back_to_one_takes_it_down(up_state
         machine.close()
         worker.close()
     # The services were restarted to reach the swarm; the servers were left alone.
-    for name in platform.SERVICES:
+    for name in components.SERVICES:
         assert after[name] != before[name], name
-    for name in platform.SERVERS:
+    for name in components.SERVERS:
         assert after[name] == before[name], name
     assert httpx.get(f"{info.api_url}/health", timeout=5).status_code == 200
 
@@ -205,19 +207,19 @@ def test_up_with_two_nodes_builds_a_swarm_and_back_to_one_takes_it_down(up_state
 
     with pytest.raises(SwarmLabError):
         SwarmLab(state_dir / "swarm").info()  # no lab recorded any more
-    assert not servers.docker_answers(lab.manager_socket, timeout=1)
+    assert not dockerd.docker_answers(lab.manager_socket, timeout=1)
 
 
 def test_down_stops_everything_and_is_idempotent(up_state):
     state_dir, _, _ = up_state
     pids = _pids(state_dir)
     stopped = platform.down(state_dir, progress=lambda _: None)
-    assert set(stopped) == {*platform.SERVERS, *platform.SERVICES, "supervisor"}
+    assert set(stopped) == {*components.SERVERS, *components.SERVICES, "supervisor"}
     for name, pid in pids.items():
-        assert not servers.pid_alive(pid), f"{name} (pid {pid}) still alive"
-    assert not any(c.running for c in platform.status(state_dir) if c.name != "dockerd")
+        assert not processes.pid_alive(pid), f"{name} (pid {pid}) still alive"
+    assert not any(c.running for c in components.status(state_dir) if c.name != "dockerd")
     # The machine's Docker engine was not started by up, so down leaves it alone.
-    assert servers.docker_answers()
+    assert dockerd.docker_answers()
     assert platform.down(state_dir, progress=lambda _: None) == []
 
 

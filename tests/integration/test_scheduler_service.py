@@ -299,8 +299,8 @@ def test_a_gang_outside_its_own_elastic_range_is_refused_naming_learners(etcd):
 def test_the_sdk_sets_and_lists_quotas_over_grpc(etcd):
     from dlaas.errors import InvalidRequest
     from dlaas.grpc_server import start_server
+    from dlaas.local.processes import free_port
     from dlaas.sdk import SchedulerClient
-    from dlaas.servers import free_port
     from dlaas.v1 import scheduler_pb2_grpc
 
     svc = SchedulerService(SchedulerState(etcd, "/t-sched"), GPU_NODES, "priority")

@@ -1,4 +1,4 @@
-"""The real servers the platform stands on, as dlaas.servers starts them.
+"""The real servers the platform stands on, as dlaas.local starts them.
 
 etcd (put/get, lease expiry, compare-and-swap), SeaweedFS S3 (round trip, credentials
 enforced), a container reaching S3 through the bridge gateway, and the process helpers
@@ -15,7 +15,8 @@ import uuid
 import pytest
 from botocore.exceptions import ClientError
 
-from dlaas import servers
+from dlaas.local import etcd, processes, seaweedfs
+from dlaas.local.redis import start_redis
 
 # --------------------------------------------------------------------------- etcd
 
@@ -59,7 +60,7 @@ def test_etcd_three_member_cluster(tmp_path):
     import pyetcd
 
     names = ["m1", "m2", "m3"]
-    ports = servers.free_ports(6)
+    ports = processes.free_ports(6)
     peers = dict(zip(names, ports[3:], strict=True))
     cluster = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in peers.items())
     members = []
@@ -67,7 +68,7 @@ def test_etcd_three_member_cluster(tmp_path):
         # Members start together; each waits for a quorum before serving.
         for i, name in enumerate(names):
             members.append(
-                servers.start_etcd(
+                etcd.start_etcd(
                     tmp_path, name=name, client_port=ports[i], peer_port=peers[name],
                     cluster=cluster,
                 )
@@ -90,7 +91,7 @@ def test_etcd_three_member_cluster(tmp_path):
     finally:
         for m in members:
             m.stop()
-    assert not any(servers.pid_alive(m.pid) for m in members)
+    assert not any(processes.pid_alive(m.pid) for m in members)
 
 
 # --------------------------------------------------------------------------- S3
@@ -169,7 +170,7 @@ def test_docker_gateway_ip_is_a_host_address(docker_client, docker_gateway):
 
 
 def test_free_ports_are_distinct():
-    ports = servers.free_ports(20)
+    ports = processes.free_ports(20)
     assert len(set(ports)) == 20
 
 
@@ -182,7 +183,7 @@ def test_stop_pid_kills_a_process_that_ignores_sigterm():
     try:
         assert proc.stdout.readline().strip() == b"ready"
         started = time.monotonic()
-        servers.stop_pid(proc.pid, timeout=0.5, proc=proc)
+        processes.stop_pid(proc.pid, timeout=0.5, proc=proc)
         assert proc.poll() is not None
         assert time.monotonic() - started < 5
     finally:
@@ -199,46 +200,46 @@ def test_pid_matches_detects_a_stale_pid():
     )
     try:
         assert proc.stdout.readline().strip() == b"ready"
-        assert servers.pid_matches(proc.pid, token)
+        assert processes.pid_matches(proc.pid, token)
         # The same pid running another program (a reused number) is not a match.
-        assert not servers.pid_matches(proc.pid, "etcd")
+        assert not processes.pid_matches(proc.pid, "etcd")
     finally:
         proc.kill()
         proc.wait()
-    assert not servers.pid_alive(proc.pid)
-    assert not servers.pid_matches(proc.pid, token)
+    assert not processes.pid_alive(proc.pid)
+    assert not processes.pid_matches(proc.pid, token)
 
 
 def test_a_server_that_never_answers_is_stopped(tmp_path):
-    mp = servers.spawn("sleeper", ["sleep", "30"], tmp_path / "sleeper.log")
-    with pytest.raises(servers.ServerError, match="sleeper did not answer within"):
-        servers._started(mp, lambda: False, 0.5, "sleeper")
+    mp = processes.spawn("sleeper", ["sleep", "30"], tmp_path / "sleeper.log")
+    with pytest.raises(processes.ServerError, match="sleeper did not answer within"):
+        processes.started(mp, lambda: False, 0.5, "sleeper")
     assert not mp.alive()
 
 
 def test_a_server_that_exits_early_names_its_log(tmp_path):
-    mp = servers.spawn("failer", ["sh", "-c", "echo boom; exit 3"], tmp_path / "failer.log")
-    with pytest.raises(servers.ServerError, match=r"exited before it answered.*boom"):
-        servers._started(mp, lambda: False, 10, "failer")
+    mp = processes.spawn("failer", ["sh", "-c", "echo boom; exit 3"], tmp_path / "failer.log")
+    with pytest.raises(processes.ServerError, match=r"exited before it answered.*boom"):
+        processes.started(mp, lambda: False, 10, "failer")
 
 
 def test_a_check_that_keeps_failing_is_named_in_the_error():
     def check():
         raise ConnectionRefusedError(111, "Connection refused")
 
-    with pytest.raises(servers.ServerError) as err:
-        servers.wait_until(check, 0.2, "refuser", interval=0.05)
+    with pytest.raises(processes.ServerError) as err:
+        processes.wait_until(check, 0.2, "refuser", interval=0.05)
     assert "refuser did not answer within" in str(err.value)
     assert "(last check: ConnectionRefusedError: [Errno 111] Connection refused)" in str(err.value)
 
 
 def test_seaweedfs_requires_credentials(tmp_path):
-    with pytest.raises(servers.ServerError, match="access_key and secret_key"):
-        servers.start_seaweedfs(tmp_path, "", "")
+    with pytest.raises(processes.ServerError, match="access_key and secret_key"):
+        seaweedfs.start_seaweedfs(tmp_path, "", "")
 
 
 def test_redis_ping(tmp_path):
-    redis = servers.start_redis(tmp_path)
+    redis = start_redis(tmp_path)
     try:
         import socket
 
@@ -248,4 +249,4 @@ def test_redis_ping(tmp_path):
             assert s.recv(64) == b"+OK\r\n$1\r\n1\r\n"
     finally:
         redis.stop()
-    assert not servers.pid_alive(redis.pid)
+    assert not processes.pid_alive(redis.pid)

@@ -16,7 +16,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from dlaas import servers
+from dlaas.local import dockerd, processes
 from dlaas.local import swarm as swarm_mod
 from dlaas.local.swarm import SwarmLab, SwarmLabError, choose_subnet, lab_plan
 
@@ -64,7 +64,7 @@ def overlay(swarm_lab):
         for service in made:
             service.remove()
         # A removed service's tasks leave the network a moment later.
-        servers.wait_until(lambda: _removed(network), 30, f"network {name} removal")
+        processes.wait_until(lambda: _removed(network), 30, f"network {name} removal")
         client.close()
 
 
@@ -134,7 +134,7 @@ def test_manager_lists_ready_nodes_with_their_labels(swarm_lab):
     assert nodes["node-1"]["Spec"]["Role"] == "manager"
     assert nodes["node-2"]["Spec"]["Role"] == "worker"
     # Each node is reachable on its own socket too (the tests copy images that way).
-    assert servers.docker_answers(info.node_sockets["node-2"])
+    assert dockerd.docker_answers(info.node_sockets["node-2"])
 
 
 def test_containers_on_two_nodes_reach_each_other_by_name(swarm_lab, overlay, learner_image):
@@ -219,14 +219,14 @@ def test_down_leaves_nothing_behind(tmp_path, swarm_lab):
     node = record["nodes"][0]
     assert not Path(f"/sys/class/net/{info.bridge}").exists()
     assert not Path(f"/var/run/netns/{node['netns']}").exists()
-    assert not servers.pid_alive(node["pid"])
-    assert servers._pids_with_token(node["exec_root"] + "/") == []
-    assert servers._pids_with_token(node["pidfile"]) == []
+    assert not processes.pid_alive(node["pid"])
+    assert processes.pids_with_token(node["exec_root"] + "/") == []
+    assert processes.pids_with_token(node["pidfile"]) == []
     assert not Path(node["exec_root"]).exists()
     assert not (tmp_path / "lab" / "lab.json").exists()
     mounts = Path("/proc/self/mountinfo").read_text()
     assert str(tmp_path / "lab") not in mounts and node["exec_root"] not in mounts
     # The host end of the veth goes with the namespace, asynchronously.
-    servers.wait_until(
+    processes.wait_until(
         lambda: not Path(f"/sys/class/net/{node['veth']}").exists(), 10, "veth removal"
     )

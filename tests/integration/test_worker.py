@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from dlaas import jobspec, purge, servers
+from dlaas import jobspec, purge
 from dlaas.config import PlatformSettings
 from dlaas.errors import TemporaryError
+from dlaas.local import processes
 from dlaas.namespace import DEFAULT_RESULTS, team_bucket
 from dlaas.status import Status, Transition
 from dlaas.store.base import JobRecord
@@ -165,10 +166,10 @@ class Worker:
         }
         self.workdir = workdir
         self.log = workdir / "worker.log"
-        self.process: servers.ManagedProcess | None = None
+        self.process: processes.ManagedProcess | None = None
 
     def start(self) -> None:
-        self.process = servers.spawn(
+        self.process = processes.spawn(
             "worker", [sys.executable, "-m", "services.worker.main"], self.log,
             env=self.env, cwd=self.workdir,
         )  # fmt: skip
@@ -254,18 +255,18 @@ def test_a_purge_survives_a_worker_killed_while_holding_it(worker_env, s3_client
     worker.start()
     # The record is still there (the job's delete "in progress"): the worker retries,
     # holding the task unacknowledged between tries. Killed there, without a goodbye:
-    servers.wait_until(lambda: "Retry in" in worker.output(), WAIT_S, "a worker retry")
+    processes.wait_until(lambda: "Retry in" in worker.output(), WAIT_S, "a worker retry")
     worker.kill()
     assert in_redis(settings.redis_url) == 1, "the task must outlive the worker"
     assert keys(s3_client, s3_bucket, "job-1/") != []
     store.delete("job-1")  # the delete finished meanwhile
     worker.start()
-    servers.wait_until(
+    processes.wait_until(
         lambda: keys(s3_client, s3_bucket, "job-1/") == [], WAIT_S, "the purge",
         log=worker.log,
     )  # fmt: skip
     assert keys(s3_client, s3_bucket) == ["job-2/model.bin"]
-    servers.wait_until(lambda: in_redis(settings.redis_url) == 0, WAIT_S, "the task's ack")
+    processes.wait_until(lambda: in_redis(settings.redis_url) == 0, WAIT_S, "the task's ack")
 
 
 def test_a_purge_survives_a_worker_killed_in_the_middle_of_it(
@@ -285,7 +286,7 @@ def test_a_purge_survives_a_worker_killed_in_the_middle_of_it(
         assert in_redis(settings.redis_url) == 1, "the task must outlive the worker"
         proxy.hold = False
         worker.start()
-        servers.wait_until(
+        processes.wait_until(
             lambda: keys(s3_client, s3_bucket, "job-1/") == [], WAIT_S, "the purge",
             log=worker.log,
         )  # fmt: skip
@@ -312,7 +313,7 @@ def test_the_worker_applies_retention_on_its_own(s3_server, redis_server, s3_cli
     )
     try:
         worker.start()  # it queues the sweep for itself every second
-        servers.wait_until(
+        processes.wait_until(
             lambda: purge.PURGED_INFO in store.get("job-old").info, WAIT_S, "the sweep",
             log=worker.log,
         )  # fmt: skip
@@ -332,7 +333,7 @@ def test_a_cancelled_purge_deletes_nothing(worker_env, s3_client, s3_bucket):
     )
     queue.cancel_purge(request_id)
     worker.start()
-    servers.wait_until(lambda: "cancelled by the API" in worker.output(), WAIT_S, "the cancel")
+    processes.wait_until(lambda: "cancelled by the API" in worker.output(), WAIT_S, "the cancel")
     assert keys(s3_client, s3_bucket) == ["job-1/model.bin"]
 
 

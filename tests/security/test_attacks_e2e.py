@@ -1,6 +1,6 @@
 """End to end: user B attacks user A on the real platform; every attempt must be refused.
 
-One platform for the module (`dlaas.platform.up` in a temporary state dir, as in
+One platform for the module (`dlaas.local.platform.up` in a temporary state dir, as in
 tests/e2e). The administrator makes alice (team-a) and bob (team-b) over REST. Alice
 uploads data, runs a digits job to the end (results, metrics, logs) and keeps a second
 job listening on its learner's MASTER_PORT; both carry a `connection` with distinctive
@@ -39,8 +39,10 @@ import httpx
 import pytest
 import yaml
 
-from dlaas import jobspec, platform
+from dlaas import jobspec
 from dlaas.client import pack_code
+from dlaas.local import platform
+from dlaas.local.state import StateDir
 from dlaas.namespace import team_bucket
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
@@ -607,7 +609,7 @@ def test_a_job_with_its_own_store_and_no_code_ends_instead_of_pinning_capacity(o
 
 
 def platform_gateway(w: World) -> str:
-    from dlaas.servers import docker_gateway_ip
+    from dlaas.local.dockerd import docker_gateway_ip
 
     return docker_gateway_ip(w.docker)
 
@@ -769,7 +771,7 @@ def surfaces(world, inside):
                 rows_but_manifest[f"{table} row {n}"] = repr(values).encode()
     finally:
         db.close()
-    host, port = platform.StateDir(w.home).read_pid("etcd")["address"].rsplit(":", 1)
+    host, port = StateDir(w.home).read_pid("etcd")["address"].rsplit(":", 1)
     etcd = connect([(host, int(port))])
     try:
         kv = {m.key.decode(errors="replace"): v for v, m in etcd.get_all()}

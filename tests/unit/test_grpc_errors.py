@@ -15,8 +15,8 @@ import services.api.errors  # noqa: F401 - the API's own errors are in the tree 
 from dlaas import errors
 from dlaas.grpc_errors import STATUS_FOR, translate_errors
 from dlaas.grpc_server import start_server
+from dlaas.local.processes import free_port
 from dlaas.sdk import SchedulerClient
-from dlaas.servers import free_port
 from dlaas.v1 import scheduler_pb2_grpc
 
 

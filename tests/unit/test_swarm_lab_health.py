@@ -9,14 +9,14 @@ import logging
 import docker
 import pytest
 
-from dlaas import servers
+from dlaas.local import processes
 from dlaas.local.swarm import SwarmLab
 
 RECORD = {"nodes": [{"name": "node-1", "pid": 1, "pidfile": "/nonexistent"}]}
 
 
 def _lab(tmp_path, monkeypatch, answer) -> SwarmLab:
-    monkeypatch.setattr(servers, "pid_matches", lambda _pid, _pidfile: True)
+    monkeypatch.setattr(processes, "pid_matches", lambda _pid, _pidfile: True)
     lab = SwarmLab(tmp_path, nodes=1)
     monkeypatch.setattr(lab, "node_state", answer)
     return lab

@@ -1,4 +1,4 @@
-"""Bring the whole platform up (and down) on one machine: `dlaas up`, `dlaas down`, `dlaas status`.
+"""Bring the whole platform up (and down) on one machine: `dlaas up`, `dlaas down`.
 
 Everything lives in a state directory ($DLAAS_HOME or ~/.dlaas):
 
@@ -25,47 +25,58 @@ image (no registry: save/load). The services reach it only through the swarm man
 API (DLAAS_SWARM_MANAGER), as they would a real cluster; gangs may span nodes. Declared
 capacity: see `_Up.swarm_lab`. The node count is kept in platform.json: a later `up`
 without one keeps it; `--nodes 1` takes the swarm down.
+
+What runs, and `dlaas status`: dlaas.local.components; the servers themselves:
+dlaas.local.etcd, .seaweedfs, .redis, .dockerd.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import secrets
-import socket
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlaas import firewall, jobspec, secretbox, servers
+from dlaas import firewall, jobspec
 from dlaas.accounts import DEFAULT_TEAM, audit_entry
+from dlaas.local.components import (
+    API_NAMES,
+    API_PROBES,
+    EXTRA_ETCD,
+    LCM_NAMES,
+    SERVERS,
+    SERVICES,
+    ComponentStatus,
+    kind_of,
+    status,
+)
+from dlaas.local.dockerd import DEFAULT_DOCKER_HOST, docker_gateway_ip, start_dockerd_if_needed
+from dlaas.local.etcd import EtcdServer, start_etcd
+from dlaas.local.probes import etcd_ok, grpc_serving, http_json, s3_ok
+from dlaas.local.processes import (
+    ServerError,
+    free_ports,
+    keep_or_new_port,
+    pid_alive,
+    spawn,
+    stop_pid,
+    wait_until,
+)
+from dlaas.local.redis import start_redis
+from dlaas.local.seaweedfs import make_s3_client, start_seaweedfs
+from dlaas.local.state import StateDir, default_state_dir, read_json, record_alive, write_private
 from dlaas.local.swarm import SwarmInfo, SwarmLab, SwarmLabError
 from dlaas.nodes import machine_capacity
 
 Progress = Callable[[str], None]
 
-# Start order; `down` goes in reverse. Each service is `python -m services.<kind>.main`,
-# where the kind is the name up to a dash: the LCM runs as three replicas (one leads).
-LCM_REPLICAS = 3
-LCM_NAMES = tuple(f"lcm-{i}" for i in range(LCM_REPLICAS))
-# The API runs as two replicas sharing one port (SO_REUSEPORT): one dying takes nothing
-# down while the supervisor restarts it.
-API_REPLICAS = 2
-API_NAMES = tuple(f"api-{i}" for i in range(API_REPLICAS))
-API_PROBES = 24  # a live replica is missed by all of them with odds (1/2) ** 24
-SERVICES = ("scheduler", *LCM_NAMES, "jobmonitor", "worker", *API_NAMES)
-SERVERS = ("etcd", "s3", "redis")
-# With `--etcd-members 3` etcd runs as a real three-member cluster: "etcd" plus these.
-EXTRA_ETCD = ("etcd-1", "etcd-2")
 USER_NAME = "user"
 SERVICE_START_TIMEOUT = 60.0
 JOBMONITOR_SETTLE_S = 1.0
@@ -76,107 +87,6 @@ OLD_ENGINE_PREFIX = "engine-"
 
 class PlatformError(RuntimeError):
     """`up` could not bring a component up; the message names it and points at its log."""
-
-
-def default_state_dir() -> Path:
-    return Path(os.environ.get("DLAAS_HOME") or Path.home() / ".dlaas")
-
-
-# --------------------------------------------------------------------------- state files
-
-
-def _write_private(path: Path, data: dict) -> None:
-    """Write JSON readable by the owner only (it may hold secrets); atomic by rename."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-@dataclass
-class StateDir:
-    root: Path
-
-    @property
-    def pids(self) -> Path:
-        return self.root / "pids"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    def pid_file(self, name: str) -> Path:
-        return self.pids / f"{name}.json"
-
-    def read_pid(self, name: str) -> dict:
-        return _read_json(self.pid_file(name))
-
-    def write_pid(self, name: str, record: dict) -> None:
-        _write_private(self.pid_file(name), record)
-
-    def forget(self, name: str) -> None:
-        self.pid_file(name).unlink(missing_ok=True)
-
-    def prepare(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        # The directory holds credentials: owner only.
-        os.chmod(self.root, 0o700)
-        self.pids.mkdir(exist_ok=True)
-        self.logs.mkdir(exist_ok=True)
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Serialise up/down on this state dir (two `dlaas up` at once would race)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-
-    def secrets(self) -> dict:
-        """The platform's generated credentials, created on first use and kept."""
-        path = self.root / "secrets.json"
-        data = _read_json(path)
-        wanted = {
-            "s3_access_key": lambda: "dlaas" + secrets.token_hex(8),
-            "s3_secret_key": lambda: secrets.token_urlsafe(32),
-            "admin_token": lambda: secrets.token_urlsafe(32),
-            "user_token": lambda: secrets.token_urlsafe(32),
-            "secrets_key": secretbox.new_key,
-            "redis_password": lambda: secrets.token_hex(24),
-        }
-        missing = [k for k in wanted if not data.get(k)]
-        for key in missing:
-            data[key] = wanted[key]()
-        if missing or not path.exists():
-            _write_private(path, data)
-        return data
-
-
-# --------------------------------------------------------------------------- status
-
-
-@dataclass
-class ComponentStatus:
-    name: str
-    running: bool
-    pid: int | None = None
-    address: str = ""
-    detail: str = ""
-    # Whether it answers on its address as it should; None: it serves nothing to ask (the
-    # job monitor, the supervisor) or does not run.
-    healthy: bool | None = None
 
 
 @dataclass
@@ -192,180 +102,6 @@ class PlatformInfo:
     components: list[ComponentStatus] = field(default_factory=list)
 
 
-def _record_alive(record: dict) -> bool:
-    pid = int(record.get("pid") or 0)
-    return bool(pid) and servers.pid_matches(pid, record.get("match", ""))
-
-
-def status(state_dir: Path | None = None) -> list[ComponentStatus]:
-    """Every component `up` manages: whether its recorded process is alive, and whether
-    it answers on its address (see `_health`)."""
-    state = StateDir(Path(state_dir or default_state_dir()))
-    out = []
-    members = [m for m in EXTRA_ETCD if state.read_pid(m)] if state.pids.exists() else []
-    for name in ("dockerd", *SERVERS, *members, *SERVICES, "supervisor"):
-        record = state.read_pid(name)
-        if not record:
-            if name == "dockerd":
-                running = servers.docker_answers()
-                out.append(
-                    ComponentStatus(
-                        name, running, None, servers.DEFAULT_DOCKER_HOST,
-                        "answers (Docker ping); not started by dlaas" if running else "not running",
-                        healthy=True if running else None,
-                    )
-                )  # fmt: skip
-            else:
-                out.append(ComponentStatus(name, False, None, "", "not started"))
-            continue
-        alive = _record_alive(record)
-        detail = "running" if alive else "stale pid file (process gone)"
-        out.append(
-            ComponentStatus(name, alive, record.get("pid"), record.get("address", ""), detail)
-        )
-    _add_health([c for c in out if c.running and c.pid is not None])
-    return out
-
-
-# Components that serve nothing a probe could ask: their process running is the answer.
-_NOTHING_TO_ASK = frozenset({"jobmonitor", "supervisor", "worker"})
-
-
-def _health(name: str, address: str) -> tuple[bool | None, str]:
-    """Whether a running component answers as it should, and what was asked."""
-    kind = _kind(name)
-    if kind in _NOTHING_TO_ASK:
-        return None, "running (serves nothing to ask)"
-    if not address:
-        return False, "running, but its pid file names no address to ask"
-    if kind == "etcd":
-        ok, asked = _etcd_ok(address), "etcd /health"
-    elif kind == "s3":
-        ok, asked = _s3_ok(address), "S3"
-    elif kind == "redis":
-        ok, asked = _redis_answers(address), "Redis PING"
-    elif kind in ("lcm", "scheduler"):
-        ok, asked = _grpc_answers(address), "gRPC health: SERVING"
-    elif kind == "api":
-        ok, asked = _api_replica_answers(name, address), "/health as this replica"
-    elif name == "dockerd":
-        ok, asked = servers.docker_answers(address, timeout=2.0), "Docker ping"
-    else:
-        return None, "running"
-    return ok, f"answers ({asked})" if ok else f"running, but does not answer ({asked})"
-
-
-def _add_health(components: list[ComponentStatus]) -> None:
-    """Ask every running component at once: a status takes one probe's time, not the sum."""
-    if not components:
-        return
-    with ThreadPoolExecutor(max_workers=len(components)) as pool:
-        answers = list(pool.map(lambda c: _health(c.name, c.address), components))
-    for component, (healthy, detail) in zip(components, answers, strict=True):
-        component.healthy, component.detail = healthy, detail
-
-
-def _redis_answers(address: str) -> bool:
-    """Whether Redis answers a PING. Without the password it says NOAUTH: that answers too
-    (the password stays in secrets.json, out of this probe)."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2.0) as sock:
-            sock.sendall(b"PING\r\n")
-            reply = sock.recv(64)
-    except (OSError, ValueError):
-        return False
-    return reply.startswith((b"+PONG", b"-NOAUTH"))
-
-
-def _grpc_answers(address: str) -> bool:
-    import grpc
-
-    try:
-        return _grpc_serving(address)
-    except grpc.RpcError:
-        return False
-
-
-def _api_replica_answers(name: str, address: str) -> bool:
-    """Whether replica `name` answers /health. Its peers answer on the same port: only its
-    own answer counts (`API_PROBES` tries); three tries that get no answer at all end it."""
-    silent = 0
-    for _ in range(API_PROBES):
-        answer = _http_json(f"{address}/health")
-        if answer.get("replica") == name:
-            return True
-        silent += not answer
-        if silent >= 3:
-            return False
-    return False
-
-
-# --------------------------------------------------------------------------- readiness
-
-
-def _grpc_serving(address: str) -> bool:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    with grpc.insecure_channel(address) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=""), timeout=1
-        )
-        return reply.status == health_pb2.HealthCheckResponse.SERVING
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _http_json(url: str) -> dict:
-    """The JSON object `url` answers with (a fresh connection each time); {} if none."""
-    try:
-        with urllib.request.urlopen(url, timeout=1) as r:
-            body = json.loads(r.read()) if r.status == 200 else {}
-    except (urllib.error.URLError, OSError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _etcd_ok(endpoint: str) -> bool:
-    return _http_ok(f"http://{endpoint}/health")
-
-
-def _s3_ok(endpoint: str) -> bool:
-    try:
-        with urllib.request.urlopen(endpoint, timeout=1) as r:
-            return r.status < 500
-    except urllib.error.HTTPError as e:
-        return e.code < 500
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _port_free(port: int | None) -> bool:
-    if not port:
-        return False
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        # As the servers bind (Go, gRPC and uvicorn all set SO_REUSEADDR): connections of
-        # a just-stopped server in TIME_WAIT do not make its port unusable.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
-
-
-def _keep_or_new_port(previous: int | None) -> int:
-    """The port used last time if it is still free (clients keep working), else a new one."""
-    return previous if previous and _port_free(previous) else servers.free_port()
-
-
 # --------------------------------------------------------------------------- up
 
 
@@ -376,16 +112,16 @@ class _Up:
         self.state = state
         self.progress = progress
         self.build_images = build_images
-        self.config = _read_json(state.root / "platform.json")
+        self.config = read_json(state.root / "platform.json")
         self.creds = state.secrets()
-        self.docker_host = servers.DEFAULT_DOCKER_HOST
+        self.docker_host = DEFAULT_DOCKER_HOST
 
     def save_config(self) -> None:
-        _write_private(self.state.root / "platform.json", self.config)
+        write_private(self.state.root / "platform.json", self.config)
 
     # -- Docker
     def docker(self) -> None:
-        info = servers.start_dockerd_if_needed(self.state.logs)
+        info = start_dockerd_if_needed(self.state.logs)
         self.docker_host = info.docker_host
         if info.started_pid is not None:
             self.state.write_pid(
@@ -403,18 +139,18 @@ class _Up:
         ports = self.config.get("etcd_cluster_ports") or {}
         for name in names:
             if name not in ports:
-                ports[name] = servers.free_ports(2)
+                ports[name] = free_ports(2)
         self.config.update(etcd_cluster_ports=ports, etcd_members=members)
         self.save_config()
         cluster = ",".join(f"{n}=http://127.0.0.1:{ports[n][1]}" for n in names)
-        dead = [n for n in names if not _record_alive(self.state.read_pid(n))]
+        dead = [n for n in names if not record_alive(self.state.read_pid(n))]
         for name in dead:
             self._stop_stale(name, self.state.read_pid(name))
-        started: dict[str, servers.EtcdServer] = {}
+        started: dict[str, EtcdServer] = {}
 
         def start(name: str) -> None:
             # A fresh cluster needs its members up together; a restarted member rejoins.
-            started[name] = servers.start_etcd(
+            started[name] = start_etcd(
                 self.state.root / "etcd",
                 name=name,
                 client_port=ports[name][0],
@@ -442,14 +178,14 @@ class _Up:
 
     def etcd(self) -> str:
         record = self.state.read_pid("etcd")
-        if _record_alive(record) and _etcd_ok(record["address"]):
+        if record_alive(record) and etcd_ok(record["address"]):
             self.progress(f"etcd: running on {record['address']}")
             return record["address"]
         self._stop_stale("etcd", record)
         # A single member keeps its peer URL in its data dir: reuse both ports when free.
-        client_port = _keep_or_new_port(self.config.get("etcd_client_port"))
-        peer_port = _keep_or_new_port(self.config.get("etcd_peer_port"))
-        server = servers.start_etcd(
+        client_port = keep_or_new_port(self.config.get("etcd_client_port"))
+        peer_port = keep_or_new_port(self.config.get("etcd_peer_port"))
+        server = start_etcd(
             self.state.root / "etcd",
             client_port=client_port,
             peer_port=peer_port,
@@ -468,15 +204,15 @@ class _Up:
     # -- S3
     def s3(self) -> str:
         record = self.state.read_pid("s3")
-        if _record_alive(record) and _s3_ok(record["address"]):
+        if record_alive(record) and s3_ok(record["address"]):
             self.progress(f"s3: running on {record['address']}")
             return record["address"]
         self._stop_stale("s3", record)
-        server = servers.start_seaweedfs(
+        server = start_seaweedfs(
             self.state.root / "s3",
             self.creds["s3_access_key"],
             self.creds["s3_secret_key"],
-            port=_keep_or_new_port(self.config.get("s3_port")),
+            port=keep_or_new_port(self.config.get("s3_port")),
             log=self.state.logs / "s3.log",
         )
         self.config.update(s3_port=server.port, s3_grpc_port=server.grpc_port)
@@ -492,13 +228,13 @@ class _Up:
         """The broker's URL (with its password: for the services' environment only)."""
         record = self.state.read_pid("redis")
         port = self.config.get("redis_port")
-        if _record_alive(record) and port:
+        if record_alive(record) and port:
             self.progress(f"redis: running on {record['address']}")
             return f"redis://:{self.creds['redis_password']}@127.0.0.1:{port}/0"
         self._stop_stale("redis", record)
-        server = servers.start_redis(
+        server = start_redis(
             self.state.root / "redis",
-            port=_keep_or_new_port(port),
+            port=keep_or_new_port(port),
             log=self.state.logs / "redis.log",
             persist=True,
             password=self.creds["redis_password"],
@@ -531,7 +267,7 @@ class _Up:
             self.progress("firewall: the S3 gRPC port is unknown; `dlaas down` + `up` fences it")
 
     def bucket(self, s3_endpoint: str, bucket: str) -> None:
-        client = servers.make_s3_client(
+        client = make_s3_client(
             s3_endpoint, self.creds["s3_access_key"], self.creds["s3_secret_key"]
         )
         from botocore.exceptions import BotoCoreError, ClientError
@@ -615,7 +351,7 @@ class _Up:
 
         client = docker.DockerClient(base_url=self.docker_host, timeout=30)
         try:
-            return servers.docker_gateway_ip(client)
+            return docker_gateway_ip(client)
         finally:
             client.close()
 
@@ -625,27 +361,27 @@ class _Up:
 
         `holders`: the processes that share the port (default: the one named `name`)."""
         previous = self.config.get(f"{name}_port")
-        if previous and any(_record_alive(self.state.read_pid(h)) for h in holders or (name,)):
+        if previous and any(record_alive(self.state.read_pid(h)) for h in holders or (name,)):
             return previous
-        return _keep_or_new_port(previous)
+        return keep_or_new_port(previous)
 
     def service(self, name: str, env: dict[str, str], address: str) -> int:
         """Find service `name` running with this configuration, or (re)start it; its pid."""
         fingerprint = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()
-        module = f"services.{_kind(name)}.main"
+        module = f"services.{kind_of(name)}.main"
         record = self.state.read_pid(name)
         if (
-            _record_alive(record)
+            record_alive(record)
             and record.get("config") == fingerprint
             and self._answers(name, address, record["pid"])
         ):
             self.progress(f"{name}: running{_where(address)} (pid {record['pid']})")
             return record["pid"]
-        if _record_alive(record):
+        if record_alive(record):
             self.progress(f"{name}: restarting (configuration changed or not answering)")
         self._stop_stale(name, record)
         log = self.state.logs / f"{name}.log"
-        mp = servers.spawn(
+        mp = spawn(
             name,
             [sys.executable, "-m", module],
             log,
@@ -657,14 +393,14 @@ class _Up:
             name, {"pid": mp.pid, "match": module, "address": address, "config": fingerprint}
         )
         try:
-            servers.wait_until(
+            wait_until(
                 lambda: self._answers(name, address, mp.pid, settle=True),
                 SERVICE_START_TIMEOUT,
                 f"{name} ({module})",
                 alive=mp.alive,
                 log=log,
             )
-        except servers.ServerError as e:
+        except ServerError as e:
             mp.stop()
             self.state.forget(name)
             raise PlatformError(str(e)) from None
@@ -674,11 +410,11 @@ class _Up:
     def supervisor(self) -> None:
         """The process that restarts any component that dies (`python -m dlaas.supervisor`)."""
         record = self.state.read_pid("supervisor")
-        if _record_alive(record):
+        if record_alive(record):
             self.progress(f"supervisor: running (pid {record['pid']})")
             return
         self._stop_stale("supervisor", record)
-        mp = servers.spawn(
+        mp = spawn(
             "supervisor",
             [sys.executable, "-m", "dlaas.supervisor", str(self.state.root)],
             self.state.logs / "supervisor.log",
@@ -691,22 +427,22 @@ class _Up:
         self.progress(f"supervisor: started (pid {mp.pid})")
 
     def _answers(self, name: str, address: str, pid: int, settle: bool = False) -> bool:
-        if _kind(name) in ("lcm", "scheduler"):
-            return _grpc_serving(address)
-        if _kind(name) == "api":
+        if kind_of(name) in ("lcm", "scheduler"):
+            return grpc_serving(address)
+        if kind_of(name) == "api":
             # Its peers answer on the same port: only this replica's own answer counts. The
             # kernel spreads fresh connections over the replicas at random: a few tries.
             health = f"{address}/health"
-            return any(_http_json(health).get("replica") == name for _ in range(API_PROBES))
+            return any(http_json(health).get("replica") == name for _ in range(API_PROBES))
         # The job monitor serves nothing: alive a moment after start means it got past
         # its configuration and connections.
         if settle:
             time.sleep(JOBMONITOR_SETTLE_S)
-        return servers.pid_alive(pid)
+        return pid_alive(pid)
 
     def _stop_stale(self, name: str, record: dict) -> None:
-        if record and _record_alive(record):
-            servers.stop_pid(int(record["pid"]))
+        if record and record_alive(record):
+            stop_pid(int(record["pid"]))
         elif record:
             self.progress(f"{name}: stale pid file (pid {record.get('pid')} no longer runs it)")
         self.state.forget(name)
@@ -737,7 +473,7 @@ def up(
         run = _Up(state, progress, build_images)
         try:
             return _up(run, nodes, etcd_members)
-        except servers.ServerError as e:
+        except ServerError as e:
             raise PlatformError(str(e)) from None
 
 
@@ -813,10 +549,10 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
     run._stop_stale("api", run.state.read_pid("api"))
     for name in SERVICES:
         _require_service_module(name)
-        own = {"DLAAS_LCM_LISTEN": addresses[name]} if _kind(name) == "lcm" else {}
-        if _kind(name) == "api":
+        own = {"DLAAS_LCM_LISTEN": addresses[name]} if kind_of(name) == "lcm" else {}
+        if kind_of(name) == "api":
             own = {"DLAAS_API_REPLICA": name}
-        if _kind(name) == "worker":
+        if kind_of(name) == "worker":
             # In its fingerprint: a new retention restarts the worker with it.
             days = os.environ.get("DLAAS_RESULTS_RETENTION_DAYS", "0")
             own = {"DLAAS_RESULTS_RETENTION_DAYS": days}
@@ -825,8 +561,8 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
 
     client_config = state.root / "client.json"
     # The user's configuration holds the user's token only; the administrator's is apart.
-    _write_private(client_config, {"url": api_url, "token": creds["user_token"]})
-    _write_private(state.root / "admin.json", {"url": api_url, "admin_token": creds["admin_token"]})
+    write_private(client_config, {"url": api_url, "token": creds["user_token"]})
+    write_private(state.root / "admin.json", {"url": api_url, "admin_token": creds["admin_token"]})
     run.progress(f"platform up: API at {api_url}; CLI configuration in {client_config}")
     run.progress(
         f"you are user {USER_NAME!r} of team {DEFAULT_TEAM!r}; add users with "
@@ -861,15 +597,10 @@ def _first_user(store_path: Path, token: str) -> None:
         store.close()
 
 
-def _kind(name: str) -> str:
-    """The service a process name runs: "lcm-1" -> "lcm"."""
-    return name.split("-", 1)[0]
-
-
 def _require_service_module(name: str) -> None:
     import importlib.util
 
-    module = f"services.{_kind(name)}.main"
+    module = f"services.{kind_of(name)}.main"
     if importlib.util.find_spec(module) is None:
         raise PlatformError(f"{name}: module {module} is not installed")
 
@@ -913,7 +644,7 @@ def _remove_firewall(state: StateDir, progress: Progress) -> None:
     engine: their networks (and the hostile code in them) stay fenced in until the LCM
     removes them after the next `up`; a later `down` then removes the rules.
     """
-    platform_id = _read_json(state.root / "platform.json").get("platform_id")
+    platform_id = read_json(state.root / "platform.json").get("platform_id")
     if not platform_id:
         return
     prefix = jobspec.bridge_prefix(platform_id)
@@ -932,12 +663,12 @@ def _stop_recorded(state: StateDir, name: str, progress: Progress) -> bool:
     record = state.read_pid(name)
     if not record:
         return False
-    running = _record_alive(record)
+    running = record_alive(record)
     if running:
-        # SeaweedFS's graceful stop hangs (see servers.S3Server.stop); dockerd needs
+        # SeaweedFS's graceful stop hangs (see dlaas.local.seaweedfs.S3Server.stop); dockerd needs
         # time to stop its containers; the worker may finish a purge (or leave it queued).
         grace = {"s3": 3.0, "dockerd": 30.0}.get(name, 10.0)
-        servers.stop_pid(int(record["pid"]), timeout=grace)
+        stop_pid(int(record["pid"]), timeout=grace)
         progress(f"{name}: stopped (pid {record['pid']})")
     else:
         progress(f"{name}: was not running (stale pid file removed)")
@@ -956,8 +687,8 @@ def _retire_old_engines(state: StateDir, progress: Progress) -> list[str]:
     stopped = []
     for path in sorted(state.pids.glob(f"{OLD_ENGINE_PREFIX}*.json")):
         record = state.read_pid(path.stem)
-        if _record_alive(record):
-            servers.stop_pid(int(record["pid"]), timeout=30.0)
+        if record_alive(record):
+            stop_pid(int(record["pid"]), timeout=30.0)
             stopped.append(path.stem)
         progress(f"{path.stem}: Docker engine of the multi-engine mode retired")
         state.forget(path.stem)
@@ -973,8 +704,8 @@ def platform_s3(state_dir: Path | None = None):
     from dlaas.s3 import client
 
     state = StateDir(Path(state_dir or default_state_dir()))
-    port = _read_json(state.root / "platform.json").get("s3_port")
-    creds = _read_json(state.root / "secrets.json")
+    port = read_json(state.root / "platform.json").get("s3_port")
+    creds = read_json(state.root / "secrets.json")
     if not port or not creds.get("s3_access_key"):
         raise PlatformError(f"no platform in {state.root}: run `dlaas up` first")
     return client(f"http://127.0.0.1:{port}", creds["s3_access_key"], creds["s3_secret_key"])
