@@ -31,7 +31,7 @@ from dlaas.locations import S3Location, job_locations
 from dlaas.logs import LogReader
 from dlaas.metric_files import MetricFileReader
 from dlaas.metric_query import check_learner, learners_with_logs
-from dlaas.s3 import client_for
+from dlaas.s3 import client_for_location
 from dlaas.secretbox import SecretBox
 from dlaas.store.base import JobRecord
 from dlaas.stored import stored_manifest_or_none
@@ -88,19 +88,16 @@ def learner_metrics(
 
 
 def s3_for_locations(platform: Callable[[], Any]) -> Callable[[S3Location], Any]:
-    """`LogReader.s3_for` for a service: the platform's client (made by `platform()` at the
-    first use, then kept) for the platform's S3, a fresh one for a user's own store. As
-    the API's Deps.s3_for: only a location that IS the platform's gets the platform's key."""
+    """`LogReader.s3_for` for a service: `dlaas.s3.client_for_location`, with the platform's
+    client made by `platform()` at the first use, then kept."""
     made: list[Any] = []
 
-    def s3_for(loc: S3Location) -> Any:
-        if loc.platform:
-            if not made:
-                made.append(platform())
-            return made[0]
-        return client_for(loc)
+    def platform_once() -> Any:
+        if not made:
+            made.append(platform())
+        return made[0]
 
-    return s3_for
+    return lambda loc: client_for_location(loc, platform_once)
 
 
 _END = object()

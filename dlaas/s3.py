@@ -8,11 +8,15 @@ minutes, and a botocore error it can map (see `STORE_UNREACHABLE`) instead of a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import boto3
 from botocore.config import Config
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.exceptions import HTTPClientError
 
+from dlaas import errors
 from dlaas.config import PlatformSettings
 from dlaas.locations import S3Location
 
@@ -65,3 +69,18 @@ def platform_client(settings: PlatformSettings):
     return client(
         settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key.get_secret_value()
     )
+
+
+def client_for_location(loc: S3Location, platform: Callable[[], Any]):
+    """The client for a job's location: the platform's (`platform()`) for the platform's S3,
+    a fresh one for a user's own store. Only a location that IS the platform's (resolved in
+    the team namespace) gets the platform's key: a manifest naming the platform's endpoint
+    and key id as its "own" store still signs with the key it gave."""
+    if loc.platform:
+        return platform()
+    try:
+        return client_for(loc)  # short timeouts: the store is the user's, maybe a tarpit
+    except ValueError:  # botocore refuses the endpoint (stored under older rules)
+        raise errors.InvalidRequest(
+            "data_stores[0].connection.endpoint: not a URL the platform can call"
+        ) from None

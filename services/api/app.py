@@ -25,7 +25,7 @@ from dlaas import errors
 from dlaas.config import ApiSettings, PlatformSettings
 from dlaas.locations import S3Location
 from dlaas.logs import LogReader
-from dlaas.s3 import client_for, platform_client
+from dlaas.s3 import client_for_location, platform_client
 from dlaas.store.base import JobStore, open_store
 from services.api.auth import Authenticator
 from services.api.errors import Forbidden, HookNotFound, NoResults, Unauthorized
@@ -116,20 +116,7 @@ class Deps:
     tasks: Any = None  # services.api.tasks.TaskQueue: work queued for the worker
 
     def s3_for(self, loc: S3Location):
-        """The platform's client for the platform's S3, a fresh one for a user's own store.
-
-        Only a location that IS the platform's (`platform`, resolved in the team namespace)
-        gets the platform's key: a manifest naming the platform's endpoint and key id as its
-        "own" store still signs with the key it gave.
-        """
-        if loc.platform:
-            return self.s3
-        try:
-            return client_for(loc)  # short timeouts: the store is the user's, maybe a tarpit
-        except ValueError:  # botocore refuses the endpoint (stored under older rules)
-            raise errors.InvalidRequest(
-                "data_stores[0].connection.endpoint: not a URL the platform can call"
-            ) from None
+        return client_for_location(loc, lambda: self.s3)
 
 
 def error_body(code: str, message: str, problems: list[str] | None = None) -> dict[str, Any]:
