@@ -135,7 +135,7 @@ def test_the_stack_runs_its_replicas_and_a_job_completes_through_it(stack):
     wanted = expected_replicas(yaml.safe_load(_docker(env, "stack", "config", *files)))
     # What docker-compose.yml asks for; the lab's file only scales MongoDB away.
     assert wanted == {
-        "etcd": 1, "mongo": 0, "seaweedfs": 1, "redis": 1, "scheduler": 1, "lcm": 1,
+        "etcd": 1, "mongo": 0, "seaweedfs": 1, "redis": 1, "scheduler": 1, "lcm": 2,
         "jobmonitor": 1, "api": 2, "worker": 1,
     }  # fmt: skip
     started = time.monotonic()
@@ -143,6 +143,10 @@ def test_the_stack_runs_its_replicas_and_a_job_completes_through_it(stack):
         _until(lambda: _running(env) == wanted, "every service at its replicas", 150)
     except AssertionError:
         print(_docker(env, "stack", "ps", "--no-trunc", STACK))
+        running = _running(env)
+        for name in sorted(n for n in wanted if running.get(n, 0) < wanted[n]):
+            print(f"--- {name}:\n" + _docker(env, "service", "logs", "--raw", "--tail", "30",
+                                             f"{STACK}_{name}"))  # fmt: skip
         raise
     print(f"all replicas running {time.monotonic() - started:.0f} s after the deploy")
 

@@ -291,7 +291,7 @@ def test_stack_has_the_same_services(stack):
 
 def test_stack_replicas(stack):
     replicas = {name: svc["deploy"]["replicas"] for name, svc in stack["services"].items()}
-    assert replicas == {name: 1 for name in INFRA | PLATFORM} | {"api": 2}
+    assert replicas == {name: 1 for name in INFRA | PLATFORM} | {"api": 2, "lcm": 2}
     api = stack["services"]["api"]["deploy"]
     # docker-compose honours deploy.replicas too: one API per host keeps its port free.
     assert api["placement"]["max_replicas_per_node"] == 1
@@ -303,6 +303,15 @@ def test_stack_replicas(stack):
 def test_engine_users_and_stateful_services_run_on_a_manager(stack, name):
     # They mount the engine's socket: on a swarm only a manager's reaches the cluster.
     assert "node.role == manager" in stack["services"][name]["deploy"]["placement"]["constraints"]
+
+
+@pytest.mark.parametrize("name", ["scheduler", "lcm"])
+def test_grpc_services_bind_their_own_host_name(stack, name):
+    # The name they bind (DLAAS_*_ADDR's host) resolves in their own container, to their
+    # own address, even before the swarm's DNS lists the task (or lists other replicas).
+    svc = stack["services"][name]
+    assert svc["hostname"] == name
+    assert svc["environment"][f"DLAAS_{name.upper()}_ADDR"].startswith(f"{name}:")
 
 
 def test_endpoint_modes(stack):
