@@ -279,11 +279,21 @@ def _yes_no(flag: bool) -> str:
 
 
 @images_app.command("build")
-def images_build(force: Annotated[bool, typer.Option(help="rebuild even if current")] = False):
-    """Build the learner/helper image locally."""
+def images_build(
+    force: Annotated[bool, typer.Option(help="rebuild even if current")] = False,
+    stack: Annotated[
+        bool, typer.Option(help="also docker-compose.yml's images, for a swarm with no registry")
+    ] = False,
+):
+    """Build the learner/helper image locally (and with --stack the platform's own)."""
     from dlaas import images
 
-    raise typer.Exit(images.main(["--force"] if force else []))
+    code = images.main(["--force"] if force else [])
+    if code == 0 and stack:
+        from dlaas.local import stack as stack_images
+
+        code = stack_images.main(["--force"] if force else [])
+    raise typer.Exit(code)
 
 
 @app.command(

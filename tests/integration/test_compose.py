@@ -30,7 +30,9 @@ SECRETS = {
     "DLAAS_API_ADMIN_TOKEN": "test-admin",
 }
 INFRA = {"etcd", "mongo", "seaweedfs", "redis"}
-PLATFORM = {"api", "lcm", "jobmonitor", "scheduler"}
+PLATFORM = {"api", "lcm", "jobmonitor", "scheduler", "worker"}
+# They read or drive the swarm (or the one engine) through the engine's socket.
+ENGINE_USERS = {"scheduler", "lcm", "jobmonitor"}
 
 
 def compose(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -111,7 +113,7 @@ def test_platform_service(config, name):
         assert "healthcheck" in config["services"][dep], f"{name} needs {dep}"
 
 
-@pytest.mark.parametrize("name", ["lcm", "jobmonitor"])
+@pytest.mark.parametrize("name", sorted(ENGINE_USERS))
 def test_docker_socket_is_mounted_where_containers_are_managed(config, name):
     svc = config["services"][name]
     assert svc["environment"]["DLAAS_DOCKER_HOST"] == "unix:///var/run/docker.sock"
@@ -120,7 +122,7 @@ def test_docker_socket_is_mounted_where_containers_are_managed(config, name):
 
 def test_socket_is_not_mounted_elsewhere(config):
     for name, svc in config["services"].items():
-        if name not in {"lcm", "jobmonitor"}:
+        if name not in ENGINE_USERS:
             assert not any("docker.sock" in v for v in svc.get("volumes", [])), name
 
 
@@ -131,6 +133,40 @@ def test_api_settings(config):
     assert env["DLAAS_API_HOST"] == "0.0.0.0"  # reachable from outside its container
     assert "8080:8080" in {f"{p['published']}:{p['target']}" for p in _ports(api)}
     assert {"lcm", "scheduler", "mongo", "seaweedfs"} <= set(api["depends_on"])
+    # The service that faces users never reads an engine (nor has its socket).
+    assert env["DLAAS_SWARM_MANAGER"] == ""
+
+
+def test_redis_is_the_broker_of_every_platform_service(config):
+    for name in PLATFORM:
+        assert config["services"][name]["environment"]["DLAAS_REDIS_URL"] == "redis://redis:6379/0"
+    assert "--protected-mode" in config["services"]["redis"]["command"]
+
+
+def test_images_socket_and_swarm_manager_come_from_variables(tmp_path):
+    images = {
+        "DLAAS_PLATFORM_IMAGE": "reg.example/dlaas/platform:7",
+        "DLAAS_ETCD_IMAGE": "reg.example/etcd:1",
+        "DLAAS_MONGO_IMAGE": "reg.example/mongo:1",
+        "DLAAS_SEAWEEDFS_IMAGE": "reg.example/weed:1",
+        "DLAAS_REDIS_IMAGE": "reg.example/redis:1",
+    }
+    extra = {"DLAAS_DOCKER_SOCKET": "/lab/manager.sock",
+             "DLAAS_SWARM_MANAGER": "unix:///var/run/docker.sock"}  # fmt: skip
+    if BINARY is None:
+        pytest.skip("docker-compose binary not installed")
+    done = compose(tmp_path, "config", env={**SECRETS, **images, **extra})
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    for name in PLATFORM:
+        assert services[name]["image"] == "reg.example/dlaas/platform:7", name
+    for name in INFRA:
+        assert services[name]["image"] == images[f"DLAAS_{name.upper()}_IMAGE"], name
+    for name in ENGINE_USERS:
+        svc = services[name]
+        assert any(v.startswith("/lab/manager.sock:/var/run/docker.sock") for v in svc["volumes"])
+        assert svc["environment"]["DLAAS_SWARM_MANAGER"] == "unix:///var/run/docker.sock"
+    assert services["api"]["environment"]["DLAAS_SWARM_MANAGER"] == ""
 
 
 def test_healthcheck_python_snippets_compile(config):
@@ -178,7 +214,9 @@ needs_stack = pytest.mark.skipif(
 )
 
 
-def stack_config(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+def stack_config(
+    tmp_path: Path, env: dict[str, str], *overrides: Path
+) -> subprocess.CompletedProcess:
     """`docker stack config -c docker-compose.yml`: the stack loader, with no engine asked
     (DOCKER_HOST points nowhere) and no user config (HOME is empty)."""
     assert DOCKER is not None
@@ -188,7 +226,7 @@ def stack_config(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedPro
         "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock",
     }
     return subprocess.run(
-        [DOCKER, "stack", "config", "-c", str(COMPOSE)],
+        [DOCKER, "stack", "config", "-c", str(COMPOSE), *(f"-c={o}" for o in overrides)],
         env={**base_env, **env}, capture_output=True, text=True, timeout=60, check=False,
         cwd=tmp_path,
     )  # fmt: skip
@@ -221,6 +259,30 @@ def test_stack_requires_every_secret(tmp_path, missing):
     assert not any(v in done.stderr for v in env.values())
 
 
+def test_lab_override_swaps_mongo_for_a_shared_sqlite_and_binds_ports_on_nodes(tmp_path):
+    if not _has_stack_config():
+        pytest.skip("no docker CLI with `docker stack config` (20.10+ CLI)")
+    env = {**SECRETS, "DLAAS_LAB_STORE_DIR": "/lab/store"}
+    done = stack_config(tmp_path, env, REPO / "deploy" / "stack-lab.yml")
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    assert services["mongo"]["deploy"]["replicas"] == 0
+    assert services["api"]["deploy"]["replicas"] == 2
+    for name in PLATFORM:
+        svc = services[name]
+        assert svc["environment"]["DLAAS_STORE_URL"] == "sqlite:////var/lib/dlaas-store/jobs.db"
+        assert {"type": "bind", "source": "/lab/store", "target": "/var/lib/dlaas-store"} in svc[
+            "volumes"
+        ], name
+    for name, port in (("api", 8080), ("seaweedfs", 8333)):
+        assert services[name]["ports"] == [{"mode": "host", "target": port, "published": port}]
+    # No virtual IP anywhere: the lab's engines run without iptables.
+    assert all(s["deploy"].get("endpoint_mode") == "dnsrr" for s in services.values())
+    # The store directory is required, named in the message.
+    done = stack_config(tmp_path, SECRETS, REPO / "deploy" / "stack-lab.yml")
+    assert done.returncode != 0 and "DLAAS_LAB_STORE_DIR" in done.stderr
+
+
 def test_stack_has_the_same_services(stack):
     assert set(stack["services"]) == INFRA | PLATFORM
     for name in PLATFORM:
@@ -229,7 +291,7 @@ def test_stack_has_the_same_services(stack):
 
 def test_stack_replicas(stack):
     replicas = {name: svc["deploy"]["replicas"] for name, svc in stack["services"].items()}
-    assert replicas == {name: 1 for name in INFRA | PLATFORM} | {"api": 2}
+    assert replicas == {name: 1 for name in INFRA | PLATFORM} | {"api": 2, "lcm": 2}
     api = stack["services"]["api"]["deploy"]
     # docker-compose honours deploy.replicas too: one API per host keeps its port free.
     assert api["placement"]["max_replicas_per_node"] == 1
@@ -237,10 +299,19 @@ def test_stack_replicas(stack):
         assert svc["deploy"]["restart_policy"]["condition"] == "any", name
 
 
-@pytest.mark.parametrize("name", ["lcm", "jobmonitor"])
-def test_engine_users_run_on_a_manager(stack, name):
+@pytest.mark.parametrize("name", sorted(ENGINE_USERS | {"etcd", "mongo", "seaweedfs"}))
+def test_engine_users_and_stateful_services_run_on_a_manager(stack, name):
     # They mount the engine's socket: on a swarm only a manager's reaches the cluster.
     assert "node.role == manager" in stack["services"][name]["deploy"]["placement"]["constraints"]
+
+
+@pytest.mark.parametrize("name", ["scheduler", "lcm"])
+def test_grpc_services_bind_their_own_host_name(stack, name):
+    # The name they bind (DLAAS_*_ADDR's host) resolves in their own container, to their
+    # own address, even before the swarm's DNS lists the task (or lists other replicas).
+    svc = stack["services"][name]
+    assert svc["hostname"] == name
+    assert svc["environment"][f"DLAAS_{name.upper()}_ADDR"].startswith(f"{name}:")
 
 
 def test_endpoint_modes(stack):

@@ -1,0 +1,190 @@
+"""End to end: the platform itself as a Docker stack on a 2-node swarm, deployed with
+`docker stack deploy -c docker-compose.yml` from images built here (no registry).
+
+The images come from dlaas.local.stack (debootstrap + the venv's packages), copied to both
+nodes of a SwarmLab (dlaas.local.swarm); deploy/stack-lab.yml adds what the lab cannot run
+of the compose file (SQLite instead of MongoDB, host-mode ports: no routing mesh without
+iptables). The test checks that every service runs the replicas the files ask for (two
+APIs, one on each node), then, through the API published on node-1, makes a user, uploads
+the digits data and runs the digits example to COMPLETED: the scheduler, the LCM and the
+job monitor in the stack place and watch the job's containers through the manager's socket.
+The stack is removed and the lab torn down afterwards, also when the test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from dlaas.local.stack import (
+    COMPOSE_FILE,
+    LAB_OVERRIDE,
+    LOCAL_IMAGES,
+    copy_images,
+    ensure_stack_images,
+    expected_replicas,
+    running_replicas,
+    stack_env,
+)
+from dlaas.local.swarm import SwarmLab, SwarmLabError, check_requirements
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+
+REPO = Path(__file__).resolve().parents[2]
+STACK = "dlaas"
+DOCKER = shutil.which("docker")
+
+
+def _docker(env: dict[str, str], *args: str, timeout: float = 180) -> str:
+    done = subprocess.run(
+        [DOCKER, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"docker {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _until(check, what: str, timeout: float, interval: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, docker_client, docker_host, learner_image):
+    try:
+        check_requirements()
+    except SwarmLabError as e:
+        pytest.skip(str(e))
+    if DOCKER is None:
+        pytest.skip("the docker CLI is not installed (`docker stack deploy` is the subject)")
+    images = ensure_stack_images(docker_client, progress=print)
+    root = tmp_path_factory.mktemp("stack")
+    swarm = SwarmLab(root / "swarm", nodes=2, images=(), progress=print)
+    started = time.monotonic()
+    try:
+        info = swarm.up()
+        copy_images(docker_host, info.node_sockets.values(), [learner_image, *images.tags()], root)
+        print(f"lab up with the images on both nodes in {time.monotonic() - started:.0f} s")
+        yield swarm, info, root
+    finally:
+        swarm.down()
+
+
+@pytest.fixture(scope="module")
+def stack(lab):
+    _swarm, info, root = lab
+    store = root / "store"
+    store.mkdir()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(root),  # no user configuration of the docker CLI
+        "DOCKER_HOST": info.manager_socket,
+        **stack_env(
+            LOCAL_IMAGES,
+            docker_socket=info.manager_socket.removeprefix("unix://"),
+            # SeaweedFS runs on the manager (node-1) and publishes 8333 there.
+            s3_for_containers=f"http://{info.node_addresses['node-1']}:8333",
+            s3_access_key="stack-" + secrets.token_hex(4),
+            s3_secret_key=secrets.token_urlsafe(24),
+            admin_token=secrets.token_urlsafe(24),
+            extra={"DLAAS_LAB_STORE_DIR": str(store)},
+        ),
+    }
+    files = ["-c", str(COMPOSE_FILE), "-c", str(LAB_OVERRIDE)]
+    started = time.monotonic()
+    try:
+        _docker(env, "stack", "deploy", *files, "--resolve-image", "never", STACK)
+        yield env, files, info
+    finally:
+        # Best effort: the lab goes down next whatever this says.
+        subprocess.run([DOCKER, "stack", "rm", STACK], env=env, capture_output=True, timeout=60,
+                       check=False)  # fmt: skip
+        print(f"stack up for {time.monotonic() - started:.0f} s")
+
+
+def _running(env) -> dict[str, int]:
+    import docker
+
+    client = docker.DockerClient(base_url=env["DOCKER_HOST"], timeout=30)
+    try:
+        label = {"label": f"com.docker.stack.namespace={STACK}"}
+        services = client.api.services(filters=label)
+        tasks = client.api.tasks(filters=label)
+        return running_replicas(STACK, services, tasks)
+    finally:
+        client.close()
+
+
+def test_the_stack_runs_its_replicas_and_a_job_completes_through_it(stack):
+    env, files, info = stack
+    wanted = expected_replicas(yaml.safe_load(_docker(env, "stack", "config", *files)))
+    # What docker-compose.yml asks for; the lab's file only scales MongoDB away.
+    assert wanted == {
+        "etcd": 1, "mongo": 0, "seaweedfs": 1, "redis": 1, "scheduler": 1, "lcm": 2,
+        "jobmonitor": 1, "api": 2, "worker": 1,
+    }  # fmt: skip
+    started = time.monotonic()
+    try:
+        _until(lambda: _running(env) == wanted, "every service at its replicas", 150)
+    except AssertionError:
+        print(_docker(env, "stack", "ps", "--no-trunc", STACK))
+        running = _running(env)
+        for name in sorted(n for n in wanted if running.get(n, 0) < wanted[n]):
+            print(f"--- {name}:\n" + _docker(env, "service", "logs", "--raw", "--tail", "30",
+                                             f"{STACK}_{name}"))  # fmt: skip
+        raise
+    print(f"all replicas running {time.monotonic() - started:.0f} s after the deploy")
+
+    api = f"http://{info.node_addresses['node-1']}:8080"
+    admin_token = env["DLAAS_API_ADMIN_TOKEN"]
+
+    def healthy():
+        try:
+            return httpx.get(f"{api}/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    _until(healthy, f"the API at {api}", 90)
+    with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {admin_token}"},
+                      timeout=60) as admin:  # fmt: skip
+        made = admin.post("/v1/users", json={"name": "alice", "team": "research"})
+        assert made.status_code == 201, made.text
+        user_token = made.json()["token"]
+        # The API replica on node-2 answers too, from the same store.
+        other = f"http://{info.node_addresses['node-2']}:8080"
+        me = httpx.get(f"{other}/v1/me", headers={"Authorization": f"Bearer {user_token}"})
+        assert me.status_code == 200 and me.json()["user"] == "alice", me.text
+
+    from test_platform_e2e import _upload_digits, logs, submit, wait_final
+
+    with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {user_token}"},
+                      timeout=60) as http:  # fmt: skip
+        _upload_digits(http)
+        started = time.monotonic()
+        manifest = (REPO / "examples/digits/manifest.yaml").read_text()
+        job_id = submit(http, manifest, REPO / "examples/digits")
+        job = wait_final(http, job_id, timeout=180)
+        history = [(h["status"], h["reason"]) for h in job["history"]]
+        assert job["status"] == "COMPLETED", history
+        print(f"digits through the stack: COMPLETED in {time.monotonic() - started:.0f} s")
+        assert {e["node"] for e in job["learners"]} <= {"node-1", "node-2"}, job["learners"]
+        lines = logs(http, job_id)
+        assert any(re.match(r"epoch 20/20 loss=", line) for line in lines), lines[-20:]
+        metrics = http.get(f"/v1/jobs/{job_id}/results")
+        assert metrics.status_code == 200, metrics.text
+    print(json.dumps(_running(env)))
