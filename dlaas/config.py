@@ -2,15 +2,67 @@
 
 Every service reads the same platform settings (prefix `DLAAS_`); secrets have no
 default. Nothing here is read at import time.
+
+A secret setting (a SecretStr field) may also come from a file in /run/secrets named after
+its variable in lower case: /run/secrets/dlaas_s3_secret_key is DLAAS_S3_SECRET_KEY. That is
+where a swarm (or docker-compose) mounts the secrets docker-compose.yml attaches to a
+service, so the values stay out of the service's spec. The variable wins where both are set
+(`dlaas up` and the tests set variables); no other setting is read from a file.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
+
+SECRETS_DIR = "/run/secrets"
 
 
-class PlatformSettings(BaseSettings):
+class _SecretFiles(SecretsSettingsSource):
+    """pydantic-settings' secrets_dir source, for SecretStr fields only, and silent where
+    the directory does not exist (everywhere but in a container given secrets)."""
+
+    def __call__(self) -> dict[str, Any]:
+        if self.secrets_dir is None or not Path(self.secrets_dir).is_dir():
+            return {}
+        return super().__call__()
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        if field.annotation is not SecretStr:
+            return None, field_name, False
+        return super().get_field_value(field, field_name)
+
+
+class _Settings(BaseSettings):
+    """Sources, first wins: arguments, environment, .env, then secret files."""
+
+    model_config = SettingsConfigDict(secrets_dir=SECRETS_DIR)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # `_secrets_dir=` (the tests) reaches us through the default source's attribute.
+        secrets_dir = getattr(file_secret_settings, "secrets_dir", None)
+        files = _SecretFiles(settings_cls, secrets_dir=secrets_dir)
+        return init_settings, env_settings, dotenv_settings, files
+
+
+class PlatformSettings(_Settings):
     model_config = SettingsConfigDict(env_prefix="DLAAS_", extra="ignore")
 
     # etcd client endpoints, "host:port[,host:port...]".
@@ -67,7 +119,7 @@ class PlatformSettings(BaseSettings):
         return out
 
 
-class ApiSettings(BaseSettings):
+class ApiSettings(_Settings):
     model_config = SettingsConfigDict(env_prefix="DLAAS_API_", extra="ignore")
 
     host: str = "127.0.0.1"

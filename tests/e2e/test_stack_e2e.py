@@ -1,14 +1,18 @@
 """End to end: the platform itself as a Docker stack on a 2-node swarm, deployed with
 `docker stack deploy -c docker-compose.yml` from images built here (no registry).
 
-The images come from dlaas.local.stack (debootstrap + the venv's packages), copied to both
-nodes of a SwarmLab (dlaas.local.swarm); deploy/stack-lab.yml adds what the lab cannot run
-of the compose file (SQLite instead of MongoDB, host-mode ports: no routing mesh without
-iptables). The test checks that every service runs the replicas the files ask for (two
-APIs, one on each node), then, through the API published on node-1, makes a user, uploads
-the digits data and runs the digits example to COMPLETED: the scheduler, the LCM and the
-job monitor in the stack place and watch the job's containers through the manager's socket.
-The stack is removed and the lab torn down afterwards, also when the test fails.
+The images come from dlaas.local.stack (the learners' base + Debian packages + the venv's
+packages), copied to both nodes of a SwarmLab (dlaas.local.swarm); deploy/stack-lab.yml adds
+what the lab cannot run of the compose file (SQLite instead of MongoDB, host-mode ports: no
+routing mesh without iptables). The S3 secret key and the admin token are swarm secrets,
+created through the manager's API before the deploy, as an operator would. The test checks
+that every service runs the replicas the files ask for (two APIs, one on each node), that
+no service's spec holds a secret's value (the deploying shell even still exports the old
+variables) and each names only the secrets it needs, then, through the API published on
+node-1, makes a user, uploads the digits data and runs the digits example to COMPLETED:
+the scheduler, the LCM and the job monitor in the stack place and watch the job's
+containers through the manager's socket. The stack is removed and the lab torn down
+afterwards, also when the test fails.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import secrets
 import shutil
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -27,14 +32,18 @@ import pytest
 import yaml
 
 from dlaas.local.stack import (
+    ADMIN_TOKEN_SECRET,
     COMPOSE_FILE,
     LAB_OVERRIDE,
     LOCAL_IMAGES,
+    S3_SECRET_KEY_SECRET,
     copy_images,
+    create_secrets,
     ensure_stack_images,
     expected_replicas,
     running_replicas,
     stack_env,
+    stack_secrets,
 )
 from dlaas.local.swarm import SwarmLab, SwarmLabError, check_requirements
 
@@ -90,18 +99,25 @@ def stack(lab):
     _swarm, info, root = lab
     store = root / "store"
     store.mkdir()
+    values = stack_secrets(
+        s3_secret_key=secrets.token_urlsafe(24), admin_token=secrets.token_urlsafe(24)
+    )
+    with _manager(info.manager_socket) as client:
+        create_secrets(client, values)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(root),  # no user configuration of the docker CLI
         "DOCKER_HOST": info.manager_socket,
+        # An operator's shell that still exports the variables the stack once read: their
+        # values must reach no service.
+        "DLAAS_S3_SECRET_KEY": values[S3_SECRET_KEY_SECRET],
+        "DLAAS_API_ADMIN_TOKEN": values[ADMIN_TOKEN_SECRET],
         **stack_env(
             LOCAL_IMAGES,
             docker_socket=info.manager_socket.removeprefix("unix://"),
             # SeaweedFS runs on the manager (node-1) and publishes 8333 there.
             s3_for_containers=f"http://{info.node_addresses['node-1']}:8333",
             s3_access_key="stack-" + secrets.token_hex(4),
-            s3_secret_key=secrets.token_urlsafe(24),
-            admin_token=secrets.token_urlsafe(24),
             extra={"DLAAS_LAB_STORE_DIR": str(store)},
         ),
     }
@@ -109,7 +125,7 @@ def stack(lab):
     started = time.monotonic()
     try:
         _docker(env, "stack", "deploy", *files, "--resolve-image", "never", STACK)
-        yield env, files, info
+        yield env, files, info, values
     finally:
         # Best effort: the lab goes down next whatever this says.
         subprocess.run([DOCKER, "stack", "rm", STACK], env=env, capture_output=True, timeout=60,
@@ -117,21 +133,65 @@ def stack(lab):
         print(f"stack up for {time.monotonic() - started:.0f} s")
 
 
-def _running(env) -> dict[str, int]:
+@contextmanager
+def _manager(url: str):
     import docker
 
-    client = docker.DockerClient(base_url=env["DOCKER_HOST"], timeout=30)
+    client = docker.DockerClient(base_url=url, timeout=30)
     try:
-        label = {"label": f"com.docker.stack.namespace={STACK}"}
-        services = client.api.services(filters=label)
-        tasks = client.api.tasks(filters=label)
-        return running_replicas(STACK, services, tasks)
+        yield client
     finally:
         client.close()
 
 
+LABEL = {"label": f"com.docker.stack.namespace={STACK}"}
+
+
+def _running(env) -> dict[str, int]:
+    with _manager(env["DOCKER_HOST"]) as client:
+        services = client.api.services(filters=LABEL)
+        tasks = client.api.tasks(filters=LABEL)
+        return running_replicas(STACK, services, tasks)
+
+
+def _check_service_specs(env, values: dict[str, str]) -> None:
+    """What `docker service inspect` shows of every service: no secret's value anywhere,
+    and each service names only the secrets it reads."""
+    with _manager(env["DOCKER_HOST"]) as client:
+        services = client.api.services(filters=LABEL)
+    assert services
+    attached = {}
+    for svc in services:
+        name = svc["Spec"]["Name"].removeprefix(f"{STACK}_")
+        text = json.dumps(svc)
+        leaked = [secret for secret, value in values.items() if value in text]
+        assert not leaked, f"the spec of {name} holds the value of {leaked}"
+        refs = svc["Spec"]["TaskTemplate"]["ContainerSpec"].get("Secrets") or []
+        attached[name] = {ref["SecretName"] for ref in refs}
+    s3, admin = S3_SECRET_KEY_SECRET, ADMIN_TOKEN_SECRET
+    assert attached == {
+        "etcd": set(), "mongo": set(), "redis": set(), "seaweedfs": {s3}, "scheduler": {s3},
+        "lcm": {s3}, "jobmonitor": {s3}, "worker": {s3}, "api": {s3, admin},
+    }  # fmt: skip
+
+
+def _check_s3_admin_identity(env, info, secret_key: str) -> None:
+    """SeaweedFS took its admin identity's secret key from the secret's file: requests
+    signed with it pass, requests signed with another are refused (an S3 with no identity
+    would let both through)."""
+    from botocore.exceptions import ClientError
+
+    from dlaas.s3 import client
+
+    endpoint = f"http://{info.node_addresses['node-1']}:8333"
+    access_key = env["DLAAS_S3_ACCESS_KEY"]
+    client(endpoint, access_key, secret_key, attempts=1).list_buckets()
+    with pytest.raises(ClientError):
+        client(endpoint, access_key, secret_key + "x", attempts=1).list_buckets()
+
+
 def test_the_stack_runs_its_replicas_and_a_job_completes_through_it(stack):
-    env, files, info = stack
+    env, files, info, values = stack
     wanted = expected_replicas(yaml.safe_load(_docker(env, "stack", "config", *files)))
     # What docker-compose.yml asks for; the lab's file only scales MongoDB away.
     assert wanted == {
@@ -149,9 +209,11 @@ def test_the_stack_runs_its_replicas_and_a_job_completes_through_it(stack):
                                              f"{STACK}_{name}"))  # fmt: skip
         raise
     print(f"all replicas running {time.monotonic() - started:.0f} s after the deploy")
+    _check_service_specs(env, values)
 
     api = f"http://{info.node_addresses['node-1']}:8080"
-    admin_token = env["DLAAS_API_ADMIN_TOKEN"]
+    # The API authenticates this token only if it read it from its secret's file.
+    admin_token = values[ADMIN_TOKEN_SECRET]
 
     def healthy():
         try:
@@ -160,6 +222,7 @@ def test_the_stack_runs_its_replicas_and_a_job_completes_through_it(stack):
             return False
 
     _until(healthy, f"the API at {api}", 90)
+    _check_s3_admin_identity(env, info, values[S3_SECRET_KEY_SECRET])
     with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {admin_token}"},
                       timeout=60) as admin:  # fmt: skip
         made = admin.post("/v1/users", json={"name": "alice", "team": "research"})

@@ -1,5 +1,5 @@
 """docker-compose.yml is valid for docker-compose and for `docker stack deploy`, and
-describes the whole platform.
+describes the whole platform, its secrets as swarm secrets (never variables).
 
 Runs the real `docker-compose config` (Debian's 1.29) with the required variables set
 and an empty env file (a developer's .env must not change the outcome), and the Docker
@@ -24,23 +24,27 @@ BINARY = shutil.which("docker-compose")
 DOCKER = shutil.which("docker")
 needs_compose = pytest.mark.skipif(BINARY is None, reason="docker-compose binary not installed")
 
-SECRETS = {
-    "DLAAS_S3_ACCESS_KEY": "test-access",
-    "DLAAS_S3_SECRET_KEY": "test-secret",
-    "DLAAS_API_ADMIN_TOKEN": "test-admin",
-}
+REQUIRED = {"DLAAS_S3_ACCESS_KEY": "test-access"}
+# Variables the stack once read its secrets from: set in the deploying shell, their values
+# must reach no service (they are swarm secrets now).
+CANARIES = {"DLAAS_S3_SECRET_KEY": "canary-s3-secret", "DLAAS_API_ADMIN_TOKEN": "canary-admin"}
+S3_SECRET, ADMIN_SECRET = "dlaas_s3_secret_key", "dlaas_api_admin_token"
+SECRET_FILES = REPO / "deploy" / "compose-secret-files.yml"
 INFRA = {"etcd", "mongo", "seaweedfs", "redis"}
 PLATFORM = {"api", "lcm", "jobmonitor", "scheduler", "worker"}
 # They read or drive the swarm (or the one engine) through the engine's socket.
 ENGINE_USERS = {"scheduler", "lcm", "jobmonitor"}
 
 
-def compose(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+def compose(
+    tmp_path: Path, *args: str, env: dict[str, str], files: tuple[Path, ...] = (COMPOSE,)
+) -> subprocess.CompletedProcess:
     empty_env_file = tmp_path / "empty.env"
     empty_env_file.write_text("")
     base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
     assert BINARY is not None
-    cmd = [BINARY, "--env-file", str(empty_env_file), "-f", str(COMPOSE), *args]
+    file_args = [arg for f in files for arg in ("-f", str(f))]
+    cmd = [BINARY, "--env-file", str(empty_env_file), *file_args, *args]
     return subprocess.run(
         cmd, env={**base_env, **env}, capture_output=True, text=True, timeout=60, check=False
     )
@@ -52,26 +56,61 @@ def config(tmp_path_factory) -> dict:
     if BINARY is None:
         pytest.skip("docker-compose binary not installed")
     tmp = tmp_path_factory.mktemp("compose")
-    done = compose(tmp, "config", env=SECRETS)
+    done = compose(tmp, "config", env={**REQUIRED, **CANARIES})
     assert done.returncode == 0, done.stderr
+    assert not any(v in done.stdout for v in CANARIES.values())
     return yaml.safe_load(done.stdout)
 
 
 @needs_compose
 def test_config_is_valid(tmp_path):
-    done = compose(tmp_path, "config", "-q", env=SECRETS)
+    done = compose(tmp_path, "config", "-q", env=REQUIRED)
     assert done.returncode == 0, done.stderr
 
 
 @needs_compose
-@pytest.mark.parametrize("missing", sorted(SECRETS))
-def test_every_secret_is_required(tmp_path, missing):
-    env = {k: v for k, v in SECRETS.items() if k != missing}
-    done = compose(tmp_path, "config", "-q", env=env)
+def test_the_access_key_is_required(tmp_path):
+    done = compose(tmp_path, "config", "-q", env={})
     assert done.returncode != 0
-    assert missing in done.stderr
-    # The message names the variable, never the other secrets' values.
-    assert not any(v in done.stderr for v in env.values())
+    assert "DLAAS_S3_ACCESS_KEY" in done.stderr
+
+
+def _secrets_of(svc: dict) -> set[str]:
+    # Short syntax, as written, or {source: ...} as the loaders print it.
+    return {s if isinstance(s, str) else s["source"] for s in svc.get("secrets", [])}
+
+
+def _check_secrets(services: dict, declared: dict) -> None:
+    """Each secret is external and attached to the services that read it, and only those;
+    no environment holds a secret (or a variable that once carried one)."""
+    assert set(declared) == {S3_SECRET, ADMIN_SECRET}
+    assert all(d.get("external") for d in declared.values()), declared
+    wanted = {name: {S3_SECRET} for name in PLATFORM | {"seaweedfs"}}
+    wanted["api"] = {S3_SECRET, ADMIN_SECRET}
+    assert {n: _secrets_of(svc) for n, svc in services.items() if _secrets_of(svc)} == wanted
+    for name, svc in services.items():
+        env = svc.get("environment") or {}
+        assert not {"DLAAS_S3_SECRET_KEY", "DLAAS_API_ADMIN_TOKEN", "DLAAS_API_TOKENS",
+                    "AWS_SECRET_ACCESS_KEY"} & set(env), name  # fmt: skip
+    # SeaweedFS reads its admin secret key from the file its entrypoint is given.
+    entrypoint = " ".join(services["seaweedfs"]["entrypoint"])
+    assert f"/run/secrets/{S3_SECRET}" in entrypoint
+
+
+def test_secrets_are_swarm_secrets_where_needed(config):
+    _check_secrets(config["services"], config["secrets"])
+
+
+@needs_compose
+def test_one_host_reads_the_secrets_from_a_directory_of_files(tmp_path):
+    files = (COMPOSE, SECRET_FILES)
+    done = compose(tmp_path, "config", env={**REQUIRED, "DLAAS_SECRETS_DIR": "/etc/dlaas/s"},
+                   files=files)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    secrets = yaml.safe_load(done.stdout)["secrets"]
+    assert secrets == {name: {"file": f"/etc/dlaas/s/{name}"} for name in (S3_SECRET, ADMIN_SECRET)}
+    done = compose(tmp_path, "config", "-q", env=REQUIRED, files=files)
+    assert done.returncode != 0 and "DLAAS_SECRETS_DIR" in done.stderr
 
 
 def test_expected_services(config):
@@ -97,10 +136,7 @@ def test_platform_service(config, name):
     assert env["DLAAS_STORE_URL"] == "mongodb://mongo:27017/dlaas"
     assert env["DLAAS_ETCD_ENDPOINTS"] == "etcd:2379"
     assert env["DLAAS_S3_ENDPOINT"] == "http://seaweedfs:8333"
-    assert (env["DLAAS_S3_ACCESS_KEY"], env["DLAAS_S3_SECRET_KEY"]) == (
-        "test-access",
-        "test-secret",
-    )
+    assert env["DLAAS_S3_ACCESS_KEY"] == "test-access"
     assert (env["DLAAS_LCM_ADDR"], env["DLAAS_SCHEDULER_ADDR"]) == (
         "lcm:50051",
         "scheduler:50052",
@@ -129,7 +165,6 @@ def test_socket_is_not_mounted_elsewhere(config):
 def test_api_settings(config):
     api = config["services"]["api"]
     env = api["environment"]
-    assert env["DLAAS_API_ADMIN_TOKEN"] == "test-admin"
     assert env["DLAAS_API_HOST"] == "0.0.0.0"  # reachable from outside its container
     assert "8080:8080" in {f"{p['published']}:{p['target']}" for p in _ports(api)}
     assert {"lcm", "scheduler", "mongo", "seaweedfs"} <= set(api["depends_on"])
@@ -155,7 +190,7 @@ def test_images_socket_and_swarm_manager_come_from_variables(tmp_path):
              "DLAAS_SWARM_MANAGER": "unix:///var/run/docker.sock"}  # fmt: skip
     if BINARY is None:
         pytest.skip("docker-compose binary not installed")
-    done = compose(tmp_path, "config", env={**SECRETS, **images, **extra})
+    done = compose(tmp_path, "config", env={**REQUIRED, **images, **extra})
     assert done.returncode == 0, done.stderr
     services = yaml.safe_load(done.stdout)["services"]
     for name in PLATFORM:
@@ -237,32 +272,34 @@ def stack(tmp_path_factory) -> dict:
     """The configuration `docker stack deploy` would deploy, as the Docker CLI prints it."""
     if not _has_stack_config():
         pytest.skip("no docker CLI with `docker stack config` (20.10+ CLI)")
-    done = stack_config(tmp_path_factory.mktemp("stack"), SECRETS)
+    done = stack_config(tmp_path_factory.mktemp("stack"), {**REQUIRED, **CANARIES})
     assert done.returncode == 0, done.stderr
+    assert not any(v in done.stdout for v in CANARIES.values())
     return yaml.safe_load(done.stdout)
 
 
 @needs_stack
 def test_stack_format_is_accepted(tmp_path):
-    done = stack_config(tmp_path, SECRETS)
+    done = stack_config(tmp_path, REQUIRED)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == "", done.stderr  # no warning either
 
 
 @needs_stack
-@pytest.mark.parametrize("missing", sorted(SECRETS))
-def test_stack_requires_every_secret(tmp_path, missing):
-    env = {k: v for k, v in SECRETS.items() if k != missing}
-    done = stack_config(tmp_path, env)
+def test_stack_requires_the_access_key(tmp_path):
+    done = stack_config(tmp_path, {})
     assert done.returncode != 0
-    assert missing in done.stderr
-    assert not any(v in done.stderr for v in env.values())
+    assert "DLAAS_S3_ACCESS_KEY" in done.stderr
+
+
+def test_stack_secrets_are_swarm_secrets_where_needed(stack):
+    _check_secrets(stack["services"], stack["secrets"])
 
 
 def test_lab_override_swaps_mongo_for_a_shared_sqlite_and_binds_ports_on_nodes(tmp_path):
     if not _has_stack_config():
         pytest.skip("no docker CLI with `docker stack config` (20.10+ CLI)")
-    env = {**SECRETS, "DLAAS_LAB_STORE_DIR": "/lab/store"}
+    env = {**REQUIRED, "DLAAS_LAB_STORE_DIR": "/lab/store"}
     done = stack_config(tmp_path, env, REPO / "deploy" / "stack-lab.yml")
     assert done.returncode == 0, done.stderr
     services = yaml.safe_load(done.stdout)["services"]
@@ -279,7 +316,7 @@ def test_lab_override_swaps_mongo_for_a_shared_sqlite_and_binds_ports_on_nodes(t
     # No virtual IP anywhere: the lab's engines run without iptables.
     assert all(s["deploy"].get("endpoint_mode") == "dnsrr" for s in services.values())
     # The store directory is required, named in the message.
-    done = stack_config(tmp_path, SECRETS, REPO / "deploy" / "stack-lab.yml")
+    done = stack_config(tmp_path, REQUIRED, REPO / "deploy" / "stack-lab.yml")
     assert done.returncode != 0 and "DLAAS_LAB_STORE_DIR" in done.stderr
 
 

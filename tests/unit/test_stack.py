@@ -1,15 +1,22 @@
-"""The pure parts of dlaas.local.stack: the stack's variables, replica counts, and which
-installed distributions the platform image carries."""
+"""The pure parts of dlaas.local.stack: the stack's variables and secrets, replica counts,
+and which installed distributions the platform image carries."""
 
 from __future__ import annotations
 
+import yaml
+
+from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.images import BASE_IMAGE
 from dlaas.local.stack import (
+    COMPOSE_FILE,
     LOCAL_IMAGES,
+    STACK_BASE,
     StackImages,
     dependency_closure,
     expected_replicas,
     running_replicas,
     stack_env,
+    stack_secrets,
 )
 
 
@@ -19,8 +26,6 @@ def test_stack_env_names_every_image_and_the_managers_socket():
         docker_socket="/lab/node-1/docker.sock",
         s3_for_containers="http://10.0.0.2:8333",
         s3_access_key="ak",
-        s3_secret_key="sk",
-        admin_token="tok",
         extra={"DLAAS_LAB_STORE_DIR": "/x"},
     )
     assert (env["DLAAS_PLATFORM_IMAGE"], env["DLAAS_ETCD_IMAGE"]) == ("p:1", "e:1")
@@ -30,6 +35,35 @@ def test_stack_env_names_every_image_and_the_managers_socket():
     assert env["DLAAS_SWARM_MANAGER"] == "unix:///var/run/docker.sock"
     assert env["DLAAS_S3_ENDPOINT_FOR_CONTAINERS"] == "http://10.0.0.2:8333"
     assert env["DLAAS_LAB_STORE_DIR"] == "/x"
+    # Secrets are swarm secrets, never variables of the deploying shell.
+    assert not {"DLAAS_S3_SECRET_KEY", "DLAAS_API_ADMIN_TOKEN"} & set(env)
+
+
+def test_the_stack_secrets_are_the_files_the_settings_read(tmp_path, monkeypatch):
+    """Each secret docker-compose.yml declares is one stack_secrets makes, and mounted under
+    its name it is read as the setting it carries."""
+    declared = yaml.safe_load(COMPOSE_FILE.read_text())["secrets"]
+    secrets = stack_secrets(s3_secret_key="sk-value", admin_token="admin-value")
+    assert set(secrets) == set(declared)
+    for name, value in secrets.items():
+        (tmp_path / name).write_text(value)
+    for var in ("DLAAS_S3_SECRET_KEY", "DLAAS_API_ADMIN_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DLAAS_S3_ACCESS_KEY", "ak")
+    platform = PlatformSettings(_secrets_dir=tmp_path)
+    assert platform.s3_secret_key.get_secret_value() == "sk-value"
+    assert ApiSettings(_secrets_dir=tmp_path).admin_token.get_secret_value() == "admin-value"
+
+
+def test_the_stack_base_is_the_learners_base_with_debian_packages():
+    # Built FROM the image CI builds for the learners anyway, downloading with the host's
+    # network (the builds' own network reaches nothing here).
+    assert STACK_BASE.base == BASE_IMAGE
+    assert STACK_BASE.needs_network
+    text = STACK_BASE.dockerfile.read_text()
+    assert "FROM ${BASE_IMAGE}" in text
+    for package in ("etcd-server", "etcd-client", "redis-server", "wget"):
+        assert package in text, package
 
 
 def test_local_images_are_four_distinct_tags():
