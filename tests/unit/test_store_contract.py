@@ -9,7 +9,6 @@ Each test runs against:
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sqlite3
 import threading
@@ -317,56 +316,6 @@ def test_sqlite_file_is_wal_and_survives_reopen(tmp_path):
     again = SqliteJobStore(path)
     assert again.get("j1").status is Status.PENDING
     again.close()
-
-
-SEQS = 150
-OWN_JOBS = 30
-
-
-def _hammer(path: str, worker: int, barrier, results) -> None:
-    """One process: its own jobs, then every seq of the shared job (racing the other)."""
-    s = SqliteJobStore(path)
-    barrier.wait(timeout=20)
-    for i in range(OWN_JOBS):
-        s.create(job(f"w{worker}-{i}", user=f"u{worker}", created_at=float(i)))
-        s.record_transition(f"w{worker}-{i}", 1, t(Status.PENDING, float(i) + 0.5))
-    won = 0
-    for seq in range(1, SEQS + 1):
-        won += s.record_transition("shared", seq, t(Status.PENDING, float(seq), f"w{worker}"))
-        if seq % 10 == 0:
-            s.update_info("shared", {f"w{worker}": seq})
-    s.close()
-    results.put(won)
-
-
-def test_sqlite_two_processes_append_without_loss(tmp_path):
-    path = str(tmp_path / "jobs.db")
-    s = SqliteJobStore(path)
-    s.create(job("shared"))
-    ctx = multiprocessing.get_context("fork")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_hammer, args=(path, w, barrier, results)) for w in (0, 1)]
-    for p in procs:
-        p.start()
-    try:
-        won = [results.get(timeout=30) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
-    # Every seq was inserted exactly once, by one of the two.
-    assert sum(won) == SEQS
-    shared = s.get("shared")
-    assert len(shared.history) == SEQS + 1
-    assert shared.last_seq == SEQS
-    assert shared.history[-1].at == float(SEQS)
-    assert shared.info == {"w0": SEQS, "w1": SEQS}
-    for w in (0, 1):
-        jobs, total = s.list(user=f"u{w}", status=Status.PENDING, limit=1000)
-        assert total == OWN_JOBS and len(jobs) == OWN_JOBS
-    s.close()
 
 
 def test_sqlite_threads_share_one_store(tmp_path):
