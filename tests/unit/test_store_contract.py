@@ -1,18 +1,17 @@
 """One contract for every JobStore backend.
 
-Each test runs against:
+Each test that takes `store` (or `listed`) runs against:
 - SQLite on a temp file (always; the real embedded database);
-- a real MongoDB when DLAAS_TEST_MONGO_URL is set (skipped otherwise, with that reason);
 - mongomock, an in-process fake standing in for MongoDB because no MongoDB server can
   run on this machine. It checks the query and update logic, not the server.
+The same tests run against a real MongoDB in tests/integration/test_store_mongo.py (when
+DLAAS_TEST_MONGO_URL names one): a server is no unit test's business.
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
-import uuid
 
 import pytest
 
@@ -24,14 +23,12 @@ from dlaas.store import open_store
 from dlaas.store.base import JobRecord, JobStore
 from dlaas.store.sqlite import SqliteJobStore
 
-MONGO_URL_ENV = "DLAAS_TEST_MONGO_URL"
 MONGOMOCK_LABEL = "mongomock: in-process fake, no real server available here"
 
 
 @pytest.fixture(
     params=[
         pytest.param("sqlite", id="sqlite"),
-        pytest.param("mongo", id="mongo"),
         pytest.param("mongomock", id="mongomock-fake"),
     ]
 )
@@ -44,16 +41,6 @@ def store(request, tmp_path):
         return
     from dlaas.store.mongo import MongoJobStore
 
-    if kind == "mongo":
-        url = os.environ.get(MONGO_URL_ENV)
-        if not url:
-            pytest.skip(f"no real MongoDB: set {MONGO_URL_ENV}=mongodb://host:port to run")
-        db = f"dlaas_test_{uuid.uuid4().hex[:12]}"
-        s = MongoJobStore(url, db=db)
-        yield s
-        s._client.drop_database(db)
-        s.close()
-        return
     mongomock = pytest.importorskip("mongomock", reason=f"{MONGOMOCK_LABEL}; not installed")
     request.node.user_properties.append(("backend", MONGOMOCK_LABEL))
     s = MongoJobStore("mongodb://fake/dlaas", client=mongomock.MongoClient())
