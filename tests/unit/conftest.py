@@ -5,8 +5,9 @@ Two guards keep it so; each failure names the test and says where it belongs ins
 - at collection, a unit test that asks, even through another fixture, for one of the real
   servers of tests/conftest.py stops the run;
 - while a unit test runs (its fixtures' setup and teardown included), starting a
-  subprocess (subprocess, os.fork/posix_spawn/system, multiprocessing), binding or
-  listening on a socket, starting a gRPC server or building a Docker client fails it. The
+  subprocess (subprocess, os.fork/posix_spawn/system, multiprocessing), binding, listening
+  on or connecting a socket (no network at all, not even to a closed local port),
+  starting a gRPC server or building a Docker client fails it. The
   refusal is raised where the call is made and also recorded, so a test whose code
   swallows the error (a broad `except`, a background thread) still fails after its phase.
 SQLite on a temporary file, threads and in-process ASGI clients (fastapi's TestClient
@@ -60,7 +61,9 @@ class NotPure(Exception):
 
 # (owner, attribute, what calling it means). Patched on the class or module that every
 # caller goes through: subprocess.run/call/check_output and asyncio's subprocesses build a
-# Popen; socket.create_server, asyncio and http.server call socket.socket.bind; every
+# Popen; socket.create_server, asyncio and http.server call socket.socket.bind, and
+# socket.create_connection, httpx and requests socket.socket.connect (a socketpair, as an
+# event loop makes for itself, is neither); every
 # Docker client (docker.from_env, DockerClient) builds an APIClient, whose __init__ already
 # talks to the engine to learn its API version.
 GUARDED: tuple[tuple[object, str, str], ...] = (
@@ -72,6 +75,8 @@ GUARDED: tuple[tuple[object, str, str], ...] = (
     (multiprocessing.process.BaseProcess, "start", "started a multiprocessing process"),
     (socket.socket, "bind", "bound a socket"),
     (socket.socket, "listen", "listened on a socket"),
+    (socket.socket, "connect", "connected a socket"),
+    (socket.socket, "connect_ex", "connected a socket"),
     # gRPC's C core binds its ports itself, past socket.socket.
     (grpc, "server", "started a gRPC server"),
     (docker, "from_env", "connected to a Docker engine"),
@@ -96,7 +101,7 @@ class PurityGuard:
     def _refuse(self, what: str) -> Callable[..., None]:
         def refused(*args, **kwargs):
             message = (
-                f"{self._test} {what}: tests/unit is pure (no subprocess, socket server, "
+                f"{self._test} {what}: tests/unit is pure (no subprocess, network, "
                 "gRPC server or Docker engine); move this test to tests/integration"
             )
             self.refused.append(message)

@@ -1,6 +1,7 @@
 """The guard of tests/unit (tests/unit/conftest.py) fires: a unit test that starts a
-subprocess, binds or listens on a socket, starts a gRPC server or reaches the Docker engine
-is refused where it does so, and the refusal is recorded even when the code catches it.
+subprocess, binds, listens on or connects a socket, starts a gRPC server or reaches the
+Docker engine is refused where it does so, and the refusal is recorded even when the code
+catches it.
 
 Each test takes the record back (`purity_guard.take()`) so that the refusal it provoked on
 purpose does not fail it; one drives a phase by hand to see the record fail it.
@@ -36,6 +37,7 @@ ATTEMPTS = {
     "multiprocessing": lambda: multiprocessing.get_context("fork").Process(target=print).start(),
     "socket.bind": bind_a_socket,
     "socket.create_server": lambda: socket.create_server(("127.0.0.1", 0)),
+    "socket.create_connection": lambda: socket.create_connection(("127.0.0.1", 9), timeout=1),
     "grpc.server": lambda: grpc.server(futures.ThreadPoolExecutor(max_workers=1)),
     "dlaas start_server": lambda: start_server("127.0.0.1:0", lambda s: None, []),
     "docker.from_env": lambda: docker.from_env(),
@@ -49,6 +51,7 @@ SAYS = {
     "multiprocessing": "started a multiprocessing process",
     "socket.bind": "bound a socket",
     "socket.create_server": "bound a socket",
+    "socket.create_connection": "connected a socket",
     "grpc.server": "started a gRPC server",
     "dlaas start_server": "started a gRPC server",
     "docker.from_env": "connected to a Docker engine",
@@ -86,7 +89,7 @@ def test_a_phase_whose_code_swallowed_a_refusal_fails_at_its_end(purity_guard, r
         next(phase)
     assert str(failed.value) == (
         f"{request.node.nodeid} started a subprocess: tests/unit is pure (no subprocess, "
-        "socket server, gRPC server or Docker engine); move this test to tests/integration"
+        "network, gRPC server or Docker engine); move this test to tests/integration"
     )
     assert purity_guard.take() == []  # taken by the phase that failed
 
