@@ -1,16 +1,31 @@
-"""tests/unit is pure and fast: no servers, no containers, the whole layer in seconds.
+"""tests/unit is pure and fast: no servers, no subprocesses, no containers, the layer in seconds.
 
-A unit test that asks, even through another fixture, for one of the real servers of
-tests/conftest.py stops the run at collection, naming the test: it belongs in
-tests/integration. A short subprocess that is not a server (the learner wrapper, protoc)
-and SQLite on a temporary file are fine here; docker-compose's config check is not (six
-runs of a Python program were a third of the layer's time): it is an integration test.
+Two guards keep it so; each failure names the test and says where it belongs instead
+(tests/integration):
+- at collection, a unit test that asks, even through another fixture, for one of the real
+  servers of tests/conftest.py stops the run;
+- while a unit test runs (its fixtures' setup and teardown included), starting a
+  subprocess (subprocess, os.fork/posix_spawn/system, multiprocessing), binding, listening
+  on or connecting a socket (no network at all, not even to a closed local port),
+  starting a gRPC server or building a Docker client fails it. The
+  refusal is raised where the call is made and also recorded, so a test whose code
+  swallows the error (a broad `except`, a background thread) still fails after its phase.
+SQLite on a temporary file, threads and in-process ASGI clients (fastapi's TestClient
+opens no socket) are fine here.
 """
 
 from __future__ import annotations
 
+import multiprocessing.process
+import os
+import socket
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import docker
+import docker.api.client
+import grpc
 import pytest
 
 HERE = Path(__file__).parent
@@ -41,3 +56,107 @@ def pytest_collection_modifyitems(config, items):
             "tests/unit starts no servers; move these to tests/integration:\n  "
             + "\n  ".join(offenders)
         )
+
+
+# --------------------------------------------------------------------------- the run-time guard
+
+
+class NotPure(Exception):
+    """Raised where a unit test reaches outside its process. An Exception (not a pytest
+    outcome) so that it reads like any other error where it is raised; the record in
+    PurityGuard fails the test even if the code under test catches it."""
+
+
+# (owner, attribute, what calling it means). Patched on the class or module that every
+# caller goes through: subprocess.run/call/check_output and asyncio's subprocesses build a
+# Popen; socket.create_server, asyncio and http.server call socket.socket.bind, and
+# socket.create_connection, httpx and requests socket.socket.connect (a socketpair, as an
+# event loop makes for itself, is neither); every
+# Docker client (docker.from_env, DockerClient) builds an APIClient, whose __init__ already
+# talks to the engine to learn its API version.
+GUARDED: tuple[tuple[object, str, str], ...] = (
+    (subprocess.Popen, "__init__", "started a subprocess"),
+    (os, "fork", "forked a process"),
+    (os, "posix_spawn", "spawned a process"),
+    (os, "posix_spawnp", "spawned a process"),
+    (os, "system", "ran a shell command"),
+    (multiprocessing.process.BaseProcess, "start", "started a multiprocessing process"),
+    (socket.socket, "bind", "bound a socket"),
+    (socket.socket, "listen", "listened on a socket"),
+    (socket.socket, "connect", "connected a socket"),
+    (socket.socket, "connect_ex", "connected a socket"),
+    # gRPC's C core binds its ports itself, past socket.socket.
+    (grpc, "server", "started a gRPC server"),
+    (docker, "from_env", "connected to a Docker engine"),
+    (docker.api.client.APIClient, "__init__", "connected to a Docker engine"),
+)
+
+
+class PurityGuard:
+    """Refuses the calls in GUARDED while a unit test's phase runs; records each refusal."""
+
+    Refused = NotPure  # for the guard's own tests, which cannot import a conftest
+
+    def __init__(self) -> None:
+        self.refused: list[str] = []
+        self._test = ""
+
+    def take(self) -> list[str]:
+        """The refusals recorded so far, cleared (for the guard's own tests)."""
+        out, self.refused = self.refused, []
+        return out
+
+    def _refuse(self, what: str) -> Callable[..., None]:
+        def refused(*args, **kwargs):
+            message = (
+                f"{self._test} {what}: tests/unit is pure (no subprocess, network, "
+                "gRPC server or Docker engine); move this test to tests/integration"
+            )
+            self.refused.append(message)
+            raise NotPure(message)
+
+        return refused
+
+    def phase(self, item: pytest.Item) -> Iterator[None]:
+        """One phase of `item` (setup, call or teardown) under the guard; fails the phase
+        if anything was refused, even where the code under test caught the refusal."""
+        self._test = item.nodeid
+        patch = pytest.MonkeyPatch()
+        try:
+            for owner, name, what in GUARDED:
+                if hasattr(owner, name):  # os.posix_spawn is not on every platform
+                    patch.setattr(owner, name, self._refuse(what))
+            yield
+        finally:
+            patch.undo()
+            # Cleared also when the phase failed anyway: a refusal belongs to this test only.
+            refused = self.take()
+        if refused:
+            raise pytest.fail.Exception("\n".join(refused), pytrace=False)
+
+
+GUARD = PurityGuard()
+
+
+@pytest.fixture
+def purity_guard() -> PurityGuard:
+    """The guard itself, for the tests that prove it fires."""
+    return GUARD
+
+
+# Hook wrappers rather than an autouse fixture: a module- or session-scoped fixture (a
+# server started once for a file) is set up before any function-scoped fixture, but
+# always inside some test's setup phase. Hooks in this conftest see only tests/unit items.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from GUARD.phase(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from GUARD.phase(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from GUARD.phase(item))

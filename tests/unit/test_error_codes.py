@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from source_scan import offenders
+from source_scan import offenders, walk
 
 from dlaas.jobspec import HELPER_EXIT_REASONS, JobErrorCode
 from services.jobmonitor import decide
@@ -44,10 +44,10 @@ def test_the_detector_and_the_helper_contract_use_the_enum():
     assert all(isinstance(code, JobErrorCode) for code, _ in HELPER_EXIT_REASONS.values())
 
 
-def bare_codes(source: str) -> list[int]:
+def bare_codes(nodes) -> list[int]:
     """Lines passing a string literal as `error_code=` or as `_fail(job, reason, code)`."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in nodes:
         if not isinstance(node, ast.Call):
             continue
         for kw in node.keywords:
@@ -59,10 +59,14 @@ def bare_codes(source: str) -> list[int]:
     return found
 
 
+def scan(line: str) -> list[int]:
+    return bare_codes(walk(ast.parse(line)))
+
+
 def test_the_scan_finds_a_bare_code():
-    assert bare_codes('k.transition(j, S.FAILED, "r", error_code="image_missing")') == [1]
-    assert bare_codes('self._fail(job_id, exc.message, "deploy_failed")') == [1]
-    assert bare_codes("self._fail(job_id, exc.message, JobErrorCode.DEPLOY_FAILED)") == []
+    assert scan('k.transition(j, S.FAILED, "r", error_code="image_missing")') == [1]
+    assert scan('self._fail(job_id, exc.message, "deploy_failed")') == [1]
+    assert scan("self._fail(job_id, exc.message, JobErrorCode.DEPLOY_FAILED)") == []
 
 
 def test_no_status_write_spells_a_code_by_hand():

@@ -8,6 +8,7 @@ those, which a real etcd or scheduler will not produce on demand.
 from __future__ import annotations
 
 import pytest
+from lcm_fakes import FakeIdentities
 
 from dlaas.config import PlatformSettings
 from dlaas.errors import CapacityExceeded, JobNotFound, TemporaryError
@@ -53,9 +54,19 @@ class FakeDeployer:
         return True
 
 
-def make_lcm(job_store, keeper, scheduler) -> Lcm:
-    settings = PlatformSettings(s3_access_key="k", s3_secret_key="s")
-    return Lcm(settings, keeper, job_store, {"local": FakeDeployer()}, scheduler, [])
+def make_lcm(job_store, keeper, scheduler, settings: PlatformSettings | None = None) -> Lcm:
+    """The real Lcm over these fakes. Its job identities are FAKES too (tests/lcm_fakes.py):
+    a submission issues none, and the real ones would build an IAM client for nothing."""
+    settings = settings or PlatformSettings(s3_access_key="k", s3_secret_key="s")
+    return Lcm(
+        settings,
+        keeper,
+        job_store,
+        {"local": FakeDeployer()},
+        scheduler,
+        [],
+        identities=FakeIdentities(),
+    )
 
 
 def test_an_accepted_job_is_stored_and_has_a_status_key(job_store):
@@ -97,7 +108,7 @@ def test_a_connection_password_is_stored_encrypted(job_store):
 
     key = new_key()
     settings = PlatformSettings(s3_access_key="k", s3_secret_key="s", secrets_key=key)
-    lcm = Lcm(settings, FakeKeeper(), job_store, {"local": FakeDeployer()}, FakeScheduler(), [])
+    lcm = make_lcm(job_store, FakeKeeper(), FakeScheduler(), settings)
     text = MANIFEST + (
         "data_stores:\n  - id: own\n    type: s3\n    training_data: {container: data}\n"
         "    connection: {auth_url: 'http://10.1.2.3:9000', user_name: u, password: Pw-7x-unique}\n"

@@ -14,7 +14,7 @@ from lcm_fakes import FakeEngine, FakeScheduler, InMemoryStatusRepo, fake_lcm
 
 from dlaas.errors import CapacityExceeded, ImageUnavailable
 from dlaas.ports import SchedulerPort, StatusRepo
-from dlaas.status import Status
+from dlaas.status import DEPLOYED, HAPPY_PATH, Status
 from services.lcm.ports import ContainerEngine
 from services.lcm.restart_policy import MAX_BACKOFF_S, backoff_s
 
@@ -116,6 +116,46 @@ def test_a_node_that_comes_back_keeps_a_storing_jobs_helper(job_store):
     lcm.check_nodes()
     assert engine.removed == []
     assert "job-st" in engine.containers_of
+
+
+@pytest.mark.parametrize("status", sorted(DEPLOYED, key=HAPPY_PATH.index))
+def test_a_node_that_comes_back_keeps_every_deployed_job_placed_on_it(job_store, status):
+    # Only jobs that moved on lose what they left there; a job still deployed on the node
+    # (from PENDING to STORING: DEPLOYED, derived from the status table) was only out of
+    # reach, and keeps its containers.
+    lcm = fake_lcm(job_store)
+    engine = lcm.deployers["local"]
+    lcm.submit("job-k", "alice", MANIFEST, "")
+    _placed(lcm, "job-k")
+    for step in HAPPY_PATH[HAPPY_PATH.index(Status.PENDING) + 1 : HAPPY_PATH.index(status) + 1]:
+        lcm.keeper.transition("job-k", step, "on its way")
+    assert lcm.keeper.get("job-k").status == status
+    lcm.keeper.set_node_health("local", {"healthy": False})
+    lcm._unhealthy.add("local")
+    lcm.check_nodes()
+    assert engine.removed == [] and "job-k" in engine.containers_of
+
+
+def test_a_node_lost_after_it_was_seen_is_schedulable_again_once_it_answers(job_store):
+    # Seen answering (and active) first, as a node normally is before it is lost: nothing
+    # about its availability changes when it comes back, so it is the return itself that
+    # must tell the scheduler (etcd) that it may place there again.
+    now = [0.0]
+    lcm = fake_lcm(job_store, clock=lambda: now[0])
+    engine = lcm.deployers["local"]
+
+    def probe() -> None:
+        now[0] += 1
+        lcm.check_nodes()
+
+    probe()
+    engine.up = False
+    probe()
+    probe()
+    assert lcm.keeper.unhealthy_nodes() == {"local"}
+    engine.up = True
+    probe()
+    assert lcm.keeper.unhealthy_nodes() == set() and "local" not in lcm._unhealthy
 
 
 def test_a_lost_node_is_marked_after_the_failed_probes_in_a_row(job_store):

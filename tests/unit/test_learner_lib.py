@@ -1,15 +1,12 @@
 """In-container code without Docker: safe archive extraction, checkpoints, the learner
-wrapper (as a real child process), helper config and S3 key mapping, image context."""
+wrapper's pure parts, helper config and S3 key mapping, image context. The wrapper as a
+real child process is tests/integration/test_learner_wrapper.py."""
 
 from __future__ import annotations
 
 import io
 import os
-import signal
-import subprocess
-import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -172,62 +169,6 @@ def test_paths_follow_the_job_dir(tmp_path):
     assert JobPaths.from_env({}).learner_log(3) == Path("/job/logs/learner-3.log")
 
 
-def _wrapper(tmp_path: Path, command: str, **env) -> subprocess.Popen:
-    full = {**os.environ, "DLAAS_JOB_DIR": str(tmp_path), "LEARNER_ID": "1", **env}
-    return subprocess.Popen(
-        [sys.executable, "-m", "dlaas.learner.run", "--", command],
-        env=full,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        cwd=REPO,
-    )
-
-
-def test_wrapper_waits_for_data_then_runs_in_code_dir_and_logs(tmp_path):
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "job.sh").write_text("echo out-line\necho err-line >&2\nexit 3\n")
-    proc = _wrapper(tmp_path, "pwd; sh job.sh")
-    try:
-        time.sleep(0.5)
-        assert proc.poll() is None, "started before the data was ready"
-        (tmp_path / ".data_ready").touch()
-        out, _ = proc.communicate(timeout=20)
-    finally:
-        proc.kill()
-    assert proc.returncode == 3
-    lines = out.decode().splitlines()
-    assert lines == [str(tmp_path / "code"), "out-line", "err-line"]
-    assert (tmp_path / "logs" / "learner-1.log").read_text().splitlines() == lines
-    assert (tmp_path / "results").is_dir() and (tmp_path / "checkpoints").is_dir()
-
-
-def test_wrapper_forwards_sigterm_to_the_command(tmp_path):
-    (tmp_path / ".data_ready").touch()
-    proc = _wrapper(tmp_path, "echo started; sleep 30; echo never")
-    try:
-        assert proc.stdout.readline() == b"started\n"
-        start = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=10)
-    finally:
-        proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM
-    assert time.monotonic() - start < 5 and b"never" not in out
-    # no code: the command runs in the job dir
-    assert (tmp_path / "logs" / "learner-1.log").read_text() == "started\n"
-
-
-def test_wrapper_without_a_command_is_a_usage_error():
-    done = subprocess.run(
-        [sys.executable, "-m", "dlaas.learner.run"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
-    assert done.returncode == 2 and "usage" in done.stderr
-
-
 # --------------------------------------------------------------------------- helper pieces
 
 GOOD_ENV = {
@@ -350,19 +291,6 @@ def test_sync_skips_temporary_names_and_counts_lines(tmp_path):
     assert sync.hidden(".tmp-a") and sync.hidden("d/.part-b") and not sync.hidden("d/a.b")
     assert sync.count_lines(b"") == 0 and sync.count_lines(b"a\nb\n") == 2
     assert sync.count_lines(b"a\nb") == 2  # a last line without newline counts, as in dlaas.logs
-
-
-def test_wrapper_appends_to_the_log_of_earlier_runs(tmp_path):
-    (tmp_path / ".data_ready").touch()
-    (tmp_path / "logs").mkdir()
-    (tmp_path / "logs" / "learner-1.log").write_text("run 1\n")  # restored by the helper
-    proc = _wrapper(tmp_path, "echo run 2")
-    try:
-        out, _ = proc.communicate(timeout=20)
-    finally:
-        proc.kill()
-    assert out == b"run 2\n"  # the container's own output: this run's lines only
-    assert (tmp_path / "logs" / "learner-1.log").read_text() == "run 1\nrun 2\n"
 
 
 def test_a_node_helper_knows_its_learners_and_only_the_jobs_helper_mirrors_checkpoints():

@@ -1,19 +1,17 @@
 """One contract for every JobStore backend.
 
-Each test runs against:
+Each test that takes `store` (or `listed`) runs against:
 - SQLite on a temp file (always; the real embedded database);
-- a real MongoDB when DLAAS_TEST_MONGO_URL is set (skipped otherwise, with that reason);
 - mongomock, an in-process fake standing in for MongoDB because no MongoDB server can
   run on this machine. It checks the query and update logic, not the server.
+The same tests run against a real MongoDB in tests/integration/test_store_mongo.py (when
+DLAAS_TEST_MONGO_URL names one): a server is no unit test's business.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import sqlite3
 import threading
-import uuid
 
 import pytest
 
@@ -25,14 +23,12 @@ from dlaas.store import open_store
 from dlaas.store.base import JobRecord, JobStore
 from dlaas.store.sqlite import SqliteJobStore
 
-MONGO_URL_ENV = "DLAAS_TEST_MONGO_URL"
 MONGOMOCK_LABEL = "mongomock: in-process fake, no real server available here"
 
 
 @pytest.fixture(
     params=[
         pytest.param("sqlite", id="sqlite"),
-        pytest.param("mongo", id="mongo"),
         pytest.param("mongomock", id="mongomock-fake"),
     ]
 )
@@ -45,16 +41,6 @@ def store(request, tmp_path):
         return
     from dlaas.store.mongo import MongoJobStore
 
-    if kind == "mongo":
-        url = os.environ.get(MONGO_URL_ENV)
-        if not url:
-            pytest.skip(f"no real MongoDB: set {MONGO_URL_ENV}=mongodb://host:port to run")
-        db = f"dlaas_test_{uuid.uuid4().hex[:12]}"
-        s = MongoJobStore(url, db=db)
-        yield s
-        s._client.drop_database(db)
-        s.close()
-        return
     mongomock = pytest.importorskip("mongomock", reason=f"{MONGOMOCK_LABEL}; not installed")
     request.node.user_properties.append(("backend", MONGOMOCK_LABEL))
     s = MongoJobStore("mongodb://fake/dlaas", client=mongomock.MongoClient())
@@ -317,56 +303,6 @@ def test_sqlite_file_is_wal_and_survives_reopen(tmp_path):
     again = SqliteJobStore(path)
     assert again.get("j1").status is Status.PENDING
     again.close()
-
-
-SEQS = 150
-OWN_JOBS = 30
-
-
-def _hammer(path: str, worker: int, barrier, results) -> None:
-    """One process: its own jobs, then every seq of the shared job (racing the other)."""
-    s = SqliteJobStore(path)
-    barrier.wait(timeout=20)
-    for i in range(OWN_JOBS):
-        s.create(job(f"w{worker}-{i}", user=f"u{worker}", created_at=float(i)))
-        s.record_transition(f"w{worker}-{i}", 1, t(Status.PENDING, float(i) + 0.5))
-    won = 0
-    for seq in range(1, SEQS + 1):
-        won += s.record_transition("shared", seq, t(Status.PENDING, float(seq), f"w{worker}"))
-        if seq % 10 == 0:
-            s.update_info("shared", {f"w{worker}": seq})
-    s.close()
-    results.put(won)
-
-
-def test_sqlite_two_processes_append_without_loss(tmp_path):
-    path = str(tmp_path / "jobs.db")
-    s = SqliteJobStore(path)
-    s.create(job("shared"))
-    ctx = multiprocessing.get_context("fork")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_hammer, args=(path, w, barrier, results)) for w in (0, 1)]
-    for p in procs:
-        p.start()
-    try:
-        won = [results.get(timeout=30) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
-    # Every seq was inserted exactly once, by one of the two.
-    assert sum(won) == SEQS
-    shared = s.get("shared")
-    assert len(shared.history) == SEQS + 1
-    assert shared.last_seq == SEQS
-    assert shared.history[-1].at == float(SEQS)
-    assert shared.info == {"w0": SEQS, "w1": SEQS}
-    for w in (0, 1):
-        jobs, total = s.list(user=f"u{w}", status=Status.PENDING, limit=1000)
-        assert total == OWN_JOBS and len(jobs) == OWN_JOBS
-    s.close()
 
 
 def test_sqlite_threads_share_one_store(tmp_path):

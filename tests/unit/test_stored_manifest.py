@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from source_scan import offenders
+from source_scan import offenders, walk
 from test_secretbox import MANIFEST
 
 from dlaas.errors import InvalidManifest
@@ -49,10 +49,10 @@ def test_a_secret_sealed_under_another_key_is_refused_or_none():
     assert stored_manifest_or_none(r, SecretBox(new_key())) is None
 
 
-def reparses(source: str) -> list[int]:
+def reparses(nodes) -> list[int]:
     """Lines calling parse_manifest(...) on anything's `.manifest_yaml` (or an opened one)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in nodes:
         if (
             isinstance(node, ast.Call)
             and getattr(node.func, "id", getattr(node.func, "attr", "")) == "parse_manifest"
@@ -66,10 +66,14 @@ def reparses(source: str) -> list[int]:
     return found
 
 
+def scan(line: str) -> list[int]:
+    return reparses(walk(ast.parse(line)))
+
+
 def test_the_scan_finds_a_reparse():
-    assert reparses("m = parse_manifest(box.open(record.manifest_yaml))") == [1]
-    assert reparses("m = manifest.parse_manifest(r.manifest_yaml).learners") == [1]
-    assert reparses("m = parse_manifest(text)") == []
+    assert scan("m = parse_manifest(box.open(record.manifest_yaml))") == [1]
+    assert scan("m = manifest.parse_manifest(r.manifest_yaml).learners") == [1]
+    assert scan("m = parse_manifest(text)") == []
 
 
 def test_no_module_reparses_a_stored_manifest_by_hand():

@@ -1,0 +1,85 @@
+"""Every domain error crosses gRPC and comes back as itself.
+
+A tiny real gRPC server (the scheduler's proto, a servicer that raises what the test
+sets) and the real SDK client: for every class in the DlaasError tree, the client raises
+the same class with the same message and fields (`delay_s`, `problems`, `job_id`). The
+mapping itself (every class has a gRPC and an HTTP status) is checked without a server in
+tests/unit/test_grpc_errors.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from error_samples import all_classes, sample
+
+from dlaas import errors
+from dlaas.grpc_errors import translate_errors
+from dlaas.grpc_server import start_server
+from dlaas.local.processes import free_port
+from dlaas.sdk import SchedulerClient
+from dlaas.v1 import scheduler_pb2_grpc
+
+
+class Raiser(scheduler_pb2_grpc.SchedulerServicer):
+    """Raises `self.error` from Release (the call the test makes)."""
+
+    error: Exception = RuntimeError("unset")
+
+    @translate_errors
+    def Release(self, request, context):
+        raise self.error
+
+
+@pytest.fixture(scope="module")
+def raiser():
+    servicer = Raiser()
+    port = free_port()
+    server = start_server(
+        f"127.0.0.1:{port}",
+        lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
+        ["dlaas.v1.Scheduler"],
+    )
+    client = SchedulerClient(f"127.0.0.1:{port}", timeout=10)
+    yield servicer, client
+    client.close()
+    server.stop(0)
+
+
+@pytest.mark.parametrize("cls", all_classes(), ids=lambda c: c.__name__)
+def test_a_domain_error_comes_back_as_itself(raiser, cls):
+    servicer, client = raiser
+    sent = sample(cls)
+    servicer.error = sent
+    with pytest.raises(errors.DlaasError) as caught:
+        client.release("job-1")
+    got = caught.value
+    assert type(got) is cls
+    assert got.message == sent.message and str(got) == str(sent)
+    assert vars(got) == vars(sent)  # delay_s, problems, job_id, ...
+    if isinstance(sent, errors.TemporaryError):
+        assert got.delay_s == 7.5
+
+
+def test_conflict_is_temporary_and_not_a_bare_error_on_the_client(raiser):
+    servicer, client = raiser
+    servicer.error = errors.Conflict("job j: status changed meanwhile", delay_s=0.2)
+    with pytest.raises(errors.TemporaryError) as caught:
+        client.release("job-1")
+    assert isinstance(caught.value, errors.Conflict) and caught.value.delay_s == 0.2
+
+
+def test_an_unexpected_error_is_internal_with_no_details(raiser):
+    servicer, client = raiser
+    servicer.error = KeyError("secret-token-123")
+    with pytest.raises(errors.DlaasError) as caught:
+        client.release("job-1")
+    assert type(caught.value) is errors.DlaasError
+    assert "secret-token-123" not in caught.value.message
+    assert "internal error" in caught.value.message
+
+
+def test_nobody_listening_is_temporary():
+    client = SchedulerClient(f"127.0.0.1:{free_port()}", timeout=2)
+    with client, pytest.raises(errors.TemporaryError) as caught:
+        client.release("job-1")
+    assert "not answering" in caught.value.message
