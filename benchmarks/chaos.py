@@ -2,7 +2,7 @@
 
 Brings a platform up (`dlaas.local.platform.up`, a temporary home by default; `--nodes N` > 1:
 on an N-node Docker Swarm on this machine, dlaas.local.swarm), runs the process supervisor
-(`python -m dlaas.supervisor`, unless `up` already started one), uploads the digits data,
+(`python -m dlaas.local.supervisor`, unless `up` already started one), uploads the digits data,
 submits `--jobs` example jobs and, while they run, kills one component at a time at a
 random moment, waiting for it to recover before the next kill. Then it waits for every job
 to end and checks what was lost.
@@ -412,7 +412,7 @@ class Platform:
             time.sleep(0.2)
 
     def submit(self, plan: JobPlan) -> str:
-        from dlaas.client import pack_code
+        from dlaas.clients.client import pack_code
 
         data, name = pack_code(plan.code_dir)
         files = {
@@ -428,7 +428,7 @@ class Platform:
         """The LCM leadership key's value ("host:pid@addr"), read over etcd's HTTP gateway."""
         import httpx
 
-        from dlaas.keys import EtcdKeys
+        from dlaas.domain.keys import EtcdKeys
 
         key = base64.b64encode(EtcdKeys().lcm_leader.encode()).decode()
         for endpoint in self.etcd_endpoints():
@@ -440,7 +440,7 @@ class Platform:
 
     def running(self, role: str, **labels: str) -> list[tuple[str, dict]]:
         """(node, container summary) of this platform's running containers with `role`."""
-        from dlaas import jobspec
+        from dlaas.domain import jobspec
 
         want = [f"{jobspec.LABEL_MANAGED}={self.platform_id}", f"{jobspec.LABEL_ROLE}={role}"]
         want += [f"{k}={v}" for k, v in labels.items()]
@@ -475,7 +475,7 @@ class Watcher:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        from dlaas import jobspec
+        from dlaas.domain import jobspec
 
         while not self._stop.is_set():
             rows = self.p.running(jobspec.ROLE_LEARNER)
@@ -756,7 +756,7 @@ class Chaos:
     def _job_with_progress(self, role: str) -> tuple[str, str, dict] | None:
         """A PROCESSING job that has printed an epoch, with a running `role` container (on
         a swarm, one on a worker node: a node other than the one the manager runs on)."""
-        from dlaas import jobspec
+        from dlaas.domain import jobspec
 
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -777,7 +777,7 @@ class Chaos:
         return None
 
     def _kill_learner(self) -> None:
-        from dlaas import jobspec
+        from dlaas.domain import jobspec
 
         found = self._job_with_progress(jobspec.ROLE_LEARNER)
         if found is None:
@@ -807,7 +807,7 @@ class Chaos:
         return " ".join(f"{h['status']}+{h['at'] - t0:.2f}" for h in history if h["at"] > t0)
 
     def _kill_helper(self) -> None:
-        from dlaas import jobspec
+        from dlaas.domain import jobspec
 
         found = self._job_with_progress(jobspec.ROLE_HELPER)
         if found is None:
@@ -942,7 +942,7 @@ def start_supervisor(home: Path) -> subprocess.Popen | None:
         return None
     out = open(home / "logs" / "supervisor-chaos.log", "ab")  # noqa: SIM115 - the child owns it
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dlaas.supervisor", str(home)],
+        [sys.executable, "-m", "dlaas.local.supervisor", str(home)],
         stdout=out,
         stderr=subprocess.STDOUT,
         cwd=REPO,

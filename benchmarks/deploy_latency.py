@@ -49,7 +49,7 @@ from pathlib import Path
 import docker
 import httpx
 
-from dlaas import jobspec
+from dlaas.domain import jobspec
 from dlaas.local import components, platform
 
 MANIFEST = """

@@ -78,7 +78,7 @@ class PlatformSettings(_Settings):
     s3_access_key: str
     s3_secret_key: SecretStr
     s3_bucket: str = "dlaas"
-    # Encrypts the passwords of users' own data stores in stored manifests (dlaas.secretbox);
+    # Encrypts the passwords of users' own data stores in stored manifests (dlaas.domain.secretbox);
     # empty: such passwords are refused, never stored.
     secrets_key: SecretStr = SecretStr("")
     # The Docker engine that runs learners ("unix:///var/run/docker.sock").

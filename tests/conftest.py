@@ -142,7 +142,7 @@ def docker_client():
 def learner_image(docker_client) -> str:
     """The job image (python3, numpy, boto3 and the platform's in-container code), built
     locally on first use (about a minute on a new machine) and reused after."""
-    from dlaas.images import ensure_images
+    from dlaas.local.images import ensure_images
 
     return ensure_images(docker_client, progress=lambda _line: None)
 
@@ -155,7 +155,7 @@ def pytorch_image(docker_host) -> str:
     tests that need it carry a timeout that allows for it."""
     import docker
 
-    from dlaas.images import ensure_framework_image
+    from dlaas.local.images import ensure_framework_image
 
     # The apt step can be quiet for longer than the session client's 60 s timeout.
     client = docker.DockerClient(base_url=docker_host, timeout=900)
@@ -183,7 +183,7 @@ def docker_gateway(docker_client) -> str:
 @pytest.fixture
 def job_store(tmp_path: Path):
     """A fresh SqliteJobStore in this test's tmp dir."""
-    from dlaas.store import open_store
+    from dlaas.adapters.store import open_store
 
     store = open_store(f"sqlite:///{tmp_path / 'jobs.db'}")
     try:

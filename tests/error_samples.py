@@ -1,12 +1,12 @@
-"""Every class of the domain error tree (dlaas.errors) and one sample instance of each, for
+"""Every class of the domain error tree (dlaas.domain.errors) and one sample instance of each, for
 the tests that check the errors' mapping (tests/unit/test_grpc_errors.py) and that they
 cross a real gRPC server as themselves (tests/integration/test_grpc_errors_wire.py)."""
 
 from __future__ import annotations
 
-import dlaas.account_ops  # noqa: F401 - its errors are in the tree too
+import dlaas.domain.account_ops  # noqa: F401 - its errors are in the tree too
 import services.api.errors  # noqa: F401 - the API's own errors are in the tree too
-from dlaas import errors
+from dlaas.domain import errors
 
 
 def all_classes() -> list[type[errors.DlaasError]]:

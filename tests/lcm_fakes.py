@@ -2,9 +2,9 @@
 the real LCM or the real JobMonitor without etcd, Docker, the scheduler service or the S3
 IAM API.
 
-Each subclasses the port it stands in for (services/lcm/ports.py, dlaas.ports), so a port
+Each subclasses the port it stands in for (services/lcm/ports.py, dlaas.domain.ports), so a port
 that grows a method breaks them at construction, not in a test far away. They keep the
-adapters' rules where the LCM relies on them: status changes follow dlaas.status's table
+adapters' rules where the LCM relies on them: status changes follow dlaas.domain.status's table
 and are mirrored into the job store like StatusKeeper's; `delete` forgets the placement
 too; the engine's calls are idempotent. The integration tests that run the real LCM on
 etcd and Docker (tests/integration/test_lcm_*.py) are the check that the adapters behave
@@ -21,14 +21,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from dlaas import jobspec
+from dlaas.adapters.job_identities import JobIdentities
+from dlaas.adapters.nodes import NodeSpec
+from dlaas.adapters.store.base import JobStore
 from dlaas.config import PlatformSettings
-from dlaas.errors import JobNotFound
-from dlaas.job_identities import JobIdentities
-from dlaas.nodes import NodeSpec
-from dlaas.ports import Container, EngineUnreachable, EventStream, SchedulerPort, StatusRepo
-from dlaas.status import JobState, advance, initial
-from dlaas.store.base import JobStore
+from dlaas.domain import jobspec
+from dlaas.domain.errors import JobNotFound
+from dlaas.domain.ports import Container, EngineUnreachable, EventStream, SchedulerPort, StatusRepo
+from dlaas.domain.status import JobState, advance, initial
 from services.lcm.plan import DeploymentPlan
 from services.lcm.ports import ContainerEngine
 from services.lcm.service import Lcm
@@ -207,7 +207,7 @@ class FakeEngine(ContainerEngine):
             self.removed.append(job_id)
         self._drop(job_id)
 
-    # ---- JobContainers (dlaas.ports) -----------------------------------------------
+    # ---- JobContainers (dlaas.domain.ports) -----------------------------------------------
 
     def _drop(self, job_id: str) -> None:
         for cid in [cid for cid, c in self.boxes.items() if c.job_id == job_id]:

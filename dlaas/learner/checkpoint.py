@@ -23,7 +23,7 @@ import pickle
 import re
 from pathlib import Path
 
-from dlaas.jobspec import CHECKPOINT_DIR
+from dlaas.domain.jobspec import CHECKPOINT_DIR
 
 log = logging.getLogger(__name__)
 

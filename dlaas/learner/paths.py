@@ -1,4 +1,4 @@
-"""Where things live in a job container, from the env with the dlaas.jobspec paths as defaults.
+"""Where things live in a job container, from the env with the dlaas.domain.jobspec paths as defaults.
 
 Inside a container the defaults always apply (the platform sets DATA_DIR etc. to the
 jobspec paths). DLAAS_JOB_DIR moves the whole layout elsewhere, which lets tests run the
@@ -11,12 +11,12 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlaas import jobspec
+from dlaas.domain import jobspec
 
 # User metadata of a learner's log object in S3 (x-amz-meta-dlaas-run-start-line): how many
 # of its lines were written by earlier runs of the job, i.e. before the current learner
-# container's first line. The helper writes it, dlaas.logs reads it (see there). It is a
-# contract between the two like those in dlaas.jobspec, where it is meant to move.
+# container's first line. The helper writes it, dlaas.adapters.logs reads it (see there). It is a
+# contract between the two like those in dlaas.domain.jobspec, where it is meant to move.
 RUN_START_META = "dlaas-run-start-line"
 
 

@@ -36,7 +36,7 @@ def docker_answers(docker_host: str = DEFAULT_DOCKER_HOST, timeout: float = 3.0)
     """True if a Docker engine answers a ping on `docker_host`."""
     import docker
 
-    from dlaas.docker_calls import ENGINE_UNREACHABLE
+    from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE
 
     try:
         client = docker.DockerClient(base_url=docker_host, timeout=timeout)
@@ -132,7 +132,7 @@ def taken_networks() -> list[str]:
     taken = [*host_routes(), *_machine_engine_pools()]
     import docker
 
-    from dlaas.docker_calls import ENGINE_UNREACHABLE
+    from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE
 
     try:
         client = docker.DockerClient(base_url=DEFAULT_DOCKER_HOST, timeout=10)

@@ -44,8 +44,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlaas import firewall, jobspec
-from dlaas.accounts import DEFAULT_TEAM, audit_entry
+from dlaas.adapters.nodes import machine_capacity
+from dlaas.domain import jobspec
+from dlaas.domain.accounts import DEFAULT_TEAM, audit_entry
+from dlaas.local import firewall
 from dlaas.local.components import (
     API_NAMES,
     API_PROBES,
@@ -73,7 +75,6 @@ from dlaas.local.redis import start_redis
 from dlaas.local.seaweedfs import make_s3_client, start_seaweedfs
 from dlaas.local.state import StateDir, default_state_dir, read_json, record_alive, write_private
 from dlaas.local.swarm import SwarmInfo, SwarmLab, SwarmLabError
-from dlaas.nodes import machine_capacity
 
 Progress = Callable[[str], None]
 
@@ -251,7 +252,7 @@ class _Up:
         self.progress(f"redis: started on {address} (pid {server.pid})")
         return server.url
 
-    # -- the host firewall fencing job containers in (dlaas.firewall)
+    # -- the host firewall fencing job containers in (dlaas.local.firewall)
     def firewall(self, platform_id: str, s3_port: int) -> None:
         grpc_port = self.config.get("s3_grpc_port")
         try:
@@ -285,7 +286,7 @@ class _Up:
             return
         import docker
 
-        from dlaas.images import ensure_images
+        from dlaas.local.images import ensure_images
 
         client = docker.DockerClient(base_url=self.docker_host, timeout=600)
         try:
@@ -327,7 +328,7 @@ class _Up:
         packed on one node must fit it) and an N-th of its memory (memory is not shared);
         DLAAS_NODE_CPUS / DLAAS_NODE_MEMORY_MB / DLAAS_NODE_GPUS declare per node instead.
         """
-        from dlaas.images import LEARNER_IMAGE
+        from dlaas.local.images import LEARNER_IMAGE
 
         cpus, memory_mb = machine_capacity()
         cpus = float(os.environ.get("DLAAS_NODE_CPUS") or 0) or cpus
@@ -408,7 +409,7 @@ class _Up:
         return mp.pid
 
     def supervisor(self) -> None:
-        """The process that restarts any component that dies (`python -m dlaas.supervisor`)."""
+        """The process that restarts any component that dies (`python -m dlaas.local.supervisor`)."""
         record = self.state.read_pid("supervisor")
         if record_alive(record):
             self.progress(f"supervisor: running (pid {record['pid']})")
@@ -416,13 +417,13 @@ class _Up:
         self._stop_stale("supervisor", record)
         mp = spawn(
             "supervisor",
-            [sys.executable, "-m", "dlaas.supervisor", str(self.state.root)],
+            [sys.executable, "-m", "dlaas.local.supervisor", str(self.state.root)],
             self.state.logs / "supervisor.log",
             env=dict(os.environ),
             cwd=self.state.root,
         )
         self.state.write_pid(
-            "supervisor", {"pid": mp.pid, "match": "dlaas.supervisor", "address": ""}
+            "supervisor", {"pid": mp.pid, "match": "dlaas.local.supervisor", "address": ""}
         )
         self.progress(f"supervisor: started (pid {mp.pid})")
 
@@ -581,9 +582,9 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
 
 def _first_user(store_path: Path, token: str) -> None:
     """The user `up` makes for whoever runs it, with the token client.json holds (its hash)."""
-    from dlaas import account_ops
-    from dlaas.accounts import TokenRecord, User, token_hash, token_prefix
-    from dlaas.store.sqlite import SqliteJobStore
+    from dlaas.adapters.store.sqlite import SqliteJobStore
+    from dlaas.domain import account_ops
+    from dlaas.domain.accounts import TokenRecord, User, token_hash, token_prefix
 
     store = SqliteJobStore(store_path)
     try:
@@ -701,7 +702,7 @@ def _retire_old_engines(state: StateDir, progress: Progress) -> list[str]:
 
 def platform_s3(state_dir: Path | None = None):
     """A boto3 client for the platform's own S3, from the state dir (the platform must be up)."""
-    from dlaas.s3 import client
+    from dlaas.adapters.s3 import client
 
     state = StateDir(Path(state_dir or default_state_dir()))
     port = read_json(state.root / "platform.json").get("s3_port")

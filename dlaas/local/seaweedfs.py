@@ -28,7 +28,7 @@ class S3Server:
     data_dir: Path
     process: ManagedProcess
     # The S3 gateway's gRPC port: bound with the S3 port (SeaweedFS has no bind flag of its
-    # own for it), so on every interface; dlaas.firewall drops it from all but loopback.
+    # own for it), so on every interface; dlaas.local.firewall drops it from all but loopback.
     grpc_port: int = 0
 
     @property
@@ -128,7 +128,7 @@ def start_seaweedfs(
         "-s3.port.iceberg=0", "-s3.port.lance=0",
         f"-s3.config={config}",
         # The IAM API on the S3 port takes writes from the admin identity only: the platform
-        # makes one scoped identity per job there (dlaas.job_identities).
+        # makes one scoped identity per job there (dlaas.adapters.job_identities).
         "-s3.iam.readOnly=false",
         "-master.telemetry=false",
         # Small volumes and room for many: each bucket is a collection that grows its own

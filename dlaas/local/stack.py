@@ -4,9 +4,9 @@ docker-compose.yml names registry images (quay.io/coreos/etcd, chrislusf/seaweed
 mongo, and dlaas/platform built from images/Dockerfile.platform on python:3.11-slim), each
 through a variable (DLAAS_ETCD_IMAGE, ...). Where no registry can be reached this module
 builds stand-ins from what the machine has and from Debian's archive (the one build that
-downloads, the stack base, uses the host's network as dlaas.images' PyTorch layer does):
+downloads, the stack base, uses the host's network as dlaas.local.images' PyTorch layer does):
 
-    dlaas/stack-base:bookworm   the learners' base (dlaas.images.BASE_IMAGE, debootstrap)
+    dlaas/stack-base:bookworm   the learners' base (dlaas.local.images.BASE_IMAGE, debootstrap)
                                 with Debian's etcd, redis-server and wget (apt-get)
     dlaas/etcd:local            Debian's etcd where the compose file calls it
     dlaas/redis:local           Debian's redis-server
@@ -16,7 +16,7 @@ downloads, the stack base, uses the host's network as dlaas.images' PyTorch laye
     dlaas/platform:latest       the platform's code on top (api, lcm, jobmonitor, ...)
 
 The Dockerfiles are in images/local/. Each image carries a hash of what it was built from
-(its Dockerfile, its files, its base's id; the stack base through dlaas.images.ensure_built,
+(its Dockerfile, its files, its base's id; the stack base through dlaas.local.images.ensure_built,
 the others here): a second `ensure_stack_images` with nothing changed builds nothing, and a
 change to the code rebuilds only the last image (seconds).
 No MongoDB server can be built here (ENVIRONMENT.md): the local stack keeps its job store
@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from dlaas import images as learner_images
-from dlaas.errors import ImageUnavailable
-from dlaas.images import LABEL_SOURCE_HASH
+from dlaas.domain.errors import ImageUnavailable
+from dlaas.local import images as learner_images
+from dlaas.local.images import LABEL_SOURCE_HASH
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = REPO_ROOT / "images" / "local"
@@ -86,7 +86,7 @@ class StackImages:
 LOCAL_IMAGES = StackImages()
 
 # The learners' base plus Debian's etcd, redis-server and wget, built like the PyTorch layer
-# (dlaas.images: apt-get on the host's network, rebuilt only when its Dockerfile or the
+# (dlaas.local.images: apt-get on the host's network, rebuilt only when its Dockerfile or the
 # learners' base changes).
 STACK_BASE = learner_images.ImageSpec(
     BASE,

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlaas import secretbox
+from dlaas.domain import secretbox
 from dlaas.local.processes import pid_matches
 
 

@@ -12,9 +12,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from dlaas import account_ops
-from dlaas.accounts import DEFAULT_TEAM, MAX_NAME, MAX_TOKEN_DAYS, Quota, Team
-from dlaas.errors import DlaasError
+from dlaas.domain import account_ops
+from dlaas.domain.accounts import DEFAULT_TEAM, MAX_NAME, MAX_TOKEN_DAYS, Quota, Team
+from dlaas.domain.errors import DlaasError
 from services.api.models import error_responses
 from services.api.routes import CallerDep, DepsDep
 

@@ -2,7 +2,7 @@
 
 `create_app(settings, api_settings, store=..., lcm=..., s3=..., docker=...)` builds a
 FastAPI app around its adapters; `main.py` passes the real ones, tests inject theirs.
-Domain errors (dlaas.errors) become HTTP codes here and nowhere else; the body is
+Domain errors (dlaas.domain.errors) become HTTP codes here and nowhere else; the body is
 always `{"error", "message", "problems"}` and never a stack trace.
 """
 
@@ -21,12 +21,12 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dlaas import errors
+from dlaas.adapters.logs import LogReader
+from dlaas.adapters.s3 import client_for_location, platform_client
+from dlaas.adapters.store.base import JobStore, open_store
 from dlaas.config import ApiSettings, PlatformSettings
-from dlaas.locations import S3Location
-from dlaas.logs import LogReader
-from dlaas.s3 import client_for_location, platform_client
-from dlaas.store.base import JobStore, open_store
+from dlaas.domain import errors
+from dlaas.domain.locations import S3Location
 from services.api.auth import Authenticator
 from services.api.errors import Forbidden, HookNotFound, NoResults, Unauthorized
 from services.api.models import ERROR_MEANINGS, error_responses, manifest_schemas
@@ -107,9 +107,9 @@ class Deps:
     settings: PlatformSettings
     api: ApiSettings
     store: JobStore
-    lcm: Any  # dlaas.sdk.LcmClient or anything with submit/halt/resume/scale/delete
+    lcm: Any  # dlaas.clients.sdk.LcmClient or anything with submit/halt/resume/scale/delete
     s3: Any  # boto3 client for the platform's S3
-    scheduler: Any  # dlaas.sdk.SchedulerClient
+    scheduler: Any  # dlaas.clients.sdk.SchedulerClient
     tokens: Authenticator
     logs: LogReader
     metrics: Metrics
@@ -222,7 +222,7 @@ def _node_views(settings: PlatformSettings) -> dict[str, Any]:
     answer now (log lines then come from S3 only)."""
     import docker as docker_sdk
 
-    from dlaas.nodes import NodesError, configured_nodes
+    from dlaas.adapters.nodes import NodesError, configured_nodes
     from services.lcm.deployer import Deployer
     from services.lcm.swarm import SwarmEngine
 
@@ -257,7 +257,7 @@ def create_app(
     or one JobContainers); None builds one per configured node; `docker=False` runs
     without an engine (log lines then come from S3 only).
     """
-    from dlaas.sdk import LcmClient, SchedulerClient
+    from dlaas.clients.sdk import LcmClient, SchedulerClient
 
     store = store or open_store(settings.store_url)
     lcm = lcm or LcmClient(settings.lcm_addr)

@@ -14,7 +14,7 @@ import posixpath
 import tarfile
 import zipfile
 
-from dlaas.errors import InvalidRequest, PayloadTooLarge
+from dlaas.domain.errors import InvalidRequest, PayloadTooLarge
 
 FIELD = "code"
 

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dlaas.accounts import ADMIN_USER, DEFAULT_TEAM, token_hash
-from dlaas.errors import JobNotFound
-from dlaas.store.base import JobStore
+from dlaas.adapters.store.base import JobStore
+from dlaas.domain.accounts import ADMIN_USER, DEFAULT_TEAM, token_hash
+from dlaas.domain.errors import JobNotFound
 from services.api.errors import Forbidden, Unauthorized
 
 

@@ -1,7 +1,7 @@
 """The REST API's data routes: upload and list training data in the caller's team namespace.
 
 `dlaas data upload BUCKET FILES` and `dlaas data ls` go through here, so a user never holds
-the platform's S3 key: the API writes with it, into `team--bucket` only (dlaas.namespace).
+the platform's S3 key: the API writes with it, into `team--bucket` only (dlaas.domain.namespace).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
-from dlaas.errors import InvalidRequest, PayloadTooLarge
-from dlaas.namespace import NamespaceError, check_bucket, team_bucket, user_bucket
+from dlaas.domain.errors import InvalidRequest, PayloadTooLarge
+from dlaas.domain.namespace import NamespaceError, check_bucket, team_bucket, user_bucket
 from services.api.models import error_responses
 from services.api.routes import CallerDep, DepsDep, audit
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dlaas.errors import DlaasError, PermanentError
+from dlaas.domain.errors import DlaasError, PermanentError
 
 
 class Unauthorized(DlaasError):

@@ -21,8 +21,8 @@ import grpc
 from botocore.exceptions import ClientError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dlaas.s3 import STORE_UNREACHABLE
-from dlaas.store.base import JobStore
+from dlaas.adapters.s3 import STORE_UNREACHABLE
+from dlaas.adapters.store.base import JobStore
 
 log = logging.getLogger(__name__)
 

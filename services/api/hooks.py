@@ -2,7 +2,7 @@
 
 A hook belongs to the user who made it and hears of that user's jobs only; another
 user's hook is reported as missing, as another user's job is. The signing secret is in
-the reply to the POST, once; it is derived from the platform's key (dlaas.hooks) and
+the reply to the POST, once; it is derived from the platform's key (dlaas.domain.hooks) and
 never stored, so it cannot be shown again: a user who lost it removes the hook and adds
 another.
 """
@@ -15,8 +15,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from dlaas import hooks
-from dlaas.errors import InvalidRequest
+from dlaas.domain import hooks
+from dlaas.domain.errors import InvalidRequest
 from services.api.auth import Caller
 from services.api.errors import HookNotFound
 from services.api.models import error_responses

@@ -1,6 +1,6 @@
 """`GET /v1/jobs/{id}/metrics`: a learner's training metrics, from its log and metric files.
 
-The sources and how they are read are dlaas.job_metrics' (the LCM's gRPC `JobMetrics`
+The sources and how they are read are dlaas.adapters.job_metrics' (the LCM's gRPC `JobMetrics`
 serves the same series from there); this route checks the owner and answers.
 With `follow`, each point is sent as one JSON line as it comes: the log's as its line
 comes, the files' as the helper uploads them (each file's new points only).
@@ -17,7 +17,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from dlaas.job_metrics import learner_metrics
+from dlaas.adapters.job_metrics import learner_metrics
 from services.api.models import error_responses
 from services.api.routes import MAX_OFFSET, CallerDep, DepsDep, _owned
 

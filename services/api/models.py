@@ -11,10 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dlaas.manifest import MIN_MEMORY_MB, PRIORITY_CLASSES, Manifest
-from dlaas.sdk import QueueEntry
-from dlaas.store.base import JobRecord
-from dlaas.stored import stored_manifest_or_none
+from dlaas.adapters.store.base import JobRecord
+from dlaas.clients.sdk import QueueEntry
+from dlaas.domain.manifest import MIN_MEMORY_MB, PRIORITY_CLASSES, Manifest
+from dlaas.domain.stored import stored_manifest_or_none
 
 # Keys of record.info that are never shown, whatever the LCM put there.
 _SECRET_WORDS = ("secret", "password", "token", "credential", "access_key")

@@ -40,9 +40,9 @@ from prometheus_client.core import (
     Metric,
 )
 
-from dlaas.hooks import event_for
-from dlaas.status import Status, between
-from dlaas.store.base import JobRecord, JobStore
+from dlaas.adapters.store.base import JobRecord, JobStore
+from dlaas.domain.hooks import event_for
+from dlaas.domain.status import Status, between
 from services.api.dashboard.nodes import HOLDING, NodeUse, allocation, placed_job
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def summarize(records: Iterable[JobRecord], now: float) -> Summary:
     A wait ends when the job is placed (PENDING); a deploy ends when the helper runs
     (DOWNLOADING) or, if that step was seen late, when training starts. A deploy that
     failed or was requeued before either ends no duration. A requeue is any return to
-    QUEUED, by the cause dlaas.hooks names for it (preempted, restarted, shrunk, grown,
+    QUEUED, by the cause dlaas.domain.hooks names for it (preempted, restarted, shrunk, grown,
     rescaled, resumed): the webhooks and these series classify alike.
     """
     s = Summary()

@@ -25,23 +25,29 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import UploadFile
 
-from dlaas import jobspec, purge
-from dlaas.accounts import audit_entry
-from dlaas.errors import (
+from dlaas.adapters.s3 import STORE_UNREACHABLE
+from dlaas.adapters.store.base import JobRecord
+from dlaas.domain import jobspec, purge
+from dlaas.domain.accounts import audit_entry
+from dlaas.domain.errors import (
     DlaasError,
     InvalidManifest,
     InvalidRequest,
     PayloadTooLarge,
     TemporaryError,
 )
-from dlaas.locations import check_buckets, job_locations
-from dlaas.manifest import MAX_DEPTH, MAX_MANIFEST_BYTES, Manifest, check_shape, parse_manifest
-from dlaas.namespace import user_bucket
-from dlaas.s3 import STORE_UNREACHABLE
-from dlaas.secretbox import SecretBox
-from dlaas.status import Status
-from dlaas.store.base import JobRecord
-from dlaas.stored import stored_manifest, stored_manifest_or_none
+from dlaas.domain.locations import check_buckets, job_locations
+from dlaas.domain.manifest import (
+    MAX_DEPTH,
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    check_shape,
+    parse_manifest,
+)
+from dlaas.domain.namespace import user_bucket
+from dlaas.domain.secretbox import SecretBox
+from dlaas.domain.status import Status
+from dlaas.domain.stored import stored_manifest, stored_manifest_or_none
 from services.api import health as health_probes
 from services.api.app import Deps
 from services.api.archive import normalize_archive

@@ -7,9 +7,9 @@ without a round trip.
 
 from __future__ import annotations
 
-from dlaas.errors import InvalidRequest
-from dlaas.manifest import Manifest, scale_problem
-from dlaas.metric_query import learners_with_logs  # noqa: F401 - shared with the LCM: lives there
+from dlaas.domain.errors import InvalidRequest
+from dlaas.domain.manifest import Manifest, scale_problem
+from dlaas.domain.metric_query import learners_with_logs  # noqa: F401 - shared with the LCM: lives there
 
 
 def check_scale(manifest: Manifest, learners: int, job_id: str) -> None:

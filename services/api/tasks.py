@@ -1,7 +1,7 @@
 """The API's way to queue asynchronous work for the worker (services/worker).
 
 `TaskQueue` is what a route sees; `CeleryTaskQueue` publishes to the Redis broker by
-task name (dlaas.purge holds the names: the API never imports the worker's code). A
+task name (dlaas.domain.purge holds the names: the API never imports the worker's code). A
 publish returns once Redis holds the message, so the work survives this process; a
 broker that cannot be reached is a TemporaryError (503): the caller changes nothing.
 """
@@ -12,9 +12,9 @@ import abc
 import logging
 import uuid
 
-from dlaas import purge
-from dlaas.celery_producer import producer
-from dlaas.errors import TemporaryError
+from dlaas.adapters.celery_producer import producer
+from dlaas.domain import purge
+from dlaas.domain.errors import TemporaryError
 
 log = logging.getLogger(__name__)
 

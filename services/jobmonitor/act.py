@@ -15,10 +15,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from dlaas import jobspec
-from dlaas.ports import Container, EngineUnreachable, StatusRepo
-from dlaas.status import Status, between
-from dlaas.steps import Outcome, run_step
+from dlaas.domain import jobspec
+from dlaas.domain.ports import Container, EngineUnreachable, StatusRepo
+from dlaas.domain.status import Status, between
+from dlaas.domain.steps import Outcome, run_step
 from services.jobmonitor import decide as d
 from services.jobmonitor.observe import (
     INFO_CLEANED_UP,
@@ -41,7 +41,7 @@ log = logging.getLogger("dlaas.jobmonitor")
 _WALKED = between(Status.PROCESSING, Status.COMPLETED)
 
 # requeue(job_id, reason, is_restart=True) and release(job_id, ended): the LCM's and the
-# scheduler's calls; they raise DlaasError (PermanentError: never retry) like dlaas.sdk's.
+# scheduler's calls; they raise DlaasError (PermanentError: never retry) like dlaas.clients.sdk's.
 Requeue = Callable[..., object]
 
 

@@ -1,14 +1,14 @@
 """What the job monitor should do about one job: a pure decision, with a cause for every action.
 
 The monitor (monitor.py) observes a job's world — its live status from etcd, its containers
-as plain `dlaas.ports.Container`s (whichever engine reported them), the events its helper
+as plain `dlaas.domain.ports.Container`s (whichever engine reported them), the events its helper
 printed, the last log lines of failed learners and its own bookkeeping (when the helper
 was told to finish, whether the allocation was released, whether cleanup already ran) —
 and `decide()` turns that into a `Decision`: the actions to take, in order, and when to
 look again. No Docker, etcd or store imports here,
 so every rule is tested with plain data and a fake clock.
 
-Who owns which edge (dlaas.status): the LCM moves QUEUED -> PENDING -> DOWNLOADING and
+Who owns which edge (dlaas.domain.status): the LCM moves QUEUED -> PENDING -> DOWNLOADING and
 handles user halt; the monitor advances DOWNLOADING -> PROCESSING -> STORING -> COMPLETED
 and fails jobs whose containers failed, from DOWNLOADING on. While a job is PENDING the LCM
 is still deploying it, and the monitor changes nothing; a QUEUED job may still have the
@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dlaas.jobspec import (
+from dlaas.domain.jobspec import (
     EVENT_DATA_READY,
     EVENT_ERROR,
     HELPER_EXIT_REASONS,
@@ -37,8 +37,8 @@ from dlaas.jobspec import (
     ROLE_HELPER,
     JobErrorCode,
 )
-from dlaas.ports import Container
-from dlaas.status import FINAL, TERMINAL, JobState, Status, between, can_transition
+from dlaas.domain.ports import Container
+from dlaas.domain.status import FINAL, TERMINAL, JobState, Status, between, can_transition
 
 # How many of a failed learner's last log lines go into the job's failure reason.
 LOG_TAIL_LINES = 10
@@ -51,7 +51,7 @@ DEFAULT_STORE_TIMEOUT_S = 600.0
 _LCM_OWNS = between(Status.QUEUED, Status.PENDING)
 _LEARNERS_RUN = between(Status.DOWNLOADING, Status.PROCESSING)
 
-# The codes this detector records (their one home: dlaas.errors.JobErrorCode).
+# The codes this detector records (their one home: dlaas.domain.errors.JobErrorCode).
 ERROR_EXIT_CODE = JobErrorCode.EXIT_CODE
 ERROR_OOM = JobErrorCode.OOM_KILLED
 ERROR_HELPER = JobErrorCode.HELPER_FAILED

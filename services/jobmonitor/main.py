@@ -18,13 +18,13 @@ import docker.errors
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from dlaas.adapters.etcd_status import StatusKeeper, connect
+from dlaas.adapters.grpc_server import configure_logging
+from dlaas.adapters.nodes import nodes_or_exit
+from dlaas.adapters.notify import hook_notifier
+from dlaas.adapters.store import open_store
 from dlaas.config import PlatformSettings
-from dlaas.etcd_status import StatusKeeper, connect
-from dlaas.grpc_server import configure_logging
-from dlaas.nodes import nodes_or_exit
-from dlaas.notify import hook_notifier
-from dlaas.ports import JobContainers
-from dlaas.store import open_store
+from dlaas.domain.ports import JobContainers
 from services.jobmonitor.decide import (
     DEFAULT_HELPER_TIMEOUT_S,
     DEFAULT_REQUEUE_RETRY_S,
@@ -70,7 +70,7 @@ def main() -> None:
         sys.exit(f"jobmonitor: bad configuration: {problems}")
 
     # Imported here: the SDK pulls in gRPC, which the pure parts of this service never need.
-    from dlaas.sdk import LcmClient, SchedulerClient
+    from dlaas.clients.sdk import LcmClient, SchedulerClient
 
     nodes = nodes_or_exit(settings, "jobmonitor")
     engines: dict[str, JobContainers]

@@ -2,7 +2,7 @@
 final status, by wiring observe -> decide -> act.
 
 Observation is event driven (watchers.py): one thread per node follows that node's engine
-events (`dlaas.ports.JobContainers.events`), one watches the job keys in etcd, and one
+events (`dlaas.domain.ports.JobContainers.events`), one watches the job keys in etcd, and one
 thread per running helper follows its log stream for the `data_ready` event (observe.py).
 Each only marks a job dirty; a single worker takes dirty and due jobs from the work queue
 (workqueue.py) and reconciles them one at a time, so no two reconciles of a job ever
@@ -31,9 +31,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from dlaas.etcd_status import StatusKeeper
-from dlaas.ports import EngineUnreachable, JobContainers, StatusRepo
-from dlaas.store.base import JobStore
+from dlaas.adapters.etcd_status import StatusKeeper
+from dlaas.adapters.store.base import JobStore
+from dlaas.domain.ports import EngineUnreachable, JobContainers, StatusRepo
 from services.jobmonitor import decide as d
 from services.jobmonitor.act import Actor, Requeue
 from services.jobmonitor.observe import NoStatus, Observer, Seen

@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dlaas import jobspec
-from dlaas.errors import JobNotFound
-from dlaas.jobspec import EVENT_DATA_READY, EVENT_ERROR
-from dlaas.ports import Container, EngineUnreachable, JobContainers, StatusRepo
-from dlaas.status import Status, between
-from dlaas.store.base import JobRecord, JobStore
-from dlaas.stored import stored_manifest_or_none
+from dlaas.adapters.store.base import JobRecord, JobStore
+from dlaas.domain import jobspec
+from dlaas.domain.errors import JobNotFound
+from dlaas.domain.jobspec import EVENT_DATA_READY, EVENT_ERROR
+from dlaas.domain.ports import Container, EngineUnreachable, JobContainers, StatusRepo
+from dlaas.domain.status import Status, between
+from dlaas.domain.stored import stored_manifest_or_none
 from services.jobmonitor import decide as d
 from services.jobmonitor.watchers import Reachability
 

@@ -19,8 +19,8 @@ from typing import TypeVar
 
 import pyetcd.events
 
-from dlaas.etcd_status import StatusKeeper
-from dlaas.ports import EngineUnreachable, JobContainers
+from dlaas.adapters.etcd_status import StatusKeeper
+from dlaas.domain.ports import EngineUnreachable, JobContainers
 
 log = logging.getLogger("dlaas.jobmonitor")
 

@@ -10,10 +10,10 @@ Containers run the job's code, treated as hostile: every one drops all capabilit
 plan adds back only what it names: nothing today, so no NET_RAW), may not gain privileges
 (no-new-privileges), is never privileged, mounts nothing of the host (the job volume is
 its only mount, /tmp a size-bounded tmpfs), and has a process limit. The job's network is
-a bridge named with the platform's prefix, which the host firewall (dlaas.firewall)
+a bridge named with the platform's prefix, which the host firewall (dlaas.local.firewall)
 fences in.
 
-It is also the Docker adapter of `dlaas.ports.JobContainers`, the view of a node's job
+It is also the Docker adapter of `dlaas.domain.ports.JobContainers`, the view of a node's job
 containers that the job monitor and the API's log reader use: containers as plain
 `Container`s (the conversion from Docker's inspect data lives here, `container_of`), their
 logs, an event stream, and the few calls that act on one. Those calls raise
@@ -40,10 +40,10 @@ import docker.errors
 import requests.exceptions
 from docker.types import DeviceRequest
 
-from dlaas import jobspec
-from dlaas.docker_calls import ENGINE_UNREACHABLE, quiet
-from dlaas.errors import DeployRefused, ImageUnavailable, TemporaryError
-from dlaas.ports import EXITED_STATES, Container, EngineUnreachable, EventStream
+from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet
+from dlaas.domain import jobspec
+from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError
+from dlaas.domain.ports import EXITED_STATES, Container, EngineUnreachable, EventStream
 from services.lcm.plan import ContainerSpec, DeploymentPlan
 from services.lcm.ports import ContainerEngine
 
@@ -158,7 +158,7 @@ class DockerEvents(EventStream):
 
 class Deployer(ContainerEngine):
     """The Docker adapter of ContainerEngine (services/lcm/ports.py) and of JobContainers
-    (dlaas.ports). `platform_id` scopes the label filters to this platform's objects (one
+    (dlaas.domain.ports). `platform_id` scopes the label filters to this platform's objects (one
     engine may serve several platforms); `node` names the node in Containers and errors."""
 
     def __init__(self, client: docker.DockerClient, *, platform_id: str = "dlaas", node: str = ""):
@@ -176,7 +176,7 @@ class Deployer(ContainerEngine):
             log.debug("engine ping failed: %s", exc)  # the LCM counts and reports lost nodes
             return False
 
-    # ---- JobContainers (dlaas.ports) --------------------------------------------------
+    # ---- JobContainers (dlaas.domain.ports) --------------------------------------------------
 
     @property
     def _managed(self) -> str:

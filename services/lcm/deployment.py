@@ -17,15 +17,15 @@ import pyetcd.exceptions
 import pymongo.errors
 import requests
 
-from dlaas import errors, jobspec
+from dlaas.adapters.store.base import JobRecord
 from dlaas.config import PlatformSettings
-from dlaas.locations import S3Location, job_locations
-from dlaas.manifest import Manifest, resolve_image
-from dlaas.namespace import job_policy
-from dlaas.status import Status
-from dlaas.steps import run_step
-from dlaas.store.base import JobRecord
-from dlaas.stored import stored_manifest
+from dlaas.domain import errors, jobspec
+from dlaas.domain.locations import S3Location, job_locations
+from dlaas.domain.manifest import Manifest, resolve_image
+from dlaas.domain.namespace import job_policy
+from dlaas.domain.status import Status
+from dlaas.domain.steps import run_step
+from dlaas.domain.stored import stored_manifest
 from services.lcm.plan import deployment_plan
 from services.lcm.ports import ContainerEngine
 
@@ -192,7 +192,7 @@ class Deployment:
 
     def _ensure_bucket(self, bucket: str) -> None:
         if self._s3 is None:
-            from dlaas.s3 import platform_client
+            from dlaas.adapters.s3 import platform_client
 
             self._s3 = platform_client(self.settings)
         try:

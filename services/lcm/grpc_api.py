@@ -1,5 +1,5 @@
 """The LifecycleManager gRPC service: each call to one LCM use case, errors mapped once
-(dlaas.grpc_errors.translate_errors; translate_stream_errors for a stream).
+(dlaas.adapters.grpc_errors.translate_errors; translate_stream_errors for a stream).
 
 Besides the job use cases of `Lcm`: training metrics (metrics.py's `MetricsQueries`) and
 each node's measured utilization in `Cluster` (utilization.py's sampler; without one,
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dlaas.grpc_errors import translate_errors, translate_stream_errors
-from dlaas.metric_query import MetricQuery, metric_query
+from dlaas.adapters.grpc_errors import translate_errors, translate_stream_errors
+from dlaas.domain.metric_query import MetricQuery, metric_query
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc
 from services.lcm.metrics import MetricsQueries
 from services.lcm.utilization import UNKNOWN, Utilization

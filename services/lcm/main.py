@@ -13,15 +13,15 @@ import docker
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from dlaas.adapters.etcd_status import StatusKeeper, connect
+from dlaas.adapters.grpc_server import configure_logging, start_server, wait_for_termination
+from dlaas.adapters.leader import LeaderElection
+from dlaas.adapters.nodes import nodes_or_exit
+from dlaas.adapters.notify import hook_notifier
+from dlaas.adapters.store import open_store
+from dlaas.clients.sdk import SchedulerClient
 from dlaas.config import PlatformSettings
-from dlaas.etcd_status import StatusKeeper, connect
-from dlaas.grpc_server import configure_logging, start_server, wait_for_termination
-from dlaas.keys import EtcdKeys
-from dlaas.leader import LeaderElection
-from dlaas.nodes import nodes_or_exit
-from dlaas.notify import hook_notifier
-from dlaas.sdk import SchedulerClient
-from dlaas.store import open_store
+from dlaas.domain.keys import EtcdKeys
 from dlaas.v1 import lcm_pb2_grpc
 from services.lcm.deployer import Deployer
 from services.lcm.grpc_api import LcmServicer

@@ -1,16 +1,16 @@
 """The LCM's training-metrics queries: what the gRPC `JobMetrics` and `FollowMetrics`
-(grpc_api.py) call, so integrators of the SDK (dlaas.sdk.LcmClient) read the series that
+(grpc_api.py) call, so integrators of the SDK (dlaas.clients.sdk.LcmClient) read the series that
 REST's GET /v1/jobs/{id}/metrics serves.
 
-The series come from dlaas.job_metrics, as REST's do; the query is checked and cut by
-dlaas.metric_query. Who may read: the LCM's one rule for every job call (the use cases'
+The series come from dlaas.adapters.job_metrics, as REST's do; the query is checked and cut by
+dlaas.domain.metric_query. Who may read: the LCM's one rule for every job call (the use cases'
 `owned`): a named user reads only their own jobs, and another user's job is
 JobNotFound, exactly as a missing one (as REST answers 404, never 403).
 
 A follow holds one of the gRPC server's threads for as long as it runs, so a replica
 serves at most `max_followers` at once (a further one is a TemporaryError: UNAVAILABLE,
 which the SDK's channel retries, on another replica where there are several), and a
-follower that goes away frees its thread within `check_s` (dlaas.job_metrics.while_wanted).
+follower that goes away frees its thread within `check_s` (dlaas.adapters.job_metrics.while_wanted).
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from dlaas.adapters.job_metrics import learner_metrics, s3_for_locations, while_wanted
+from dlaas.adapters.logs import LogReader
+from dlaas.adapters.store.base import JobRecord
 from dlaas.config import PlatformSettings
-from dlaas.errors import InvalidRequest, TemporaryError
-from dlaas.job_metrics import learner_metrics, s3_for_locations, while_wanted
-from dlaas.logs import LogReader
-from dlaas.metric_query import MetricQuery, Selection, select, wanted
-from dlaas.metrics import Point
-from dlaas.store.base import JobRecord
+from dlaas.domain.errors import InvalidRequest, TemporaryError
+from dlaas.domain.metric_query import MetricQuery, Selection, select, wanted
+from dlaas.domain.metrics import Point
 
 if TYPE_CHECKING:
     from services.lcm.service import Lcm
 
-# Of the gRPC server's 16 threads (dlaas.grpc_server), followers may hold half.
+# Of the gRPC server's 16 threads (dlaas.adapters.grpc_server), followers may hold half.
 MAX_FOLLOWERS = 8
 MAX_JOB_ID = 128
 
@@ -58,7 +58,7 @@ class MetricsQueries:
     @classmethod
     def of(cls, lcm: Lcm) -> MetricsQueries:
         """The queries of a running LCM: its store, its nodes' engines, its platform S3."""
-        from dlaas.s3 import platform_client
+        from dlaas.adapters.s3 import platform_client
 
         settings = lcm.settings
         s3_for = s3_for_locations(lambda: platform_client(settings))

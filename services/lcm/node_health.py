@@ -26,11 +26,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dlaas import errors
-from dlaas.nodes import NodeSpec
-from dlaas.ports import EngineUnreachable
-from dlaas.status import DEPLOYED, REQUEUEABLE
-from dlaas.stored import stored_manifest
+from dlaas.adapters.nodes import NodeSpec
+from dlaas.domain import errors
+from dlaas.domain.ports import EngineUnreachable
+from dlaas.domain.status import DEPLOYED, REQUEUEABLE
+from dlaas.domain.stored import stored_manifest
 from services.lcm.ports import ContainerEngine
 
 log = logging.getLogger(__name__)

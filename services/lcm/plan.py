@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dlaas import jobspec
-from dlaas.locations import S3Location
-from dlaas.manifest import Manifest
+from dlaas.domain import jobspec
+from dlaas.domain.locations import S3Location
+from dlaas.domain.manifest import Manifest
 
 # Processes per container: a fork bomb stops here, not at the node's pid table. Learners
 # get room for data-loader workers and their threads; the helper runs a few threads.

@@ -1,9 +1,9 @@
 """The LCM's ports: everything it needs from the outside world, as abstract classes.
 
 The use cases, the reconciler, node health and deployment (service.py composes them)
-talk only to these. Production adapters: `StatusKeeper` (etcd, dlaas.etcd_status),
-`SchedulerClient` (gRPC, dlaas.sdk), `Deployer` (Docker, deployer.py), `JobIdentities`
-(S3 IAM, dlaas.job_identities). The fast tests' in-memory fakes (tests/lcm_fakes.py)
+talk only to these. Production adapters: `StatusKeeper` (etcd, dlaas.adapters.etcd_status),
+`SchedulerClient` (gRPC, dlaas.clients.sdk), `Deployer` (Docker, deployer.py), `JobIdentities`
+(S3 IAM, dlaas.adapters.job_identities). The fast tests' in-memory fakes (tests/lcm_fakes.py)
 subclass the same ports.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 
-from dlaas.errors import InvalidRequest
-from dlaas.ports import JobContainers, SchedulerPort, StatusRepo
+from dlaas.domain.errors import InvalidRequest
+from dlaas.domain.ports import JobContainers, SchedulerPort, StatusRepo
 from services.lcm.plan import DeploymentPlan
 
 __all__ = ["ContainerEngine", "JobContainers", "SchedulerPort", "StatusRepo"]
@@ -22,7 +22,7 @@ __all__ = ["ContainerEngine", "JobContainers", "SchedulerPort", "StatusRepo"]
 class ContainerEngine(JobContainers):
     """One node's container engine, as the LCM drives it: every call idempotent.
 
-    Also the node's JobContainers (dlaas.ports), which the job monitor and the API's log
+    Also the node's JobContainers (dlaas.domain.ports), which the job monitor and the API's log
     reader use; the LCM itself uses `jobs_with_resources` from there (a node that comes
     back is cleared of what is left of jobs that moved on).
     """

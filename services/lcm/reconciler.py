@@ -1,6 +1,6 @@
 """The LCM leader's loop: place what the scheduler decided, and repair what was left half done.
 
-Only the leader (dlaas.leader, an etcd lease) runs it, so there is one writer of
+Only the leader (dlaas.adapters.leader, an etcd lease) runs it, so there is one writer of
 deployments at a time. Status changes are written BEFORE their side effects, so a crash
 in between is repaired by `reconcile()` when a leader is elected: it redeploys whatever is
 PENDING, finishes the teardown of whatever was requeued, and queues at the scheduler
@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from dlaas import errors
-from dlaas.status import Status
-from dlaas.steps import run_step
+from dlaas.domain import errors
+from dlaas.domain.status import Status
+from dlaas.domain.steps import run_step
 from services.lcm.restart_policy import MAX_BACKOFF_S
 
 log = logging.getLogger(__name__)

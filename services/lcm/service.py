@@ -8,7 +8,7 @@
 - restart_policy.py: the restart backoff (pure); grpc_api.py: the gRPC servicer.
 
 Replicas: every replica serves the gRPC use cases (they are single CAS writes plus
-idempotent container calls); only the leader (dlaas.leader, an etcd lease) runs the
+idempotent container calls); only the leader (dlaas.adapters.leader, an etcd lease) runs the
 placement loop and the reconcile, so there is one writer of deployments at a time.
 """
 
@@ -18,11 +18,11 @@ import threading
 import time
 from collections.abc import Callable
 
+from dlaas.adapters.job_identities import JobIdentities
+from dlaas.adapters.nodes import NodeSpec
+from dlaas.adapters.store.base import JobStore
 from dlaas.config import PlatformSettings
-from dlaas.job_identities import JobIdentities
-from dlaas.nodes import NodeSpec
-from dlaas.secretbox import SecretBox
-from dlaas.store.base import JobStore
+from dlaas.domain.secretbox import SecretBox
 from services.lcm.deployment import Deployment
 from services.lcm.node_health import NodeHealth
 from services.lcm.ports import ContainerEngine, SchedulerPort, StatusRepo

@@ -43,10 +43,10 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from dlaas import jobspec
-from dlaas.errors import DeployRefused, ImageUnavailable, TemporaryError
-from dlaas.nodes import LABEL_NODE, SwarmNode, node_of
-from dlaas.ports import Container, EngineUnreachable, EventStream
+from dlaas.adapters.nodes import LABEL_NODE, SwarmNode, node_of
+from dlaas.domain import jobspec
+from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError
+from dlaas.domain.ports import Container, EngineUnreachable, EventStream
 from services.lcm.deployer import MAX_REASON_CHARS, SECRET_ENV_NAME, epoch, redact
 from services.lcm.plan import ContainerSpec, DeploymentPlan
 from services.lcm.ports import ContainerEngine
@@ -60,7 +60,7 @@ STOPPED_EXIT_CODE = 143  # 128 + SIGTERM: what a stopped learner reports
 EXIT_ENGINE_LOST = 255  # as Docker reports a container that died with its engine
 HELPER_STOP_GRACE_S = 30  # as long as the LCM waits for a helper to store
 _UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
-# A task's state (swarm) as a container state (Docker's words, dlaas.ports).
+# A task's state (swarm) as a container state (Docker's words, dlaas.domain.ports).
 _STATES = {
     **dict.fromkeys(
         ("new", "allocated", "pending", "assigned", "accepted", "preparing", "ready", "starting"),

@@ -14,9 +14,9 @@ from typing import Any
 
 import docker
 
-from dlaas import jobspec
-from dlaas.docker_calls import ENGINE_UNREACHABLE, quiet
-from dlaas.ports import EngineUnreachable
+from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet
+from dlaas.domain import jobspec
+from dlaas.domain.ports import EngineUnreachable
 from services.lcm.deployer import epoch
 from services.lcm.utilization import ContainerStats, UsageSource
 

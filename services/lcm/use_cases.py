@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 
-from dlaas import errors
-from dlaas.jobspec import JobErrorCode
-from dlaas.locations import check_buckets
-from dlaas.manifest import Manifest, parse_manifest, resolve_image, scale_problem
-from dlaas.status import REQUEUEABLE, Status
-from dlaas.store.base import JobRecord
-from dlaas.stored import stored_manifest
+from dlaas.adapters.store.base import JobRecord
+from dlaas.domain import errors
+from dlaas.domain.jobspec import JobErrorCode
+from dlaas.domain.locations import check_buckets
+from dlaas.domain.manifest import Manifest, parse_manifest, resolve_image, scale_problem
+from dlaas.domain.status import REQUEUEABLE, Status
+from dlaas.domain.stored import stored_manifest
 from dlaas.v1 import scheduler_pb2
 from services.lcm.restart_policy import backoff_s
 

@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dlaas.ports import EngineUnreachable
+from dlaas.domain.ports import EngineUnreachable
 
 log = logging.getLogger(__name__)
 

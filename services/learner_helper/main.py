@@ -46,11 +46,11 @@ Env (set by the LCM):
                           optional seconds between syncs; 0 (the default): only at the end
   DLAAS_JOB_DIR           optional, default /job (tests run the helper outside a container)
   DLAAS_S3_ENDPOINT_FIELD optional: the manifest field that named DLAAS_S3_ENDPOINT when it
-                          is the job's own store (dlaas.jobspec.ENV_STORE_FIELD)
+                          is the job's own store (dlaas.domain.jobspec.ENV_STORE_FIELD)
 
-Events (stdout, one line each, dlaas.jobspec.format_event): data_ready,
+Events (stdout, one line each, dlaas.domain.jobspec.format_event): data_ready,
 checkpoint_synced {files, uploaded, deleted, at}, stored, and error {code, message}
-right before a non-zero exit. Exit codes: dlaas.jobspec
+right before a non-zero exit. Exit codes: dlaas.domain.jobspec
 HELPER_EXIT_* (10 data not found, 11 store refused, 12 upload failed, 13 bad archive,
 14 object store unreachable, 15 the job's own data store unreachable at the start: checked
 first, when DLAAS_S3_ENDPOINT_FIELD says the endpoint is the job's, see
@@ -68,7 +68,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlaas.jobspec import (
+from dlaas.domain.jobspec import (
     ENV_CHECKPOINT_INTERVAL,
     ENV_CHECKPOINT_PREFIX,
     ENV_HELPER_FINISH_ON_EXIT,

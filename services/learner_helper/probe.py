@@ -5,7 +5,7 @@ restart the job as if its own S3 had failed. A job whose manifest names its own 
 (`connection.auth_url`) gets this check first instead: a host that cannot be resolved,
 refuses the connection, or does not answer within PROBE_TIMEOUT_S (tried PROBE_TRIES
 times) is reported at once, naming the host and the manifest field, as the job's own
-failure (dlaas.jobspec.HELPER_EXIT_CONNECTION_UNREACHABLE). Stdlib only.
+failure (dlaas.domain.jobspec.HELPER_EXIT_CONNECTION_UNREACHABLE). Stdlib only.
 """
 
 from __future__ import annotations

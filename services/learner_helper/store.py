@@ -1,7 +1,7 @@
 """The helper's adapter to S3: download a bucket/prefix, fetch one object, upload a tree.
 
 boto3 with path-style addressing (SeaweedFS, MinIO and friends). Every failure becomes a
-`StoreError` carrying the helper exit code and event code from dlaas.jobspec, with a
+`StoreError` carrying the helper exit code and event code from dlaas.domain.jobspec, with a
 message that names the bucket and key but never the credentials. Downloads stream each
 object in chunks and check `should_stop` between chunks, so a finish signal that comes
 mid-download is honoured within a chunk. Object keys are untrusted: a key that would land
@@ -19,7 +19,7 @@ import boto3
 import botocore.exceptions
 from botocore.config import Config
 
-from dlaas.jobspec import (
+from dlaas.domain.jobspec import (
     HELPER_EXIT_DATA_NOT_FOUND,
     HELPER_EXIT_REASONS,
     HELPER_EXIT_STORE_REFUSED,
@@ -27,7 +27,7 @@ from dlaas.jobspec import (
     HELPER_EXIT_UPLOAD_FAILED,
 )
 
-# Not in dlaas.jobspec (yet): the store could not be reached at all.
+# Not in dlaas.domain.jobspec (yet): the store could not be reached at all.
 CHUNK = 1 << 20
 
 _REFUSED = {

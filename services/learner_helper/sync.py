@@ -1,6 +1,6 @@
 """Keeping CHECKPOINT_DIR and the learner logs in S3 across restarts of a job's gang.
 
-Checkpoints (dlaas.jobspec's checkpoint contract): `CheckpointSync.restore` fills
+Checkpoints (dlaas.domain.jobspec's checkpoint contract): `CheckpointSync.restore` fills
 CHECKPOINT_DIR from the checkpoint prefix before the learners start; `sync` then mirrors
 the directory to the prefix: files new or changed since they were last seen in S3 are
 uploaded, and files this helper knows to be in S3 but which are gone locally (the
@@ -11,7 +11,7 @@ starting with a dot) are skipped both ways: the checkpoint library writes `.tmp-
 and renames, downloads land as `.part-*`, so a half-written file is never uploaded. A
 file that changed while it was uploaded is uploaded again at the next sync.
 
-Logs (the mechanism dlaas.logs reads, see there): a restarted gang gets new learner
+Logs (the mechanism dlaas.adapters.logs reads, see there): a restarted gang gets new learner
 containers whose `docker logs` start empty, while LOG_DIR/learner-<i>.log must keep
 growing. `LearnerLogs.restore` puts the longer of the S3 log object and the local file
 (both are prefixes of the one log stream of the learner) in LOG_DIR, so the learner
@@ -22,11 +22,11 @@ learner container's output. Restore uploads the object at once, before `data_rea
 so the metadata is in place before the new container prints its first line.
 
 Metric files (`MetricFiles`): TensorBoard event files and JSON-lines metric files the
-learners write anywhere below LOG_DIR (dlaas.jobspec.metric_file_kind) are uploaded to
+learners write anywhere below LOG_DIR (dlaas.domain.jobspec.metric_file_kind) are uploaded to
 metrics_prefix(JOB_ID) whenever they changed, their paths kept; the API parses them
 there. Upload only: a file gone from the volume (a new volume after a requeue) stays in
 S3, so a series keeps its history; the steps a resumed learner writes again have the
-same (name, step) and replace, not duplicate, the earlier points (dlaas.metrics.series).
+same (name, step) and replace, not duplicate, the earlier points (dlaas.domain.metrics.series).
 
 Everything is idempotent: running restore twice, or a sync after a helper restart,
 converges to the same S3 state.
@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlaas.jobspec import (
+from dlaas.domain.jobspec import (
     HELPER_EXIT_DATA_NOT_FOUND,
     log_object_key,
     metric_file_kind,
@@ -73,7 +73,7 @@ def plan_sync(local: dict[str, Stat], synced: dict[str, Stat], owned: set[str]) 
 
 
 def count_lines(data: bytes) -> int:
-    """Lines as dlaas.logs.split_lines counts them: a last line without newline counts."""
+    """Lines as dlaas.adapters.logs.split_lines counts them: a last line without newline counts."""
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 

@@ -7,10 +7,10 @@ import sys
 from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from dlaas.adapters.etcd_status import connect
+from dlaas.adapters.grpc_server import configure_logging, start_server, wait_for_termination
+from dlaas.adapters.nodes import nodes_or_exit
 from dlaas.config import PlatformSettings
-from dlaas.etcd_status import connect
-from dlaas.grpc_server import configure_logging, start_server, wait_for_termination
-from dlaas.nodes import nodes_or_exit
 from dlaas.v1 import scheduler_pb2_grpc
 from services.scheduler.policy import DEFAULT_POLICY, policy_problem
 from services.scheduler.service import SchedulerService, SchedulerState

@@ -21,11 +21,11 @@ from dataclasses import asdict, replace
 
 import pyetcd
 
-from dlaas.errors import InvalidRequest
-from dlaas.grpc_errors import translate_errors
-from dlaas.keys import EtcdKeys
-from dlaas.manifest import elastic_range_problem
-from dlaas.nodes import NodeSpec
+from dlaas.adapters.grpc_errors import translate_errors
+from dlaas.adapters.nodes import NodeSpec
+from dlaas.domain.errors import InvalidRequest
+from dlaas.domain.keys import EtcdKeys
+from dlaas.domain.manifest import elastic_range_problem
 from dlaas.v1 import scheduler_pb2, scheduler_pb2_grpc
 from services.scheduler.policy import (
     DEFAULT_POLICY,

@@ -3,7 +3,7 @@
 The task (services/worker/tasks.py, `dlaas.deliver_hook`) calls `attempt()` and retries
 when it says so; the Celery task is acknowledged only when it returned, so a worker
 killed mid-POST leaves it in Redis, which hands it out again: the receiver then sees the
-same delivery twice, with the same idempotency key (at least once, see dlaas.hooks).
+same delivery twice, with the same idempotency key (at least once, see dlaas.domain.hooks).
 
 Each attempt replaces the delivery's log entry (one per idempotency key): attempts so
 far, state, the receiver's last status or error. A delivery the log shows delivered is
@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
-from dlaas import hooks
-from dlaas.store.base import JobStore
+from dlaas.adapters.store.base import JobStore
+from dlaas.domain import hooks
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ import threading
 import redis
 from pydantic import ValidationError
 
+from dlaas.adapters.grpc_server import configure_logging
+from dlaas.adapters.s3 import platform_client
+from dlaas.adapters.store import open_store
 from dlaas.config import PlatformSettings
-from dlaas.errors import TemporaryError
-from dlaas.grpc_server import configure_logging
-from dlaas.purge import RETENTION_TASK, cancel_key
-from dlaas.s3 import platform_client
-from dlaas.store import open_store
+from dlaas.domain.errors import TemporaryError
+from dlaas.domain.purge import RETENTION_TASK, cancel_key
 from services.worker.tasks import make_app
 
 

@@ -2,12 +2,12 @@
 deliver webhooks (services/worker/hooks.py).
 
 `make_app(settings, store, s3, cancelled)` builds the app around its adapters (main.py
-passes the real ones). The tasks are registered under the names in dlaas.purge, which is
+passes the real ones). The tasks are registered under the names in dlaas.domain.purge, which is
 all the API knows of them (it queues by name, never importing this module).
 
 Delivery: a task is acknowledged only once it returned (`acks_late`), so a worker killed
 mid-purge leaves it unacknowledged in Redis, which hands it out again after the
-visibility timeout (dlaas.purge.transport_options); every task is idempotent, so running
+visibility timeout (dlaas.domain.purge.transport_options); every task is idempotent, so running
 one twice is harmless. S3 errors, and a deleted job whose record is still there (its
 delete is in progress), are retried with exponential backoff, up to MAX_RETRIES times.
 """
@@ -22,13 +22,13 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from celery import Celery
 
-from dlaas import hooks, jobspec, purge
-from dlaas.accounts import audit_entry
+from dlaas.adapters.store.base import JobStore
 from dlaas.config import PlatformSettings
-from dlaas.errors import InvalidManifest, JobNotFound, TemporaryError
-from dlaas.locations import job_locations
-from dlaas.store.base import JobStore
-from dlaas.stored import stored_manifest
+from dlaas.domain import hooks, jobspec, purge
+from dlaas.domain.accounts import audit_entry
+from dlaas.domain.errors import InvalidManifest, JobNotFound, TemporaryError
+from dlaas.domain.locations import job_locations
+from dlaas.domain.stored import stored_manifest
 from services.worker import hooks as hook_delivery
 from services.worker.purge import purge_prefix
 

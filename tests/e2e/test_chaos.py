@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from dlaas import supervisor as sv
 from dlaas.local import processes
+from dlaas.local import supervisor as sv
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,7 +110,7 @@ def test_the_job_mix_has_every_kind_and_the_resilience_settings():
     plans = chaos.job_mix(20, random.Random(1))
     kinds = [p.kind for p in plans]
     assert kinds.count("digits") == 10 and kinds.count("ddp") == 5 and kinds.count("elastic") == 5
-    from dlaas.manifest import parse_manifest
+    from dlaas.domain.manifest import parse_manifest
 
     for plan in plans:
         m = parse_manifest(plan.manifest)
@@ -182,13 +182,13 @@ def test_a_failing_up_is_retried_with_backoff(tmp_path):
 def test_supervisor_process_exits_when_down_removes_its_record(tmp_path):
     (tmp_path / "pids").mkdir()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dlaas.supervisor", str(tmp_path), "--poll", "0.05"],
+        [sys.executable, "-m", "dlaas.local.supervisor", str(tmp_path), "--poll", "0.05"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     try:
-        _record(tmp_path, "supervisor", proc.pid, "dlaas.supervisor")
+        _record(tmp_path, "supervisor", proc.pid, "dlaas.local.supervisor")
         time.sleep(1.5)  # it starts (imports) and sees its record
         assert proc.poll() is None
         (tmp_path / "pids" / "supervisor.json").unlink()

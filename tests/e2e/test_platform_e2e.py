@@ -20,12 +20,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dlaas import jobspec
-from dlaas.accounts import DEFAULT_TEAM
-from dlaas.client import DlaasClient, pack_code
+from dlaas.clients.client import DlaasClient, pack_code
+from dlaas.domain import jobspec
+from dlaas.domain.accounts import DEFAULT_TEAM
+from dlaas.domain.namespace import team_bucket
 from dlaas.local import components, platform
 from dlaas.local.state import StateDir
-from dlaas.namespace import team_bucket
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -159,7 +159,7 @@ def test_an_ffdl_pytorch_model_runs_to_completed_on_the_pytorch_image(
 
     As in FfDL's examples, the connection names the platform's own object store with its
     keys (FfDL's `auth_url: http://s3.default.svc.cluster.local`, `test`/`test`): job
-    containers reach no other store here (dlaas.firewall lets them reach only that port).
+    containers reach no other store here (dlaas.local.firewall lets them reach only that port).
     """
     import importlib.util
 
@@ -332,7 +332,7 @@ def test_a_followed_log_stream_resumes_without_gaps_after_every_api_process_is_k
 
 def _lcm_leader_pid(home: Path) -> int:
     """The pid of the LCM replica holding the leadership key."""
-    from dlaas.etcd_status import connect
+    from dlaas.adapters.etcd_status import connect
 
     state = StateDir(home)
     host, port = state.read_pid("etcd")["address"].rsplit(":", 1)

@@ -181,7 +181,7 @@ def _check_s3_admin_identity(env, info, secret_key: str) -> None:
     would let both through)."""
     from botocore.exceptions import ClientError
 
-    from dlaas.s3 import client
+    from dlaas.adapters.s3 import client
 
     endpoint = f"http://{info.node_addresses['node-1']}:8333"
     access_key = env["DLAAS_S3_ACCESS_KEY"]

@@ -240,6 +240,6 @@ def test_drain_moves_a_job_from_its_checkpoint_and_activate_brings_the_node_back
 def _cli(home, *args: str):
     from typer.testing import CliRunner
 
-    from dlaas.cli import app
+    from dlaas.clients.cli import app
 
     return CliRunner().invoke(app, ["--home", str(home), *args])

@@ -26,8 +26,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from dlaas.cli import app
-from dlaas.client import pack_code
+from dlaas.clients.cli import app
+from dlaas.clients.client import pack_code
 from dlaas.local import platform
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]

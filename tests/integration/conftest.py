@@ -9,13 +9,13 @@ import time
 import pyetcd
 import pytest
 
+from dlaas.adapters.etcd_status import StatusKeeper
+from dlaas.adapters.grpc_server import start_server
+from dlaas.adapters.nodes import NodeSpec
+from dlaas.clients.sdk import SchedulerClient
 from dlaas.config import PlatformSettings
-from dlaas.etcd_status import StatusKeeper
-from dlaas.grpc_server import start_server
 from dlaas.local.processes import free_port
 from dlaas.local.swarm import SwarmLab, SwarmLabError, check_requirements
-from dlaas.nodes import NodeSpec
-from dlaas.sdk import SchedulerClient
 from dlaas.v1 import scheduler_pb2_grpc
 from services.lcm.deployer import Deployer
 from services.lcm.service import Lcm

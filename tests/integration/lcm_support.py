@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dlaas import jobspec
+from dlaas.domain import jobspec
 
 MANIFEST = """
 name: sleeper

@@ -21,16 +21,16 @@ from fastapi.testclient import TestClient
 from lcm_fakes import fake_lcm
 from sample_manifests import MANIFEST
 
-from dlaas import jobspec
-from dlaas.accounts import TokenRecord, User, token_hash
+from dlaas.adapters.grpc_server import start_server
+from dlaas.clients.sdk import LcmClient, SchedulerClient
 from dlaas.config import ApiSettings, PlatformSettings
-from dlaas.errors import InvalidRequest, TemporaryError
-from dlaas.grpc_server import start_server
+from dlaas.domain import jobspec
+from dlaas.domain.accounts import TokenRecord, User, token_hash
+from dlaas.domain.errors import InvalidRequest, TemporaryError
+from dlaas.domain.purge import PurgeRequest
+from dlaas.domain.secretbox import new_key
+from dlaas.domain.status import Status
 from dlaas.local.processes import free_port
-from dlaas.purge import PurgeRequest
-from dlaas.sdk import LcmClient, SchedulerClient
-from dlaas.secretbox import new_key
-from dlaas.status import Status
 from dlaas.v1 import lcm_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from services.api.app import create_app
 from services.api.archive import normalize_archive
@@ -953,7 +953,7 @@ def test_follow_hands_over_from_the_container_to_s3_without_gaps(env, docker_cli
 
     import docker.errors
 
-    from dlaas.logs import LogReader
+    from dlaas.adapters.logs import LogReader
     from services.lcm.deployer import Deployer
 
     job_id = env.submit().json()["job_id"]
@@ -1121,9 +1121,9 @@ def tarpit():
 
 @pytest.mark.timeout(60)  # the bound: without timeouts botocore waits 60 s x 4 attempts
 def test_results_from_a_store_that_never_answers_end_in_a_503(env, tarpit, monkeypatch):
-    import dlaas.s3
+    import dlaas.adapters.s3
 
-    monkeypatch.setattr(dlaas.s3, "USER_READ_TIMEOUT_S", 0.5)  # 10 s in service
+    monkeypatch.setattr(dlaas.adapters.s3, "USER_READ_TIMEOUT_S", 0.5)  # 10 s in service
     job_id = _with_endpoint(env, tarpit)
     r = env.client.get(f"/v1/jobs/{job_id}/results", headers=auth(ALICE))
     assert r.status_code == 503, r.text
@@ -1151,8 +1151,8 @@ def test_results_from_a_store_that_refuses_the_credentials_is_422(env, s3_server
 
 
 def test_user_store_clients_have_short_timeouts_and_no_retries():
-    from dlaas.locations import S3Location
-    from dlaas.s3 import client_for
+    from dlaas.adapters.s3 import client_for
+    from dlaas.domain.locations import S3Location
 
     config = client_for(S3Location("http://127.0.0.1:1", "a", "b", "bucket")).meta.config
     assert (config.connect_timeout, config.read_timeout) == (3.0, 10.0)

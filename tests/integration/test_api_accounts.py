@@ -7,7 +7,7 @@ import time
 
 from test_api import ADMIN, ALICE, CAROL, auth, env  # noqa: F401 - env is a fixture
 
-from dlaas.accounts import TokenRecord, token_hash
+from dlaas.domain.accounts import TokenRecord, token_hash
 
 
 def add_user(env, name: str, team: str = "nlp", **kw):  # noqa: F811

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_api import ADMIN, ALICE, BOB, auth
 
-from dlaas.manifest import parse_manifest
+from dlaas.domain.manifest import parse_manifest
 from services.lcm.service import Lcm
 
 schemathesis = pytest.importorskip("schemathesis")

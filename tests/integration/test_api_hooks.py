@@ -8,8 +8,8 @@ import pytest
 from pydantic import SecretStr
 from test_api import ADMIN, ALICE, BOB, auth, env  # noqa: F401 - env is a fixture
 
-from dlaas import hooks
-from dlaas.secretbox import new_key
+from dlaas.domain import hooks
+from dlaas.domain.secretbox import new_key
 
 URL = "http://127.0.0.1:9999/hook"
 

@@ -31,11 +31,11 @@ from urllib.parse import urlparse
 import docker.errors
 import pytest
 
-from dlaas import jobspec
-from dlaas.client import pack_code
+from dlaas.adapters.logs import LogReader
+from dlaas.clients.client import pack_code
+from dlaas.domain import jobspec
+from dlaas.domain.locations import S3Location
 from dlaas.learner.paths import RUN_START_META
-from dlaas.locations import S3Location
-from dlaas.logs import LogReader
 from services.lcm.deployer import Deployer
 
 REPO = Path(__file__).resolve().parents[2]

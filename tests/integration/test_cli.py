@@ -17,10 +17,10 @@ import uvicorn
 from test_api import ADMIN, ALICE, MANIFEST, make_settings, put_log, scaled, seed_users, start_fakes
 from typer.testing import CliRunner
 
-from dlaas.cli import app
+from dlaas.clients.cli import app
+from dlaas.clients.sdk import LcmClient, SchedulerClient
+from dlaas.domain.status import Status
 from dlaas.local.processes import free_port
-from dlaas.sdk import LcmClient, SchedulerClient
-from dlaas.status import Status
 from dlaas.v1 import scheduler_pb2
 from services.api.app import create_app
 
@@ -275,7 +275,7 @@ def test_queue_says_when_it_is_empty(server):
 @pytest.fixture
 def narrow(monkeypatch):
     """The CLI's console as on a 60-column terminal."""
-    from dlaas import cli
+    from dlaas.clients import cli
 
     monkeypatch.setattr(cli.console, "_width", 60)
 
@@ -341,7 +341,7 @@ def test_download_extracts_the_results(server, manifest_file, tmp_path):
 
 
 def test_follow_learners_interleaves_every_stream_and_raises_a_streams_error():
-    from dlaas.client import DlaasClient, Unreachable
+    from dlaas.clients.client import DlaasClient, Unreachable
 
     class Streams(DlaasClient):
         """FAKE log streams: two lines per learner; learner `broken` then loses its connection."""
@@ -370,7 +370,7 @@ def test_status_reports_whether_each_running_component_answers(tmp_path):
     import subprocess
     import sys
 
-    from dlaas.grpc_server import start_server
+    from dlaas.adapters.grpc_server import start_server
 
     modules = ["services.lcm.main", "services.scheduler.main", "services.jobmonitor.main"]
     stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *modules])
@@ -421,7 +421,7 @@ def test_status_reports_whether_each_running_component_answers(tmp_path):
 
 
 def test_deleting_a_job_that_has_not_ended_asks_or_needs_force(server, manifest_file, monkeypatch):
-    from dlaas import cli
+    from dlaas.clients import cli
 
     job_id = server.cli("submit", str(manifest_file)).stdout.strip()
     r = server.cli("delete", job_id)  # no terminal to ask on

@@ -7,7 +7,7 @@ import json
 
 from test_cli import server  # noqa: F401 - a fixture
 
-from dlaas.namespace import team_bucket
+from dlaas.domain.namespace import team_bucket
 
 
 def test_users_add_list_revoke(server):  # noqa: F811

@@ -8,7 +8,7 @@ import pytest
 from test_api import SECRETS_KEY
 from test_cli import server  # noqa: F401 - a fixture
 
-from dlaas import hooks
+from dlaas.domain import hooks
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import json
 
 from typer.testing import CliRunner
 
-from dlaas.cli import app
+from dlaas.clients.cli import app
 from dlaas.local.processes import free_port
 
 runner = CliRunner()

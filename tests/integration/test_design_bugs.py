@@ -17,16 +17,16 @@ import pyetcd
 import pytest
 from fastapi.testclient import TestClient
 
-from dlaas.accounts import TokenRecord, User, token_hash
+from dlaas.adapters.etcd_status import StatusKeeper
+from dlaas.adapters.grpc_server import start_server
+from dlaas.adapters.nodes import NodeSpec
+from dlaas.adapters.store.sqlite import SqliteJobStore
+from dlaas.clients.sdk import LcmClient, SchedulerClient
 from dlaas.config import ApiSettings, PlatformSettings
-from dlaas.errors import DeployRefused
-from dlaas.etcd_status import StatusKeeper
-from dlaas.grpc_server import start_server
+from dlaas.domain.accounts import TokenRecord, User, token_hash
+from dlaas.domain.errors import DeployRefused
+from dlaas.domain.status import Status
 from dlaas.local.processes import free_port
-from dlaas.nodes import NodeSpec
-from dlaas.sdk import LcmClient, SchedulerClient
-from dlaas.status import Status
-from dlaas.store.sqlite import SqliteJobStore
 from dlaas.v1 import lcm_pb2_grpc, scheduler_pb2_grpc
 from services.api.app import create_app
 from services.lcm import reconciler as lcm_reconciler

@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 from error_samples import all_classes, sample
 
-from dlaas import errors
-from dlaas.grpc_errors import translate_errors
-from dlaas.grpc_server import start_server
+from dlaas.adapters.grpc_errors import translate_errors
+from dlaas.adapters.grpc_server import start_server
+from dlaas.clients.sdk import SchedulerClient
+from dlaas.domain import errors
 from dlaas.local.processes import free_port
-from dlaas.sdk import SchedulerClient
 from dlaas.v1 import scheduler_pb2_grpc
 
 

@@ -1,7 +1,7 @@
 """The helper and the learner wrapper in real containers, on a real job network and volume,
 against a real SeaweedFS (reached from the containers through the Docker bridge gateway).
 
-Each test lays out a job the way the LCM does (dlaas.jobspec names and labels, the
+Each test lays out a job the way the LCM does (dlaas.domain.jobspec names and labels, the
 volume at /job, init=True) and removes every container, network and volume it made.
 The last tests run the helper as a plain process (DLAAS_JOB_DIR) for the cases that
 need precise timing or no Docker: a finish signal mid-download and refused credentials.
@@ -26,8 +26,9 @@ from urllib.parse import urlparse
 import docker.errors
 import pytest
 
-from dlaas import images, jobspec
-from dlaas.client import pack_code
+from dlaas.clients.client import pack_code
+from dlaas.domain import jobspec
+from dlaas.local import images
 
 REPO = Path(__file__).resolve().parents[2]
 

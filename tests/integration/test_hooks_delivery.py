@@ -22,15 +22,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from dlaas import hooks
+from dlaas.adapters.etcd_status import StatusKeeper
+from dlaas.adapters.notify import hook_notifier
+from dlaas.adapters.store import open_store
+from dlaas.adapters.store.base import JobRecord
 from dlaas.config import PlatformSettings
-from dlaas.etcd_status import StatusKeeper
+from dlaas.domain import hooks
+from dlaas.domain.secretbox import new_key
+from dlaas.domain.status import Status, Transition
 from dlaas.local import processes
-from dlaas.notify import hook_notifier
-from dlaas.secretbox import new_key
-from dlaas.status import Status, Transition
-from dlaas.store import open_store
-from dlaas.store.base import JobRecord
 
 REPO = Path(__file__).resolve().parents[2]
 VISIBILITY_S = 2  # a dead worker's task is handed out again after this long

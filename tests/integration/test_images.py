@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from dlaas import images
-from dlaas.errors import ImageUnavailable
+from dlaas.domain.errors import ImageUnavailable
+from dlaas.local import images
 
 pytestmark = pytest.mark.docker
 
@@ -67,7 +67,7 @@ def test_image_holds_only_the_in_container_code(docker_client, learner_image):
         ["sh", "-c", "cd /opt/dlaas && find . -name '*.py' | sort"],
         remove=True,
     ).decode()
-    assert "./dlaas/jobspec.py" in out and "./services/learner_helper/main.py" in out
+    assert "./dlaas/domain/jobspec.py" in out and "./services/learner_helper/main.py" in out
     assert "manifest.py" not in out and "services/lcm" not in out and "examples" not in out
 
 

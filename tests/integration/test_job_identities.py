@@ -11,8 +11,8 @@ import boto3
 import botocore.exceptions
 import pytest
 
-from dlaas.job_identities import JobIdentities
-from dlaas.namespace import job_policy, team_bucket
+from dlaas.adapters.job_identities import JobIdentities
+from dlaas.domain.namespace import job_policy, team_bucket
 
 
 def _denied(fn, *args, **kwargs) -> bool:

@@ -17,8 +17,8 @@ import requests
 from lcm_support import containers, submit
 
 import services.lcm.deployment as lcm_deployment
-from dlaas import errors, jobspec
-from dlaas.status import Status
+from dlaas.domain import errors, jobspec
+from dlaas.domain.status import Status
 from services.lcm.reconciler import PENDING_CHECK_S, PENDING_STALE_S
 
 pytestmark = pytest.mark.docker

@@ -16,9 +16,9 @@ import time
 import pytest
 from lcm_support import containers, submit
 
-from dlaas import errors, jobspec
-from dlaas.leader import LeaderElection
-from dlaas.status import Status
+from dlaas.adapters.leader import LeaderElection
+from dlaas.domain import errors, jobspec
+from dlaas.domain.status import Status
 
 pytestmark = pytest.mark.docker
 

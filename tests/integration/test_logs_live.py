@@ -1,4 +1,4 @@
-"""The log stream of a learner across a restart of its job (dlaas.logs), live: the real
+"""The log stream of a learner across a restart of its job (dlaas.adapters.logs), live: the real
 reader against the real Docker engine and SeaweedFS. The round logic over scripted
 sources is in tests/unit/test_logs.py.
 """
@@ -12,10 +12,10 @@ import time
 import docker.errors
 import pytest
 
-from dlaas import jobspec
+from dlaas.adapters.logs import LogReader
+from dlaas.domain import jobspec
+from dlaas.domain.locations import S3Location
 from dlaas.learner.paths import RUN_START_META
-from dlaas.locations import S3Location
-from dlaas.logs import LogReader
 from services.lcm.deployer import Deployer
 
 RUN1 = [f"run1 line {i}" for i in range(5)]

@@ -11,7 +11,7 @@ import threading
 from tb_events import scalars, write_events
 from test_api import ALICE, BOB, auth, env, put_log  # noqa: F401 - env is a fixture
 
-from dlaas import jobspec
+from dlaas.domain import jobspec
 
 LINES = [
     "starting",

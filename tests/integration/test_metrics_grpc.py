@@ -15,13 +15,13 @@ import grpc
 import pytest
 from test_api import ALICE, BOB, auth, env, put_log  # noqa: F401 - env is a fixture
 
-from dlaas.errors import InvalidRequest, JobNotFound, TemporaryError
-from dlaas.grpc_server import start_server
-from dlaas.job_metrics import s3_for_locations
+from dlaas.adapters.grpc_server import start_server
+from dlaas.adapters.job_metrics import s3_for_locations
+from dlaas.adapters.logs import LogReader
+from dlaas.clients.sdk import LcmClient
+from dlaas.domain.errors import InvalidRequest, JobNotFound, TemporaryError
+from dlaas.domain.metric_query import MAX_LIMIT
 from dlaas.local.processes import free_port
-from dlaas.logs import LogReader
-from dlaas.metric_query import MAX_LIMIT
-from dlaas.sdk import LcmClient
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc
 from services.lcm.grpc_api import LcmServicer
 from services.lcm.metrics import MetricsQueries

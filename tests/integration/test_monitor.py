@@ -25,10 +25,10 @@ import docker.errors
 import pytest
 from engine_proxy import EngineProxy
 
-from dlaas import jobspec
-from dlaas.etcd_status import StatusKeeper
-from dlaas.status import Status
-from dlaas.store.base import JobRecord
+from dlaas.adapters.etcd_status import StatusKeeper
+from dlaas.adapters.store.base import JobRecord
+from dlaas.domain import jobspec
+from dlaas.domain.status import Status
 from services.jobmonitor.monitor import JobMonitor
 from services.lcm.deployer import Deployer
 
@@ -77,8 +77,8 @@ OOM_LEARNER = "import time\ntime.sleep(0.5)\nx = b'x' * (256 << 20)\nprint('surv
 MONITOR_PROCESS = """
 import sys, threading
 import docker
-from dlaas.etcd_status import StatusKeeper, connect
-from dlaas.store import open_store
+from dlaas.adapters.etcd_status import StatusKeeper, connect
+from dlaas.adapters.store import open_store
 from services.jobmonitor.monitor import JobMonitor
 from services.lcm.deployer import Deployer
 

@@ -16,12 +16,12 @@ from fastapi.testclient import TestClient
 from lcm_fakes import fake_lcm
 from prometheus_client.parser import text_string_to_metric_families
 
-from dlaas import jobspec
+from dlaas.adapters.grpc_server import start_server
+from dlaas.clients.sdk import LcmClient
 from dlaas.config import ApiSettings, PlatformSettings
-from dlaas.grpc_server import start_server
+from dlaas.domain import jobspec
+from dlaas.domain.secretbox import new_key
 from dlaas.local.processes import free_port
-from dlaas.sdk import LcmClient
-from dlaas.secretbox import new_key
 from dlaas.v1 import lcm_pb2_grpc
 from services.api.app import create_app
 from services.lcm.grpc_api import LcmServicer

@@ -17,10 +17,16 @@ import time
 
 import pytest
 
+from dlaas.adapters.nodes import (
+    NodesError,
+    NodeSpec,
+    configured_nodes,
+    machine_capacity,
+    nodes_or_exit,
+)
 from dlaas.config import PlatformSettings
 from dlaas.local import platform, processes
 from dlaas.local.state import StateDir
-from dlaas.nodes import NodesError, NodeSpec, configured_nodes, machine_capacity, nodes_or_exit
 
 
 def _settings(**fields) -> PlatformSettings:

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from test_api import MANIFEST
 
+from dlaas.clients.sdk import LcmClient, SchedulerClient
 from dlaas.config import ApiSettings, PlatformSettings
-from dlaas.sdk import LcmClient, SchedulerClient
 from services.api.app import create_app
 
 ERROR_MODEL = {"$ref": "#/components/schemas/ErrorReply"}
@@ -154,7 +154,7 @@ def test_the_submit_route_documents_the_manifest_schema(spec):
     ids=["test-manifest", "digits", "ddp", "memory-number-priority-class"],
 )
 def test_accepted_manifests_match_the_documented_schema(spec, text):
-    from dlaas.manifest import parse_manifest
+    from dlaas.domain.manifest import parse_manifest
 
     parse_manifest(text)  # the platform accepts it ...
     errors = [e.message for e in _manifest_validator(spec).iter_errors(yaml.safe_load(text))]

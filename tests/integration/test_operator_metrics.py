@@ -27,9 +27,9 @@ from test_api import (
     start_fakes,
 )
 
+from dlaas.clients.sdk import LcmClient, SchedulerClient
 from dlaas.config import ApiSettings
-from dlaas.sdk import LcmClient, SchedulerClient
-from dlaas.status import Status
+from dlaas.domain.status import Status
 from services.api.app import create_app
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"

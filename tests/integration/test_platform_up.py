@@ -3,7 +3,7 @@
 One `up` for the module (about 5 s: etcd, SeaweedFS, four services); the tests then check
 what it wrote, that a second `up` finds everything running, that a dead or stale component
 is restarted alone, and (last) that `down` stops everything and is idempotent. The learner
-image build is left to tests/integration of dlaas.images (`build_images=False`).
+image build is left to tests/integration of dlaas.local.images (`build_images=False`).
 """
 
 from __future__ import annotations
@@ -161,9 +161,9 @@ def test_up_with_two_nodes_builds_a_swarm_and_back_to_one_takes_it_down(up_state
     reach through its manager; `up(nodes=1)` takes it down again."""
     import docker
 
-    from dlaas.images import LEARNER_IMAGE
+    from dlaas.adapters.nodes import machine_capacity
+    from dlaas.local.images import LEARNER_IMAGE
     from dlaas.local.swarm import SwarmLab
-    from dlaas.nodes import machine_capacity
 
     state_dir, info, _ = up_state
     before = _pids(state_dir)

@@ -3,7 +3,7 @@
 import pyetcd
 import pytest
 
-from dlaas.nodes import NodeSpec
+from dlaas.adapters.nodes import NodeSpec
 from dlaas.v1 import scheduler_pb2
 from services.scheduler.policy import Allocation, QueuedJob
 from services.scheduler.service import SchedulerService, SchedulerState
@@ -297,10 +297,10 @@ def test_a_gang_outside_its_own_elastic_range_is_refused_naming_learners(etcd):
 
 
 def test_the_sdk_sets_and_lists_quotas_over_grpc(etcd):
-    from dlaas.errors import InvalidRequest
-    from dlaas.grpc_server import start_server
+    from dlaas.adapters.grpc_server import start_server
+    from dlaas.clients.sdk import SchedulerClient
+    from dlaas.domain.errors import InvalidRequest
     from dlaas.local.processes import free_port
-    from dlaas.sdk import SchedulerClient
     from dlaas.v1 import scheduler_pb2_grpc
 
     svc = SchedulerService(SchedulerState(etcd, "/t-sched"), GPU_NODES, "priority")

@@ -27,7 +27,7 @@ def store():
     url = os.environ.get(MONGO_URL_ENV)
     if not url:
         pytest.skip(f"no real MongoDB: set {MONGO_URL_ENV}=mongodb://host:port to run")
-    from dlaas.store.mongo import MongoJobStore
+    from dlaas.adapters.store.mongo import MongoJobStore
 
     db = f"dlaas_test_{uuid.uuid4().hex[:12]}"
     s = MongoJobStore(url, db=db)

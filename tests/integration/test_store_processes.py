@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import multiprocessing
 
-from dlaas.status import Status, Transition
-from dlaas.store.base import JobRecord
-from dlaas.store.sqlite import SqliteJobStore
+from dlaas.adapters.store.base import JobRecord
+from dlaas.adapters.store.sqlite import SqliteJobStore
+from dlaas.domain.status import Status, Transition
 
 
 def job(job_id: str, user: str = "alice", created_at: float = 100.0) -> JobRecord:

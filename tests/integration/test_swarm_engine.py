@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import pytest
 
-from dlaas import jobspec
-from dlaas.errors import TemporaryError
-from dlaas.nodes import LABEL_NODE
+from dlaas.adapters.nodes import LABEL_NODE
+from dlaas.domain import jobspec
+from dlaas.domain.errors import TemporaryError
 from services.lcm.plan import ContainerSpec, DeploymentPlan, job_labels
 from services.lcm.swarm import SECRET_PATH, SwarmEngine
 

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from dlaas import jobspec, purge
+from dlaas.adapters.store.base import JobRecord
 from dlaas.config import PlatformSettings
-from dlaas.errors import TemporaryError
+from dlaas.domain import jobspec, purge
+from dlaas.domain.errors import TemporaryError
+from dlaas.domain.namespace import DEFAULT_RESULTS, team_bucket
+from dlaas.domain.status import Status, Transition
 from dlaas.local import processes
-from dlaas.namespace import DEFAULT_RESULTS, team_bucket
-from dlaas.status import Status, Transition
-from dlaas.store.base import JobRecord
 from services.api.tasks import CeleryTaskQueue
 from services.worker.purge import purge_prefix
 from services.worker.tasks import run_purge, sweep_retention
@@ -190,7 +190,7 @@ class Worker:
 @pytest.fixture
 def worker_env(s3_server, redis_server, tmp_path):
     settings = settings_for(s3_server, f"sqlite:///{tmp_path / 'jobs.db'}", redis_server.url)
-    from dlaas.store import open_store
+    from dlaas.adapters.store import open_store
 
     store = open_store(settings.store_url)
     worker = Worker(settings, tmp_path)
@@ -298,7 +298,7 @@ def test_a_purge_survives_a_worker_killed_in_the_middle_of_it(
 
 def test_the_worker_applies_retention_on_its_own(s3_server, redis_server, s3_client, tmp_path):
     settings = settings_for(s3_server, f"sqlite:///{tmp_path / 'jobs.db'}", redis_server.url)
-    from dlaas.store import open_store
+    from dlaas.adapters.store import open_store
 
     store = open_store(settings.store_url)
     team = "ret-" + os.urandom(4).hex()

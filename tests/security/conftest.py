@@ -14,9 +14,9 @@ import uuid
 import pytest
 from security_support import MANIFEST, SLEEP
 
-from dlaas import firewall
-from dlaas.locations import S3Location
-from dlaas.manifest import parse_manifest
+from dlaas.domain.locations import S3Location
+from dlaas.domain.manifest import parse_manifest
+from dlaas.local import firewall
 from services.lcm.deployer import Deployer
 from services.lcm.plan import DeploymentPlan, deployment_plan
 

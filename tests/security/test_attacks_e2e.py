@@ -39,11 +39,11 @@ import httpx
 import pytest
 import yaml
 
-from dlaas import jobspec
-from dlaas.client import pack_code
+from dlaas.clients.client import pack_code
+from dlaas.domain import jobspec
+from dlaas.domain.namespace import team_bucket
 from dlaas.local import platform
 from dlaas.local.state import StateDir
-from dlaas.namespace import team_bucket
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -734,8 +734,8 @@ def surfaces(world, inside):
     """Every place a secret could show, read while alice's listener job still runs."""
     from typer.testing import CliRunner
 
-    from dlaas.cli import app
-    from dlaas.etcd_status import connect
+    from dlaas.adapters.etcd_status import connect
+    from dlaas.clients.cli import app
 
     w = world
     _, _, _, attack_job = inside

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from security_support import python, result_of
 
-from dlaas import jobspec
+from dlaas.domain import jobspec
 from services.lcm import plan as plans
 
 pytestmark = pytest.mark.docker

@@ -9,8 +9,9 @@ import uuid
 
 import pytest
 
-from dlaas import firewall, jobspec
-from dlaas.firewall import FirewallError
+from dlaas.domain import jobspec
+from dlaas.local import firewall
+from dlaas.local.firewall import FirewallError
 
 
 def test_job_bridge_names_fit_linux_and_share_the_platform_prefix():

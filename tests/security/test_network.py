@@ -18,7 +18,7 @@ import uuid
 import pytest
 from security_support import LISTENER, PROBE, container_ip, python, result_of
 
-from dlaas import jobspec
+from dlaas.domain import jobspec
 
 pytestmark = pytest.mark.docker
 

@@ -24,21 +24,21 @@ FORBIDDEN = frozenset(
 )
 
 PURE_FILES = [
-    "dlaas/manifest.py",
-    "dlaas/status.py",
-    "dlaas/jobspec.py",
-    "dlaas/errors.py",
+    "dlaas/domain/manifest.py",
+    "dlaas/domain/status.py",
+    "dlaas/domain/jobspec.py",
+    "dlaas/domain/errors.py",
     "services/lcm/plan.py",
     "services/jobmonitor/decide.py",
     "services/jobmonitor/workqueue.py",
-    "dlaas/ports.py",
+    "dlaas/domain/ports.py",
     "services/api/rules.py",
-    "dlaas/purge.py",
-    "dlaas/keys.py",
-    "dlaas/metrics.py",
-    "dlaas/metric_query.py",
+    "dlaas/domain/purge.py",
+    "dlaas/domain/keys.py",
+    "dlaas/domain/metrics.py",
+    "dlaas/domain/metric_query.py",
     "services/lcm/utilization.py",
-    "dlaas/hooks.py",
+    "dlaas/domain/hooks.py",
 ]
 PURE_GLOBS = ["services/scheduler/policy/**/*.py"]
 

@@ -1,11 +1,11 @@
-"""`dlaas nodes`' table (dlaas.cli_nodes): the measured use beside the allocation, with
+"""`dlaas nodes`' table (dlaas.clients.cli_nodes): the measured use beside the allocation, with
 unknown values said to be unknown (GPU utilization: n/a), never shown as 0."""
 
 from __future__ import annotations
 
 from rich.console import Console
 
-from dlaas.cli_nodes import _used, nodes_table
+from dlaas.clients.cli_nodes import _used, nodes_table
 
 
 def node(utilization: dict | None, gpus: int = 0) -> dict:

@@ -16,7 +16,7 @@ import pytest
 from sample_manifests import MANIFEST
 from typer.testing import CliRunner
 
-from dlaas.cli import app, eta_text, queue_reason
+from dlaas.clients.cli import app, eta_text, queue_reason
 
 runner = CliRunner()
 
@@ -112,7 +112,7 @@ def test_platform_not_up_is_exit_3_with_a_hint(tmp_path):
 
 
 def test_pack_code_refuses_links_outside(tmp_path):
-    from dlaas.client import ClientError, pack_code
+    from dlaas.clients.client import ClientError, pack_code
 
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "ok.py").write_text("x")

@@ -16,12 +16,12 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from dlaas.accounts import TokenRecord, User, token_hash
+from dlaas.adapters.store.base import JobRecord
+from dlaas.clients.sdk import NodeInfo, NodeUtilization
 from dlaas.config import ApiSettings, PlatformSettings
-from dlaas.sdk import NodeInfo, NodeUtilization
-from dlaas.secretbox import new_key
-from dlaas.status import Status
-from dlaas.store.base import JobRecord
+from dlaas.domain.accounts import TokenRecord, User, token_hash
+from dlaas.domain.secretbox import new_key
+from dlaas.domain.status import Status
 from services.api.app import create_app
 from services.api.dashboard import CSP, STATIC
 from services.api.dashboard.nodes import Placed, allocation, placed_job

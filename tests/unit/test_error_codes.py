@@ -1,4 +1,4 @@
-"""A job's error codes have one home (dlaas.jobspec.JobErrorCode), and their values are kept.
+"""A job's error codes have one home (dlaas.domain.jobspec.JobErrorCode), and their values are kept.
 
 They are stored with every FAILED status, shown to users and counted by the operator
 metrics: a renamed value is a data migration, not a refactor. The scan fails on a code
@@ -11,7 +11,7 @@ import ast
 
 from source_scan import offenders, walk
 
-from dlaas.jobspec import HELPER_EXIT_REASONS, JobErrorCode
+from dlaas.domain.jobspec import HELPER_EXIT_REASONS, JobErrorCode
 from services.jobmonitor import decide
 
 
@@ -71,4 +71,4 @@ def test_the_scan_finds_a_bare_code():
 
 def test_no_status_write_spells_a_code_by_hand():
     found = offenders(bare_codes, ("dlaas", "services"))
-    assert found == [], "use dlaas.jobspec.JobErrorCode: " + ", ".join(found)
+    assert found == [], "use dlaas.domain.jobspec.JobErrorCode: " + ", ".join(found)

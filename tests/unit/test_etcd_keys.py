@@ -1,4 +1,4 @@
-"""One module spells the etcd keys (dlaas/keys.py); nothing else formats them by hand.
+"""One module spells the etcd keys (dlaas/domain/keys.py); nothing else formats them by hand.
 
 The layout is pinned here; the scan reads every product module with `ast` and fails naming
 the file and line of a string that builds a `/jobs/`, `/nodes/`, `/sched/` or `/lcm/` key
@@ -15,7 +15,7 @@ import re
 import pytest
 from source_scan import offenders, walk
 
-from dlaas.keys import EtcdKeys
+from dlaas.domain.keys import EtcdKeys
 
 _KEY_PART = re.compile(r"^/(jobs|nodes|sched|lcm)/")
 _LITERAL_KEY = re.compile(r"/dlaas/(jobs|nodes|sched|lcm)\b")
@@ -96,5 +96,5 @@ def test_the_scan_lets_http_paths_pass(line):
 
 
 def test_no_module_but_keys_py_formats_an_etcd_key():
-    found = offenders(hand_made_keys, ("dlaas", "services", "benchmarks"), {"dlaas/keys.py"})
-    assert found == [], "etcd keys formatted outside dlaas/keys.py: " + ", ".join(found)
+    found = offenders(hand_made_keys, ("dlaas", "services", "benchmarks"), {"dlaas/domain/keys.py"})
+    assert found == [], "etcd keys formatted outside dlaas/domain/keys.py: " + ", ".join(found)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dlaas.cli import app
-from dlaas.errors import ImageUnavailable, InvalidManifest
-from dlaas.manifest import join_folded, parse_manifest, resolve_image
+from dlaas.clients.cli import app
+from dlaas.domain.errors import ImageUnavailable, InvalidManifest
+from dlaas.domain.manifest import join_folded, parse_manifest, resolve_image
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -216,7 +216,7 @@ def test_with_the_fixes_applied_each_example_validates(tmp_path, name):
 def test_a_sealed_ffdl_manifest_keeps_its_folded_command_on_one_line():
     # The LCM stores a manifest with a connection password sealed (re-serialised): the
     # stored text must run the folded command as FfDL ran it, not as three shell lines.
-    from dlaas.secretbox import SecretBox, new_key
+    from dlaas.domain.secretbox import SecretBox, new_key
 
     box = SecretBox(new_key())
     body = text("ffdl-pytorch-digits.yml")

@@ -11,8 +11,8 @@ import grpc
 import pytest
 from error_samples import all_classes, sample
 
-from dlaas import errors
-from dlaas.grpc_errors import STATUS_FOR
+from dlaas.adapters.grpc_errors import STATUS_FOR
+from dlaas.domain import errors
 
 CLASSES = all_classes()
 
@@ -26,7 +26,7 @@ def test_the_tree_is_walked_and_every_code_names_one_class():
 
 
 def test_every_class_gets_a_status_and_temporary_ones_are_not_permanent_ones():
-    from dlaas.grpc_errors import status_for
+    from dlaas.adapters.grpc_errors import status_for
 
     for cls in CLASSES:
         code = status_for(sample(cls))
@@ -50,7 +50,7 @@ NOT_ON_HTTP = {"DlaasError", "PermanentError", "DeployRefused"}
 def test_every_domain_error_is_mapped_on_both_transports(cls):
     """A new error class must say what it is on the wire: its own code (checked above), a
     gRPC status other than the catch-all UNKNOWN, and an HTTP status other than 500."""
-    from dlaas.grpc_errors import status_for
+    from dlaas.adapters.grpc_errors import status_for
     from services.api.app import STATUS_FOR as HTTP_STATUS_FOR
 
     if cls is not errors.DlaasError and cls.__name__ not in API_ONLY:

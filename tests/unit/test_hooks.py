@@ -11,10 +11,10 @@ import json
 import httpx
 import pytest
 
-from dlaas import hooks
-from dlaas.errors import InvalidRequest
-from dlaas.status import TRANSITIONS, Status, Transition
-from dlaas.store.sqlite import SqliteJobStore
+from dlaas.adapters.store.sqlite import SqliteJobStore
+from dlaas.domain import hooks
+from dlaas.domain.errors import InvalidRequest
+from dlaas.domain.status import TRANSITIONS, Status, Transition
 from services.worker.hooks import attempt
 
 S = Status

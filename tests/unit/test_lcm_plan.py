@@ -2,10 +2,10 @@
 
 import pytest
 
-from dlaas import jobspec
-from dlaas.errors import ImageUnavailable
-from dlaas.locations import S3Location
-from dlaas.manifest import parse_manifest, resolve_image
+from dlaas.domain import jobspec
+from dlaas.domain.errors import ImageUnavailable
+from dlaas.domain.locations import S3Location
+from dlaas.domain.manifest import parse_manifest, resolve_image
 from services.lcm.plan import deployment_plan
 
 MANIFEST = """

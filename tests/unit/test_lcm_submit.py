@@ -11,7 +11,7 @@ import pytest
 from lcm_fakes import FakeIdentities
 
 from dlaas.config import PlatformSettings
-from dlaas.errors import CapacityExceeded, JobNotFound, TemporaryError
+from dlaas.domain.errors import CapacityExceeded, JobNotFound, TemporaryError
 from services.lcm.service import Lcm
 
 MANIFEST = "name: j\nframework: {name: python, command: python3 train.py}\n"
@@ -104,7 +104,7 @@ def test_a_submission_that_fails_after_the_store_leaves_nothing(
 
 
 def test_a_connection_password_is_stored_encrypted(job_store):
-    from dlaas.secretbox import SecretBox, new_key
+    from dlaas.domain.secretbox import SecretBox, new_key
 
     key = new_key()
     settings = PlatformSettings(s3_access_key="k", s3_secret_key="s", secrets_key=key)

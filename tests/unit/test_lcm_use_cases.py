@@ -12,9 +12,9 @@ import time
 import pytest
 from lcm_fakes import FakeEngine, FakeScheduler, InMemoryStatusRepo, fake_lcm
 
-from dlaas.errors import CapacityExceeded, ImageUnavailable
-from dlaas.ports import SchedulerPort, StatusRepo
-from dlaas.status import DEPLOYED, HAPPY_PATH, Status
+from dlaas.domain.errors import CapacityExceeded, ImageUnavailable
+from dlaas.domain.ports import SchedulerPort, StatusRepo
+from dlaas.domain.status import DEPLOYED, HAPPY_PATH, Status
 from services.lcm.ports import ContainerEngine
 from services.lcm.restart_policy import MAX_BACKOFF_S, backoff_s
 
@@ -210,8 +210,8 @@ def test_a_placement_decision_deploys_the_plan(job_store):
 
 
 def test_scale_outside_the_range_is_refused_with_the_one_rules_message(job_store):
-    from dlaas.errors import InvalidRequest
-    from dlaas.manifest import elastic_range_problem
+    from dlaas.domain.errors import InvalidRequest
+    from dlaas.domain.manifest import elastic_range_problem
 
     lcm = fake_lcm(job_store)
     lcm.submit("job-e", "alice", MANIFEST + "learners: 2\nmin_learners: 1\nmax_learners: 3\n", "")

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dlaas import images
-from dlaas.errors import ImageUnavailable
+from dlaas.domain.errors import ImageUnavailable
 from dlaas.learner import checkpoint
 from dlaas.learner.paths import JobPaths
 from dlaas.learner.run import exit_code, parse_command
+from dlaas.local import images
 from services.learner_helper import store, sync
 from services.learner_helper.archive import UnsafeArchive, check_members, safe_extract
 from services.learner_helper.main import ConfigError, HelperConfig
@@ -215,11 +215,11 @@ def test_object_keys_map_inside_the_data_dir():
 
 def test_image_context_is_what_the_dockerfile_copies_and_the_hash_tracks_it(tmp_path):
     sources = images.copy_sources(images.LEARNER_DOCKERFILE.read_text())
-    assert "dlaas/jobspec.py" in sources and "services/learner_helper/" in sources
+    assert "dlaas/domain/jobspec.py" in sources and "services/learner_helper/" in sources
     files = images.context_files(REPO, sources)
     assert "dlaas/learner/run.py" in files and "services/learner_helper/main.py" in files
     assert not any(
-        "__pycache__" in f or f.startswith(("dlaas/manifest", "examples")) for f in files
+        "__pycache__" in f or f.startswith(("dlaas/domain/manifest", "examples")) for f in files
     )
 
     (tmp_path / "pkg").mkdir()
@@ -290,7 +290,9 @@ def test_sync_skips_temporary_names_and_counts_lines(tmp_path):
     assert sorted(sync.scan(tmp_path)) == ["ckpt-1.pkl", "sub/model.pt"]
     assert sync.hidden(".tmp-a") and sync.hidden("d/.part-b") and not sync.hidden("d/a.b")
     assert sync.count_lines(b"") == 0 and sync.count_lines(b"a\nb\n") == 2
-    assert sync.count_lines(b"a\nb") == 2  # a last line without newline counts, as in dlaas.logs
+    assert (
+        sync.count_lines(b"a\nb") == 2
+    )  # a last line without newline counts, as in dlaas.adapters.logs
 
 
 def test_a_node_helper_knows_its_learners_and_only_the_jobs_helper_mirrors_checkpoints():

@@ -1,4 +1,4 @@
-"""The log stream of a learner across restarts of its job (dlaas.logs).
+"""The log stream of a learner across restarts of its job (dlaas.adapters.logs).
 
 The pure parts (the line cursor, the run-start mark) and the reader's round logic over
 scripted sources: `ScriptedReader` replaces only the four adapter methods (container,
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from dlaas.adapters.logs import LineCursor, LogReader, S3Log, run_start, split_lines
 from dlaas.learner.paths import RUN_START_META
-from dlaas.logs import LineCursor, LogReader, S3Log, run_start, split_lines
 
 RUN1 = [f"run1 line {i}" for i in range(5)]
 RUN2 = [f"run2 line {i}" for i in range(4)]

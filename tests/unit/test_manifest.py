@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dlaas.errors import InvalidManifest
-from dlaas.manifest import (
+from dlaas.domain.errors import InvalidManifest
+from dlaas.domain.manifest import (
     RESERVED_ENV,
     elastic_range_problem,
     parse_manifest,
@@ -292,7 +292,7 @@ def test_nesting_up_to_the_bound_is_accepted():
 
 
 def test_deep_nesting_in_a_parsed_dict_is_refused_naming_the_path():
-    from dlaas.manifest import manifest_from_dict
+    from dlaas.domain.manifest import manifest_from_dict
 
     deep: list = [1]
     for _ in range(2000):  # deeper than the recursion limit: the check must not recurse

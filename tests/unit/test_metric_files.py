@@ -1,6 +1,6 @@
-"""Metric files below LOG_DIR: which files count and whose they are (dlaas.jobspec), the
-points of JSON-lines files and TensorBoard records (dlaas.metrics), TensorBoard's reader on
-real event files (dlaas.metric_files) and the helper's choice of files to upload."""
+"""Metric files below LOG_DIR: which files count and whose they are (dlaas.domain.jobspec), the
+points of JSON-lines files and TensorBoard records (dlaas.domain.metrics), TensorBoard's reader on
+real event files (dlaas.adapters.metric_files) and the helper's choice of files to upload."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from tb_events import write_events
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from dlaas import jobspec, metrics
-from dlaas.metric_files import file_points, tensorboard_scalars
+from dlaas.adapters.metric_files import file_points, tensorboard_scalars
+from dlaas.domain import jobspec, metrics
 from services.learner_helper.sync import metric_files
 
 

@@ -1,4 +1,4 @@
-"""The metric query's checks and cut (dlaas.metric_query): every bad filter is refused
+"""The metric query's checks and cut (dlaas.domain.metric_query): every bad filter is refused
 naming its field; `select` filters by name and step and pages by whole steps."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from dlaas.errors import InvalidRequest
-from dlaas.metric_query import (
+from dlaas.domain.errors import InvalidRequest
+from dlaas.domain.metric_query import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     check_learner,
@@ -16,7 +16,7 @@ from dlaas.metric_query import (
     select,
     wanted,
 )
-from dlaas.metrics import MAX_SERIES, Point
+from dlaas.domain.metrics import MAX_SERIES, Point
 
 SERIES = {
     "loss": [[1, 0.9], [2, 0.6], [3, 0.4]],

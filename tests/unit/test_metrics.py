@@ -1,4 +1,4 @@
-"""Metrics read from log lines (dlaas.metrics): the key=value convention, Keras lines,
+"""Metrics read from log lines (dlaas.domain.metrics): the key=value convention, Keras lines,
 JSON lines (FfDL's records and plain objects) and FfDL's regex groups."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlaas.errors import InvalidManifest
-from dlaas.metrics import MAX_SERIES, Extractor, compile_spec, points, series
+from dlaas.domain.errors import InvalidManifest
+from dlaas.domain.metrics import MAX_SERIES, Extractor, compile_spec, points, series
 
 
 def series_of(lines, spec=None):

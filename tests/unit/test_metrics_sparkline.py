@@ -1,11 +1,11 @@
-"""The CLI's sparkline (dlaas.cli_metrics.sparkline): pure, no server."""
+"""The CLI's sparkline (dlaas.clients.cli_metrics.sparkline): pure, no server."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dlaas.cli_metrics import BARS, sparkline
+from dlaas.clients.cli_metrics import BARS, sparkline
 
 
 def test_lowest_and_highest_get_the_end_bars():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dlaas.jobspec import (
+from dlaas.domain.jobspec import (
     HELPER_EXIT_BAD_ARCHIVE,
     HELPER_EXIT_CONNECTION_UNREACHABLE,
     HELPER_EXIT_DATA_NOT_FOUND,
@@ -17,8 +17,8 @@ from dlaas.jobspec import (
     ROLE_HELPER,
     ROLE_LEARNER,
 )
-from dlaas.ports import Container
-from dlaas.status import JobState, Status
+from dlaas.domain.ports import Container
+from dlaas.domain.status import JobState, Status
 from services.jobmonitor import decide as d
 from services.jobmonitor.decide import (
     Cleanup,

@@ -15,10 +15,10 @@ import time
 import pytest
 from lcm_fakes import FakeEngine, InMemoryStatusRepo
 
-from dlaas import jobspec
-from dlaas.errors import TemporaryError
-from dlaas.status import Status
-from dlaas.store.base import JobRecord
+from dlaas.adapters.store.base import JobRecord
+from dlaas.domain import jobspec
+from dlaas.domain.errors import TemporaryError
+from dlaas.domain.status import Status
 from services.jobmonitor.monitor import JobMonitor
 
 NOW = 1_000_000.0

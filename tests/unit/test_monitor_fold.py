@@ -1,6 +1,6 @@
 """A gang spanning nodes has a helper per node; the monitor judges them as one (pure)."""
 
-from dlaas.ports import Container
+from dlaas.domain.ports import Container
 from services.jobmonitor.observe import fold_events, fold_helpers
 
 

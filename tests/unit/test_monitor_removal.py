@@ -17,8 +17,8 @@ import docker.errors
 import pytest
 import requests
 
-from dlaas import jobspec
-from dlaas.ports import Container, EngineUnreachable
+from dlaas.domain import jobspec
+from dlaas.domain.ports import Container, EngineUnreachable
 from services.jobmonitor.monitor import JobMonitor
 from services.lcm.deployer import Deployer, container_of, epoch
 

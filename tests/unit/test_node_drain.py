@@ -10,9 +10,9 @@ import time
 import pytest
 from lcm_fakes import FakeEngine, fake_lcm
 
-from dlaas.errors import InvalidRequest
-from dlaas.nodes import NodeSpec
-from dlaas.status import Status
+from dlaas.adapters.nodes import NodeSpec
+from dlaas.domain.errors import InvalidRequest
+from dlaas.domain.status import Status
 from services.lcm.node_health import PlacedGang, drain_moves
 
 FIXED = "name: j\nframework: {name: python, command: python3 train.py}\n"

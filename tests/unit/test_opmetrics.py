@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dlaas.status import Status, Transition
-from dlaas.store.base import JobRecord
+from dlaas.adapters.store.base import JobRecord
+from dlaas.domain.status import Status, Transition
 from services.api.opmetrics import buckets, summarize
 
 S = Status

@@ -1,12 +1,12 @@
-"""What retention reaches and what a purge request accepts (dlaas.purge: pure, no I/O)."""
+"""What retention reaches and what a purge request accepts (dlaas.domain.purge: pure, no I/O)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dlaas import purge
-from dlaas.status import Status, Transition
-from dlaas.store.base import JobRecord
+from dlaas.adapters.store.base import JobRecord
+from dlaas.domain import purge
+from dlaas.domain.status import Status, Transition
 
 DAY = purge.DAY_S
 NOW = 100 * DAY

@@ -20,7 +20,7 @@ import docker
 import grpc
 import pytest
 
-from dlaas.grpc_server import start_server
+from dlaas.adapters.grpc_server import start_server
 
 
 def bind_a_socket() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dlaas.errors import InvalidManifest
-from dlaas.manifest import parse_manifest
-from dlaas.secretbox import PREFIX, SecretBox, new_key
+from dlaas.domain.errors import InvalidManifest
+from dlaas.domain.manifest import parse_manifest
+from dlaas.domain.secretbox import PREFIX, SecretBox, new_key
 
 MANIFEST = """\
 name: m

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from dlaas.config import ApiSettings, PlatformSettings
-from dlaas.images import BASE_IMAGE
+from dlaas.local.images import BASE_IMAGE
 from dlaas.local.stack import (
     COMPOSE_FILE,
     LOCAL_IMAGES,

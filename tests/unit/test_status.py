@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from dlaas.errors import InvalidTransition
-from dlaas.status import (
+from dlaas.domain.errors import InvalidTransition
+from dlaas.domain.status import (
     ACTIVE,
     DEPLOYED,
     FINAL,

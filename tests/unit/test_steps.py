@@ -1,4 +1,4 @@
-"""`run_step` (dlaas/steps.py), the one place that interprets Permanent/Temporary errors, and
+"""`run_step` (dlaas/domain/steps.py), the one place that interprets Permanent/Temporary errors, and
 the call sites that use it, over the FAKES of tests/lcm_fakes.py (no etcd, Docker, scheduler).
 """
 
@@ -11,9 +11,9 @@ import pytest
 from lcm_fakes import fake_lcm
 from test_monitor_fast import World
 
-from dlaas.errors import DlaasError, JobNotFound, TemporaryError
-from dlaas.status import Status
-from dlaas.steps import Outcome, run_step
+from dlaas.domain.errors import DlaasError, JobNotFound, TemporaryError
+from dlaas.domain.status import Status
+from dlaas.domain.steps import Outcome, run_step
 from services.jobmonitor.observe import INFO_REQUEUE
 
 log = logging.getLogger("test.steps")

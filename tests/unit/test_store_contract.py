@@ -15,13 +15,13 @@ import threading
 
 import pytest
 
-from dlaas.accounts import Quota, Team, TokenRecord, User, audit_entry, token_hash
-from dlaas.errors import JobNotFound
-from dlaas.hooks import Delivery, Hook
-from dlaas.status import Status, Transition
-from dlaas.store import open_store
-from dlaas.store.base import JobRecord, JobStore
-from dlaas.store.sqlite import SqliteJobStore
+from dlaas.adapters.store import open_store
+from dlaas.adapters.store.base import JobRecord, JobStore
+from dlaas.adapters.store.sqlite import SqliteJobStore
+from dlaas.domain.accounts import Quota, Team, TokenRecord, User, audit_entry, token_hash
+from dlaas.domain.errors import JobNotFound
+from dlaas.domain.hooks import Delivery, Hook
+from dlaas.domain.status import Status, Transition
 
 MONGOMOCK_LABEL = "mongomock: in-process fake, no real server available here"
 
@@ -39,7 +39,7 @@ def store(request, tmp_path):
         yield s
         s.close()
         return
-    from dlaas.store.mongo import MongoJobStore
+    from dlaas.adapters.store.mongo import MongoJobStore
 
     mongomock = pytest.importorskip("mongomock", reason=f"{MONGOMOCK_LABEL}; not installed")
     request.node.user_properties.append(("backend", MONGOMOCK_LABEL))
@@ -331,7 +331,7 @@ def test_sqlite_threads_share_one_store(tmp_path):
 def test_mongo_replay_repairs_status_after_a_crash_between_updates():
     """mongomock (in-process fake): the entry was pushed, the status update was lost."""
     mongomock = pytest.importorskip("mongomock", reason=f"{MONGOMOCK_LABEL}; not installed")
-    from dlaas.store.mongo import MongoJobStore
+    from dlaas.adapters.store.mongo import MongoJobStore
 
     s = MongoJobStore("mongodb://fake/dlaas", client=mongomock.MongoClient())
     s.create(job())

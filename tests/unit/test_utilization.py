@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlaas.ports import EngineUnreachable
+from dlaas.domain.ports import EngineUnreachable
 from services.lcm.usage_docker import container_stats, memory_in_use
 from services.lcm.utilization import (
     MIB,

@@ -26,11 +26,11 @@ from typing import Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from dlaas.errors import InvalidManifest
-from dlaas.manifest import parse_manifest
-from dlaas.sdk import NodeInfo, NodeUtilization
-from dlaas.status import ACTIVE, Status
-from dlaas.store.base import JobRecord
+from dlaas.adapters.store.base import JobRecord
+from dlaas.clients.sdk import NodeInfo, NodeUtilization
+from dlaas.domain.errors import InvalidManifest
+from dlaas.domain.manifest import parse_manifest
+from dlaas.domain.status import ACTIVE, Status
 from services.api.models import error_responses
 from services.api.routes import CallerDep, DepsDep, audit
 

@@ -1,0 +1,289 @@
+"""Where a job's log lines come from, for the API's log stream and anyone else.
+
+One learner's log is ONE stream of lines across every run of the job (a requeued,
+preempted or resumed job gets a new gang: new containers with the same names, whose
+`docker logs` start empty). Two sources hold it:
+
+- the learner's log object in the job's results location (`jobspec.log_object_key`),
+  uploaded by the helper: at the start of every run (after it put the log so far back
+  in LOG_DIR, where the learner wrapper appends to it), now and then while the run goes
+  on, and at its end. Its user metadata `RUN_START_META` ("dlaas-run-start-line")
+  says how many of its lines the earlier runs wrote: the object holds
+  `earlier runs' lines ++ (a prefix of) the current run's lines`;
+- the current learner container's log (`docker logs`, read through the port
+  `dlaas.domain.ports.JobContainers` of the learner's node): the current run's lines only.
+
+So the stream is `object[:run_start] ++ docker logs`, while the container exists, and
+the whole object once it is gone (the monitor removes containers only after the helper
+stored the logs). Line `i` of the container is line `run_start + i` of the stream, and
+a `LineCursor` that counts the lines consumed so far hands out every line once, from
+the client's `offset` on, whichever source it came from.
+
+When to read `run_start`: the helper writes it before it releases the learners
+(`data_ready`), so it is read once the container has printed its first line; until
+then every line of the object precedes the container's and is handed out at once.
+A run that lost lines (a node died before its helper could upload the tail) gives
+the next run a `run_start` below what the reader already handed out; the cursor then
+counts on from `run_start` rather than drop the new run's lines.
+
+Assumptions shared with the helper and the LCM: the log object holds the same lines, in
+the same order, as the learner's `docker logs` (the wrapper writes both); the LCM
+removes a gang's containers before it starts the next gang.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import chain, islice
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from dlaas.adapters.s3 import client_for
+from dlaas.adapters.store.base import JobStore
+from dlaas.config import PlatformSettings
+from dlaas.domain import jobspec
+from dlaas.domain.errors import JobNotFound
+from dlaas.domain.locations import S3Location, job_locations
+from dlaas.domain.ports import Container, EngineUnreachable, JobContainers
+from dlaas.domain.secretbox import SecretBox
+from dlaas.domain.status import FINAL
+from dlaas.domain.stored import stored_manifest
+from dlaas.learner.paths import RUN_START_META
+
+
+class LineCursor:
+    """Counts the lines consumed so far; yields only lines past both that count and `offset`.
+
+    Pure: every source replays its part of the stream from its first line (`start` is
+    that line's index in the whole stream), and the cursor drops the ones already
+    handed out (or skipped by the client's offset).
+    """
+
+    def __init__(self, offset: int = 0):
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        self.offset = offset
+        self.consumed = 0
+
+    def take(self, lines: Iterable[str], start: int = 0) -> Iterator[str]:
+        for index, line in enumerate(lines, start):
+            if index < self.consumed:
+                continue
+            self.consumed = index + 1
+            if index >= self.offset:
+                yield line
+
+    def rewind(self, to: int) -> None:
+        """The stream lost its lines past `to` (they will never come): count on from there."""
+        self.consumed = min(self.consumed, to)
+
+
+def run_start(metadata: dict[str, str] | None) -> int:
+    """Lines of earlier runs at the head of a log object (0 for objects without the mark)."""
+    value = (metadata or {}).get(RUN_START_META, "0")
+    return int(value) if value.isdigit() else 0
+
+
+@dataclass
+class S3Log:
+    """One read of a log object: its earlier runs' line count and its lines."""
+
+    run_start: int
+    lines: Iterator[str]
+
+
+def split_lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Byte chunks (cut anywhere) -> text lines without their newline; a last partial line too."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for raw in complete:
+            yield raw.removesuffix(b"\r").decode("utf-8", "replace")
+    if pending:
+        yield pending.removesuffix(b"\r").decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class LiveContainer:
+    """A learner's container and the node view that reported it (its logs are read there)."""
+
+    engine: JobContainers
+    container: Container
+
+    @property
+    def id(self) -> str:
+        return self.container.id
+
+    @property
+    def status(self) -> str:
+        return self.container.state
+
+
+class LogReader:
+    """Reads one learner's log lines from its container or, once it is gone, from S3.
+
+    `engines` maps node names to their JobContainers (one view alone is the only node; None
+    or empty: only S3 is read); the learner's container is looked for on the node the LCM
+    recorded for it (the job's info["learners"][i]["node"]), or on every node. `s3_for`
+    turns a job's results location into a boto3 client (the platform's own client is
+    reused for the platform's S3). `sleep` and `poll_s` pace the follow loop.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        settings: PlatformSettings,
+        engines: Mapping[str, JobContainers] | JobContainers | None,
+        s3_for: Callable[[S3Location], Any] = client_for,
+        *,
+        poll_s: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.store = store
+        self.settings = settings
+        if isinstance(engines, JobContainers):
+            engines = {"": engines}
+        self.engines: dict[str, JobContainers] = dict(engines or {})
+        self.s3_for = s3_for
+        self.poll_s = poll_s
+        self.sleep = sleep
+
+    # --- adapters -------------------------------------------------------------------
+
+    def _engines_for(self, job_id: str, learner: int) -> list[JobContainers]:
+        """The view of the learner's node when the job's record names it, else every one."""
+        if len(self.engines) <= 1:
+            return list(self.engines.values())
+        try:
+            placed = self.store.get(job_id).info.get("learners")
+        except JobNotFound:
+            placed = None
+        node = next(
+            (e.get("node") for e in placed or () if isinstance(e, dict) and e.get("id") == learner),
+            None,
+        )
+        if node in self.engines:
+            return [self.engines[node]]
+        return [self.engines[n] for n in sorted(self.engines)]
+
+    def _container(self, job_id: str, learner: int) -> LiveContainer | None:
+        for engine in self._engines_for(job_id, learner):
+            try:
+                found = engine.job_containers(job_id)
+            except EngineUnreachable:
+                # Behave as if the container were gone, so the reader falls back to S3 and
+                # tries the engine again on the next round.
+                continue
+            mine = [c for c in found if c.role == jobspec.ROLE_LEARNER and c.learner == learner]
+            if mine:
+                # The LCM removes a gang before it starts the next: one, or a running one.
+                return LiveContainer(engine, max(mine, key=lambda c: c.running))
+        return None
+
+    def _container_lines(self, live: LiveContainer, follow: bool) -> Iterator[str]:
+        try:
+            if follow:
+                chunks: Iterable[bytes] = live.engine.follow_logs(live.container)
+            else:
+                chunks = [live.engine.logs(live.container) or b""]
+            yield from split_lines(chunks)
+        except (EngineUnreachable, OSError):
+            return  # removed while we read: the next round reads S3 from where we are
+
+    def _has_output(self, live: LiveContainer) -> bool:
+        try:
+            raw = live.engine.logs(live.container, tail=1)
+        except (EngineUnreachable, OSError):
+            return True  # gone: do not read ahead in S3, the next round sorts it out
+        return True if raw is None else bool(raw)  # None: gone, as above
+
+    def _s3_log(self, results: S3Location, job_id: str, learner: int) -> S3Log | None:
+        s3 = self.s3_for(results)
+        key = results.prefix + jobspec.log_object_key(job_id, learner)
+        try:
+            obj = s3.get_object(Bucket=results.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchBucket", "404"):
+                return None
+            raise
+        return S3Log(
+            run_start(obj.get("Metadata")), split_lines(obj["Body"].iter_chunks(64 * 1024))
+        )
+
+    def _final(self, job_id: str) -> bool:
+        try:
+            return self.store.get(job_id).status in FINAL
+        except JobNotFound:
+            return True  # deleted while we followed: nothing more will come
+
+    # --- the stream -----------------------------------------------------------------
+
+    def lines(
+        self, job_id: str, learner: int = 0, *, offset: int = 0, follow: bool = False
+    ) -> Iterator[str]:
+        """Learner `learner`'s log lines from line `offset` on; with `follow`, until the job
+        is final and every line is out. Raise JobNotFound for an unknown job."""
+        record = self.store.get(job_id)
+        box = SecretBox(self.settings.secrets_key.get_secret_value())
+        manifest = stored_manifest(record, box)
+        _, results = job_locations(manifest, self.settings, record.team)
+        return self.stream(results, job_id, learner, offset=offset, follow=follow)
+
+    def stream(
+        self, results: S3Location, job_id: str, learner: int, *, offset: int, follow: bool
+    ) -> Iterator[str]:
+        """The stream of `lines` once the job's results location is known."""
+        cursor = LineCursor(offset)
+        current: tuple[str, int] | None = None  # (container id, its first line's index)
+
+        def whole_object() -> Iterator[str]:
+            log = self._s3_log(results, job_id, learner)
+            return cursor.take(log.lines) if log is not None else iter(())
+
+        while True:
+            # Status first: if the job was already final before we read a source, that
+            # source holds every line there will ever be.
+            final = self._final(job_id)
+            container = self._container(job_id, learner)
+            if container is None:
+                current = None
+                yield from whole_object()
+                # Containers gone and the job final: the monitor removes containers only
+                # after the logs are in S3, so there is nothing more to wait for.
+                done = True
+            else:
+                running = container.status in ("running", "restarting")
+                if current is not None and current[0] != container.id:
+                    current = None  # a new run (restart) under the same name
+                object_read = current is None and not self._has_output(container)
+                if object_read:
+                    # Nothing printed yet: every line of the object precedes this run's.
+                    yield from whole_object()
+                lines = self._container_lines(container, follow and running)
+                if current is None:
+                    first = next(lines, None)
+                    if first is not None:
+                        # The helper wrote this run's start before the learner could print.
+                        log = self._s3_log(results, job_id, learner)
+                        start = log.run_start if log is not None else 0
+                        if start < cursor.consumed:
+                            cursor.rewind(start)  # the last run's tail was lost with its node
+                        if log is not None:
+                            yield from cursor.take(islice(log.lines, start))
+                        current = (container.id, start)
+                        lines = chain([first], lines)
+                if current is not None:
+                    yield from cursor.take(lines, current[1])
+                elif not object_read:
+                    # It had output, yet none could be read: it is being removed (the
+                    # monitor cleans up after the helper stored the log; Docker may still
+                    # list it with its log file gone). The object holds its lines.
+                    yield from whole_object()
+                done = not running
+            if not follow or (final and done):
+                return
+            self.sleep(self.poll_s)

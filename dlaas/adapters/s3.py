@@ -1,0 +1,86 @@
+"""boto3 clients for S3 locations and the platform's own S3 (path-style addressing).
+
+`client_for(loc)` is for a location a manifest names: a user's own store, reached from
+the platform's hosts. Such an endpoint may be slow, or a tarpit that accepts and never
+answers, so its client gets short timeouts and no retries: a caller waits seconds, not
+minutes, and a botocore error it can map (see `STORE_UNREACHABLE`) instead of a hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import HTTPClientError
+
+from dlaas.config import PlatformSettings
+from dlaas.domain import errors
+from dlaas.domain.locations import S3Location
+
+# Bounds for a user's store (read at call time, so a test can shorten them).
+USER_CONNECT_TIMEOUT_S = 3.0
+USER_READ_TIMEOUT_S = 10.0
+
+# What botocore raises when a store does not answer (connect or read timeout, refused
+# or reset connection, unknown host): the store is unreachable, not the request bad.
+STORE_UNREACHABLE = (BotoConnectionError, HTTPClientError)
+
+
+def client(
+    endpoint: str,
+    access_key: str,
+    secret_key: str,
+    *,
+    connect_timeout: float = 60.0,
+    read_timeout: float = 60.0,
+    attempts: int = 3,
+):
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        region_name="us-east-1",
+        config=Config(
+            s3={"addressing_style": "path"},
+            retries={"total_max_attempts": attempts, "mode": "standard"},
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+        ),
+    )
+
+
+def client_for(loc: S3Location):
+    """A client for a store named in a manifest: short timeouts, one attempt."""
+    return client(
+        loc.endpoint,
+        loc.access_key,
+        loc.secret_key,
+        connect_timeout=USER_CONNECT_TIMEOUT_S,
+        read_timeout=USER_READ_TIMEOUT_S,
+        attempts=1,
+    )
+
+
+def platform_client(settings: PlatformSettings):
+    return client(
+        settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key.get_secret_value()
+    )
+
+
+def client_for_location(loc: S3Location, platform: Callable[[], Any]):
+    """The client for a job's location: the platform's (`platform()`) for the platform's S3,
+    a fresh one for a user's own store. Only a location that IS the platform's (resolved in
+    the team namespace) gets the platform's key: a manifest naming the platform's endpoint
+    and key id as its "own" store still signs with the key it gave."""
+    if loc.platform:
+        return platform()
+    try:
+        return client_for(loc)  # short timeouts: the store is the user's, maybe a tarpit
+    except ValueError:  # botocore refuses the endpoint (stored under older rules)
+        raise errors.InvalidRequest(
+            "data_stores[0].connection.endpoint: not a URL the platform can call"
+        ) from None

@@ -1,0 +1,2 @@
+"""What users and integrators run against the platform: the REST client, the typed gRPC
+SDK and the `dlaas` command line."""

@@ -1,0 +1,654 @@
+"""Manifest v1: what a user asks the platform to run, as a pydantic model.
+
+Pure logic, no I/O: `parse_manifest(text)` turns YAML into a validated `Manifest` or
+raises `InvalidManifest` whose every problem names the field path and what is wrong.
+FfDL's manifests parse unchanged: its S3-style store types map to our S3 store and its
+connection keys (auth_url, user_name, password) map to ours.
+
+Everything a manifest holds is bounded before it reaches a store, a proto or Docker:
+numbers fit their proto types (and Docker's minimums), strings and lists have a length
+limit and no NUL, the YAML has no aliases (no "billion laughs") and nests at most
+`MAX_DEPTH` levels, so a refusal is always an `InvalidManifest` naming the field and
+never an overflow or a RecursionError further on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Annotated, Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from dlaas.domain.errors import ImageUnavailable, InvalidManifest
+
+# Env names the platform sets for every learner; a manifest may not override them.
+RESERVED_ENV = frozenset(
+    {
+        "JOB_ID",
+        "LEARNER_ID",
+        "NUM_LEARNERS",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "DATA_DIR",
+        "RESULT_DIR",
+        "CHECKPOINT_DIR",
+        "LOG_DIR",
+    }
+)
+
+# Store types that are S3 (FfDL used several names for the same thing).
+S3_STORE_TYPES = frozenset({"s3", "s3_datastore", "mount_cos", "cos", "s3_object_store"})
+
+# Bounds. The numbers are those of the protos the manifest travels in (int32 learners,
+# gpus and priority; int64 memory_mb) and of Docker (a container needs at least 6 MiB).
+INT32_MAX = 2**31 - 1
+MIN_MEMORY_MB = 6
+MAX_MEMORY_MB = 2**30  # 1 PiB: far above any node, far below int64 bytes
+MIN_CPUS = 0.01  # Docker's smallest CPU quota
+MAX_MANIFEST_BYTES = 2**20
+MAX_DEPTH = 32  # nesting of mappings and lists, anywhere in the manifest
+MAX_FREEFORM_BYTES = 64 * 2**10  # evaluation_metrics, as JSON
+MAX_ENV = 256
+MAX_DATA_STORES = 16
+MAX_COMMAND = 32 * 2**10
+MAX_ENV_VALUE = 32 * 2**10
+MAX_TEXT = 4096  # description
+MAX_SHORT = 256  # versions, ids, keys, bucket names, image names, ...
+MAX_URL = 2048
+
+# Framework names the platform's own learner image serves (any version).
+BUILTIN_FRAMEWORKS = frozenset({"python", "python3", "numpy", "dlaas"})
+
+# Deep-learning frameworks with a learner image of their own, by the versions built:
+# dlaas/local/images.py builds `<learner image>-<name>:<version>` from Debian's packages (there is
+# no registry here), e.g. dlaas/learner-pytorch:1.13 from bookworm's python3-torch. FfDL's
+# "latest" means the newest version listed. TensorFlow, Horovod and Caffe are not in Debian.
+FRAMEWORK_VERSIONS: dict[str, tuple[str, ...]] = {"pytorch": ("1.13",)}
+FRAMEWORK_ALIASES = {"torch": "pytorch"}
+LATEST = "latest"
+
+# Priority classes a manifest may name instead of a number.
+PRIORITY_CLASSES = {"low": -100, "normal": 0, "high": 100, "critical": 1000}
+
+_UNITS = {
+    "": 1,
+    "k": 1000,
+    "m": 1000**2,
+    "g": 1000**3,
+    "t": 1000**4,
+    "ki": 1024,
+    "mi": 1024**2,
+    "gi": 1024**3,
+    "ti": 1024**4,
+}
+_MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*$", re.IGNORECASE)
+# Spaces are allowed: FfDL examples use names such as "pytorch ddl" (the name is only shown).
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URL_RE = re.compile(r"^https?://[^\s/?#]+(?:[/?#]\S*)?$", re.IGNORECASE)
+_BUCKET_RE = re.compile(r"^[A-Za-z0-9.-]+$")
+
+
+def parse_memory_mb(value: Any) -> int:
+    """Memory as MiB from FfDL-style strings: `1Gb`, `16GB`, `1000MiB`, `512M`, or a number of MiB."""
+    if isinstance(value, bool):
+        # ValueError, not TypeError: pydantic reports only ValueErrors as field errors.
+        raise ValueError("must be a size such as 512MiB or 2Gb, not a boolean")  # noqa: TRY004
+    if isinstance(value, int | float):
+        try:
+            mib = float(value)
+        except OverflowError:  # an int beyond any float
+            raise ValueError(f"must be at most {MAX_MEMORY_MB} MiB (1 PiB)") from None
+    elif isinstance(value, str):
+        m = _MEM_RE.match(value)
+        if not m:
+            raise ValueError(
+                f"{value!r} is not a size; use a number with a unit such as 512MiB or 2Gb"
+            )
+        unit = (m.group(2) or "mi").lower()  # a bare number means MiB
+        mib = float(m.group(1)) * _UNITS[unit] / 1024**2
+    else:
+        raise ValueError("must be a size such as 512MiB or 2Gb")  # noqa: TRY004
+    if math.isnan(mib):
+        raise ValueError("must be a size such as 512MiB or 2Gb, not NaN")
+    if mib <= 0:
+        raise ValueError("must be greater than zero")
+    if mib > MAX_MEMORY_MB:  # also infinity; round() would overflow on it
+        raise ValueError(f"must be at most {MAX_MEMORY_MB} MiB (1 PiB)")
+    return max(1, round(mib))
+
+
+Short = Annotated[str, Field(max_length=MAX_SHORT)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Connection(BaseModel):
+    """Where a data store lives and how to sign in; FfDL's key names are accepted."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    endpoint: str | None = Field(default=None, validation_alias="auth_url", max_length=MAX_URL)
+    access_key: str | None = Field(default=None, validation_alias="user_name", max_length=MAX_URL)
+    secret_key: SecretStr | None = Field(
+        default=None, validation_alias="password", max_length=MAX_URL
+    )
+    region: Short | None = None
+
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v and not _URL_RE.match(v):  # empty: the platform's own S3, as when absent
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for ours, theirs in (
+            ("auth_url", "endpoint"),
+            ("user_name", "access_key"),
+            ("password", "secret_key"),
+        ):
+            if theirs in data and ours not in data:
+                data[ours] = data.pop(theirs)
+            data.pop(theirs, None)
+        return data
+
+
+class Bucket(_Model):
+    container: str = Field(min_length=1, max_length=MAX_SHORT)
+
+    @field_validator("container")
+    @classmethod
+    def _bucket_name(cls, v: str) -> str:
+        # FfDL's examples name buckets with underscores (its object store allowed them); S3
+        # does not, and the failure came much later, from the client, as a traceback. Refused
+        # here, not mapped: a silently renamed bucket would not be the one the data went to.
+        if "_" in v:
+            raise ValueError(
+                f"{v!r} is not an S3 bucket name: '_' is not allowed (S3 bucket names hold "
+                f"lowercase letters, digits, '.' and '-'); rename the bucket, e.g. to "
+                f"{v.replace('_', '-').lower()!r}, and use that name here and in `dlaas data upload`"
+            )
+        if not _BUCKET_RE.match(v):
+            raise ValueError("must be a bucket name: letters, digits, '.' and '-'")
+        return v
+
+
+class DataStore(_Model):
+    id: str = Field(min_length=1, max_length=MAX_SHORT)
+    type: Short
+    training_data: Bucket | None = None
+    training_results: Bucket | None = None
+    connection: Connection = Field(default_factory=Connection)
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, v: str) -> str:
+        if v.lower() not in S3_STORE_TYPES:
+            raise ValueError(
+                f"store type {v!r} is not supported; use one of: s3 "
+                f"(also accepted: {', '.join(sorted(S3_STORE_TYPES - {'s3'}))})"
+            )
+        return "s3"
+
+
+class Framework(_Model):
+    name: str = Field(min_length=1, max_length=MAX_SHORT)
+    version: Short = "latest"
+    image: str | None = Field(default=None, min_length=1, max_length=MAX_SHORT)
+    command: str = Field(min_length=1, max_length=MAX_COMMAND)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_str(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+
+
+class Checkpoint(_Model):
+    interval_s: int = Field(
+        default=300, ge=0, le=INT32_MAX, description="0 turns periodic checkpoints off"
+    )
+
+
+class Elastic(_Model):
+    """How an elastic job (min_learners < max_learners) may be resized by the platform.
+
+    The job's target is `learners` (or the user's last `dlaas scale N`): the scheduler shrinks
+    it below that only for a job of a higher class, and grows it back to it. With `auto_grow`
+    it may also grow past the target, toward max_learners, into idle resources; those learners
+    are lent and given back (a checkpoint, then a restart at the target) when a queued job
+    needs them. Off by default: a job runs at the size its user asked for.
+    """
+
+    auto_grow: StrictBool = False
+
+
+class Manifest(_Model):
+    name: str
+    description: str = Field(default="", max_length=MAX_TEXT)
+    version: Short = "1.0"
+    learners: int = Field(default=1, ge=1, le=1024)
+    cpus: float = Field(default=1.0, ge=MIN_CPUS, le=1024, allow_inf_nan=False)
+    gpus: int = Field(default=0, ge=0, le=64)
+    gpu_type: Short | None = None
+    memory_mb: int = Field(default=1024, validation_alias="memory")
+    data_stores: list[DataStore] = Field(default_factory=list, max_length=MAX_DATA_STORES)
+    framework: Framework
+    evaluation_metrics: dict[str, Any] | None = None
+    min_learners: int | None = Field(default=None, ge=1, le=1024)
+    max_learners: int | None = Field(default=None, ge=1, le=1024)
+    elastic: Elastic = Field(default_factory=Elastic)
+    priority: int = Field(default=0, ge=-INT32_MAX - 1, le=INT32_MAX)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    max_restarts: int = Field(default=0, ge=0, le=100)
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(
+                "must be 1-63 letters, digits, spaces, '.', '_' or '-', starting with a letter or digit"
+            )
+        return v
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_str(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+
+    @field_validator("memory_mb", mode="before")
+    @classmethod
+    def _memory(cls, v: Any) -> int:
+        mib = parse_memory_mb(v)
+        if mib < MIN_MEMORY_MB:
+            raise ValueError(f"must be at least {MIN_MEMORY_MB} MiB (Docker's minimum)")
+        return mib
+
+    @field_validator("evaluation_metrics")
+    @classmethod
+    def _metrics_size(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Free-form, shown back by `show`: bounded so one job cannot bloat every listing.
+        if v is not None and len(json.dumps(v, default=str)) > MAX_FREEFORM_BYTES:
+            raise ValueError(f"must be at most {MAX_FREEFORM_BYTES // 1024} KiB (as JSON)")
+        return v
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _priority(cls, v: Any) -> Any:
+        if isinstance(v, str) and not v.lstrip("-").isdigit():
+            if v.lower() not in PRIORITY_CLASSES:
+                raise ValueError(
+                    f"unknown priority class {v!r}; use a number or one of {', '.join(PRIORITY_CLASSES)}"
+                )
+            return PRIORITY_CLASSES[v.lower()]
+        return v
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for key, value in v.items():
+            if not isinstance(key, str) or not _ENV_RE.match(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if len(key) > MAX_SHORT:
+                raise ValueError(f"variable names are at most {MAX_SHORT} characters")
+            if key in RESERVED_ENV:
+                raise ValueError(f"{key} is set by the platform and cannot be overridden")
+            value = value if isinstance(value, str) else str(value)
+            if len(value) > MAX_ENV_VALUE:
+                raise ValueError(f"{key}: values are at most {MAX_ENV_VALUE // 1024} KiB")
+            out[key] = value
+        return out
+
+    @model_validator(mode="after")
+    def _elastic_range(self) -> Manifest:
+        lo, hi = self.elastic_range
+        problem = elastic_range_problem(self.learners, lo, hi)
+        if problem:
+            raise ValueError(problem)
+        self.min_learners, self.max_learners = lo, hi
+        if self.elastic.auto_grow and hi == self.learners:
+            raise ValueError(
+                f"elastic.auto_grow: needs max_learners above learners ({self.learners}) to grow into"
+            )
+        ids = [s.id for s in self.data_stores]
+        if len(ids) != len(set(ids)):
+            raise ValueError("data_stores: ids must be unique")
+        return self
+
+    @property
+    def is_elastic(self) -> bool:
+        return self.min_learners != self.max_learners
+
+    @property
+    def elastic_range(self) -> tuple[int, int]:
+        """(min_learners, max_learners); both are `learners` unless the manifest widens them."""
+        lo = self.min_learners if self.min_learners is not None else self.learners
+        hi = self.max_learners if self.max_learners is not None else self.learners
+        return lo, hi
+
+    def data_store(self) -> DataStore | None:
+        """The store that holds training data and receives results (the first one)."""
+        return self.data_stores[0] if self.data_stores else None
+
+    def normalized(self) -> dict[str, Any]:
+        """The manifest as the platform understood it, with credentials masked.
+
+        The access key is masked too: with the password it is the credential of the user's
+        store, and a job's page is no place for either.
+        """
+        data = self.model_dump(mode="json", exclude_none=True)
+        for store in data.get("data_stores") or []:
+            conn = store.get("connection") or {}
+            if conn.get("access_key"):
+                conn["access_key"] = "**********"
+        return data
+
+
+# Fields named in problems as the manifest documents them (pydantic reports aliases).
+_SHOWN_NAMES = {(None, "memory_mb"): "memory"} | {
+    ("connection", alias): ours
+    for alias, ours in (
+        ("auth_url", "endpoint"),
+        ("user_name", "access_key"),
+        ("password", "secret_key"),
+    )
+}
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for i, item in enumerate(loc):
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item in ("function-after[_elastic_range()]",):
+            continue
+        else:
+            parent = None if i == 0 else loc[i - 1]
+            name = _SHOWN_NAMES.get((parent, str(item)), str(item))
+            parts.append(("." if parts else "") + name)
+    return "".join(parts) or "(manifest)"
+
+
+# A refusal lists at most this many problems: a huge bad manifest gets a short answer.
+MAX_PROBLEMS = 20
+
+
+def _capped(problems: list[str]) -> list[str]:
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    return [*problems[:MAX_PROBLEMS], f"(manifest): and {len(problems) - MAX_PROBLEMS} more"]
+
+
+def errors_from_validation(exc: ValidationError) -> list[str]:
+    """Turn pydantic's errors into `path: what is wrong` lines, with no input values echoed."""
+    out = []
+    for err in exc.errors(include_url=False, include_input=False):
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        out.append(f"{_field_path(tuple(err['loc']))}: {msg}")
+    return _capped(out)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _bad_text(s: str) -> str:
+    """What is wrong with a string no store, proto or Docker call can carry, or ''."""
+    if "\x00" in s:
+        return "must not contain a NUL character"
+    if _SURROGATE.search(s):  # e.g. a lone "\ud800" in JSON: not encodable as UTF-8
+        return "must be valid Unicode text (it holds a lone surrogate)"
+    return ""
+
+
+def check_shape(data: Any) -> None:
+    """Raise InvalidManifest unless `data` nests at most MAX_DEPTH levels and every
+    string in it (keys too) is text every adapter can carry.
+
+    Iterative on purpose: a deep document must not overflow the stack here either.
+    """
+    problems: list[str] = []
+    stack: list[tuple[tuple[Any, ...], Any, int]] = [((), data, 1)]
+    while stack:
+        path, value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                problems.append(f"{_field_path(path)}: nested deeper than {MAX_DEPTH} levels")
+                continue
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str) and (bad := _bad_text(key)):
+                    # The parent is named: the bad name itself is no help to read.
+                    problems.append(f"{_field_path(path)}: a field name {bad}")
+                stack.append(((*path, key), item, depth + 1))
+        elif isinstance(value, str) and (bad := _bad_text(value)):
+            problems.append(f"{_field_path(path)}: {bad}")
+    if problems:
+        raise InvalidManifest(_capped(problems))
+
+
+class _ManifestLoader(yaml.SafeLoader):
+    """YAML's safe loader without anchors or aliases, and with bounded nesting.
+
+    Aliases let a few hundred bytes expand to gigabytes ("billion laughs"), and the
+    composer recurses once per level, so deep nesting would end in a RecursionError.
+    A manifest has no use for either; both are refused where they appear.
+    """
+
+    def __init__(self, stream: str | bytes) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def construct_scalar(self, node: Any) -> Any:
+        value = super().construct_scalar(node)
+        if node.style == ">" and isinstance(value, str):
+            return join_folded(value)
+        return value
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if event.anchor is not None:  # an anchor (&name) or an alias (*name)
+            raise _refusal(event, "YAML anchors and aliases (&name, *name) are not allowed")
+        if self._depth > MAX_DEPTH:  # containers nest MAX_DEPTH deep, +1 for the scalar
+            raise _refusal(event, f"nested deeper than {MAX_DEPTH} levels")
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+# A line break and the indentation of the line after it: a more-indented line of a
+# folded (`>`) scalar, which YAML keeps on a line of its own.
+_CONTINUATION = re.compile(r"\n[ \t]+")
+
+
+def join_folded(value: str) -> str:
+    """A folded (`command: >`) scalar as FfDL ran it: one line.
+
+    YAML folds the lines of `>` into one, except lines indented deeper than the first, which
+    keep their line break. FfDL's examples indent their continuation lines:
+
+        command: >
+          python train.py --data ${DATA_DIR}
+            --epochs 20
+
+    is "python train.py --data ${DATA_DIR}\n  --epochs 20\n" to YAML, and `sh -c` ran
+    `--epochs 20` as a second command. FfDL ran it as one line, so an indented line here
+    continues the one before it. A line break before an unindented line (a blank line in
+    the YAML) is kept: the writer asked for it. Literal (`|`) scalars are left as written.
+    """
+    return _CONTINUATION.sub(" ", value).strip()
+
+
+def _refusal(event: Any, what: str) -> InvalidManifest:
+    mark = event.start_mark
+    return InvalidManifest([f"(manifest): {what} (line {mark.line + 1}, column {mark.column + 1})"])
+
+
+def elastic_range_problem(learners: int, lo: int, hi: int) -> str:
+    """The one elastic-range rule, min_learners <= learners <= max_learners: "" when it
+    holds, else the problem naming the fields.
+
+    Asked by the manifest's validator (the target it asks for), the scale use case (the
+    LCM's and the API's, through `scale_problem`) and the scheduler's Enqueue (a gang).
+    """
+    if lo <= learners <= hi:
+        return ""
+    return (
+        f"learners: {learners} is outside the job's elastic range; allowed {lo} to {hi} "
+        "(min_learners to max_learners)"
+    )
+
+
+def scale_problem(manifest: Manifest, learners: int, job_id: str) -> str:
+    """ "" when the job may be scaled to `learners`, else the problem naming the field."""
+    if not manifest.is_elastic:
+        return (
+            f"learners: job {job_id} is not elastic (it runs exactly {manifest.learners} "
+            "learner(s)); set min_learners < max_learners in its manifest to allow scaling"
+        )
+    lo, hi = manifest.elastic_range
+    return elastic_range_problem(learners, lo, hi)
+
+
+def parse_manifest(text: str | bytes) -> Manifest:
+    """Parse and validate a YAML manifest; raise InvalidManifest listing every problem."""
+    return manifest_from_dict(load_yaml(text))
+
+
+def load_yaml(text: str | bytes) -> dict[str, Any]:
+    """The manifest's YAML as plain data, read as parse_manifest reads it (folded commands
+    joined, no aliases, bounded); for code that rewrites a manifest and stores it again,
+    so that the text stored means what the text submitted meant."""
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise InvalidManifest([f"(manifest): larger than {MAX_MANIFEST_BYTES // 2**20} MiB"])
+    loader = None
+    try:
+        # The reader checks the characters as it is made: a control character raises here.
+        loader = _ManifestLoader(text)
+        data = loader.get_single_data()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "not valid YAML"
+        raise InvalidManifest([f"(manifest): malformed YAML{where}: {problem}"]) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    if not isinstance(data, dict):
+        raise InvalidManifest(["(manifest): must be a YAML mapping of fields"])
+    return data
+
+
+def manifest_from_dict(data: dict[str, Any]) -> Manifest:
+    """Validate an already-parsed manifest (see `check_shape` for what is refused first)."""
+    check_shape(data)
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidManifest(errors_from_validation(exc)) from None
+
+
+def resolve_image(manifest: Manifest, learner_image: str) -> str:
+    """The image for the manifest's framework; raise ImageUnavailable when none is known."""
+    fw = manifest.framework
+    if fw.image:
+        return fw.image
+    name = fw.name.lower()
+    if name in BUILTIN_FRAMEWORKS:
+        return learner_image
+    name = FRAMEWORK_ALIASES.get(name, name)
+    library = _LIBRARIES.get(name, fw.name)
+    if name in FRAMEWORK_VERSIONS:
+        versions = FRAMEWORK_VERSIONS[name]
+        version = framework_version(fw.version, versions)
+        if version is None:
+            listed = ", ".join(versions)
+            raise ImageUnavailable(
+                f"framework.version: the platform has no {library} {fw.version} image; "
+                f"{library} versions with an image: {listed} ({LATEST!r} is {versions[-1]}). "
+                f"Set framework.version to one of them if the script runs there, or set "
+                f"framework.image to an image with {library} {fw.version} present on the nodes"
+            )
+        return framework_image(learner_image, name, version)
+    if name in _LIBRARIES:  # and not built
+        # FfDL picked an image by framework name and version; these libraries are not in
+        # Debian, so the platform cannot build their images without a registry.
+        raise ImageUnavailable(
+            f"framework.name: the platform has no {library} image (its images: the learner "
+            f"image with Python 3, numpy and boto3, and framework {_built_frameworks()}), so "
+            f"framework {fw.name} {fw.version} cannot run as written; set framework.image to an "
+            f"image with {library} that is present on the nodes (e.g. built FROM the learner image, "
+            f"see images/README.md), or use framework name 'python' for a script that does "
+            f"not import {library}"
+        )
+    raise ImageUnavailable(
+        f"framework.name: no image is known for framework {fw.name} {fw.version}; "
+        f"use framework name 'python' (the platform's learner image) or one of the framework "
+        f"images ({_built_frameworks()}), or set framework.image to an image present on the "
+        f"nodes"
+    )
+
+
+def framework_version(asked: str, versions: tuple[str, ...]) -> str | None:
+    """The built version `asked` means: itself, a patch release of it (1.13.1 is 1.13), or
+    the newest for "latest"; None when none was built."""
+    if asked.lower() == LATEST:
+        return versions[-1]
+    for version in versions:
+        if asked == version or asked.startswith(version + "."):
+            return version
+    return None
+
+
+def framework_image(learner_image: str, name: str, version: str) -> str:
+    """The framework's image, named after the learner image so that a registry prefix
+    carries over: dlaas/learner:latest -> dlaas/learner-pytorch:1.13,
+    reg:5000/dlaas/learner:v2 -> reg:5000/dlaas/learner-pytorch:1.13."""
+    repository = learner_image.split("@", 1)[0]
+    if ":" in repository.rsplit("/", 1)[-1]:
+        repository = repository.rsplit(":", 1)[0]
+    return f"{repository}-{name}:{version}"
+
+
+def _built_frameworks() -> str:
+    """The framework images there are, as a manifest names them: "pytorch 1.13"."""
+    return ", ".join(f"{name} {'/'.join(v)}" for name, v in FRAMEWORK_VERSIONS.items())
+
+
+# Framework names FfDL had images for, by the library the job imports (for messages).
+_LIBRARIES = {
+    "tensorflow": "TensorFlow",
+    "tf": "TensorFlow",
+    "keras": "TensorFlow",
+    "pytorch": "PyTorch",
+    "torch": "PyTorch",
+    "horovod": "Horovod",
+    "caffe": "Caffe",
+    "caffe2": "Caffe2",
+}

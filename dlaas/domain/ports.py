@@ -1,0 +1,218 @@
+"""Ports to the platform's shared facts: job status in etcd, the scheduler, and the
+containers of jobs as a container engine reports them.
+
+Abstract classes, no I/O. The production adapters subclass them (`StatusKeeper` in
+dlaas.adapters.etcd_status, `SchedulerClient` in dlaas.clients.sdk, the Docker and Swarm engines of
+services/lcm); so do the in-memory fakes of the fast tests (tests/lcm_fakes.py), so a use
+case runs the same against either.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from dlaas.domain.errors import InvalidTransition, JobNotFound
+from dlaas.domain.status import JobState, Status, forward_path
+
+
+class StatusRepo(ABC):
+    """A job's live status, changed only by compare-and-swap along dlaas.domain.status's table,
+    and the facts the LCM keeps next to it (placement, node health) or reads there (the
+    scheduler's allocations)."""
+
+    # ---- job status ------------------------------------------------------------------
+
+    @abstractmethod
+    def get(self, job_id: str) -> JobState | None: ...
+
+    @abstractmethod
+    def create(self, job_id: str, reason: str = "submitted") -> JobState:
+        """Put the QUEUED state if the job has none yet; return the job's state either way."""
+
+    @abstractmethod
+    def transition(
+        self,
+        job_id: str,
+        target: Status,
+        reason: str,
+        *,
+        error_code: str = "",
+        exit_code: int | None = None,
+    ) -> JobState:
+        """Move the job to `target`; raise InvalidTransition if not allowed, JobNotFound."""
+
+    def try_transition(self, job_id: str, target: Status, reason: str, **kw) -> JobState | None:
+        """Like transition(), but None when the edge is not allowed (someone got there first)."""
+        try:
+            return self.transition(job_id, target, reason, **kw)
+        except InvalidTransition:
+            return None
+
+    def walk_to(self, job_id: str, target: Status, reason: str, **kw) -> JobState | None:
+        """Advance along the happy path to `target`, recording every step in between."""
+        current = self.get(job_id)
+        if current is None:
+            raise JobNotFound(job_id)
+        state: JobState | None = current
+        for step in forward_path(current.status, target):
+            state = self.try_transition(job_id, step, reason, **kw)
+            if state is None:
+                return None
+        return state
+
+    @abstractmethod
+    def delete(self, job_id: str) -> None:
+        """Forget the job: its status and everything kept under it (its placement)."""
+
+    @abstractmethod
+    def active_jobs(self) -> dict[str, JobState]:
+        """Every job whose status is not final."""
+
+    @abstractmethod
+    def repair_mirrors(self, since: float | None = None) -> list[str]:
+        """Mirror into the job store what it missed; the jobs repaired."""
+
+    # ---- next to a job's status: its placement ---------------------------------------
+
+    @abstractmethod
+    def placement(self, job_id: str) -> list[dict]:
+        """The job's placement as the LCM recorded it ({learner, node, gpu_indices}), or []."""
+
+    @abstractmethod
+    def set_placement(self, job_id: str, placement: list[dict]) -> None: ...
+
+    # ---- the cluster: node health (the LCM's), allocations (the scheduler's) ---------
+
+    @abstractmethod
+    def set_node_health(self, name: str, health: dict[str, Any]) -> None:
+        """Record a node's health ({"healthy": bool, "since": t, ...}): the scheduler reads it."""
+
+    @abstractmethod
+    def unhealthy_nodes(self) -> set[str]: ...
+
+    @abstractmethod
+    def held_allocation(self, job_id: str) -> list[dict]:
+        """The allocation the scheduler still holds for the job (its running entry), or []."""
+
+    @abstractmethod
+    def watch_scheduler(self, callback: Callable[[object], None]) -> object:
+        """Call `callback` on every change of the scheduler's state; a handle to cancel."""
+
+    @abstractmethod
+    def cancel_watch(self, handle: object) -> None: ...
+
+
+class SchedulerPort(ABC):
+    """The scheduler as the LCM uses it: queue a gang, ask for decisions, give back."""
+
+    @abstractmethod
+    def enqueue(self, gang: Any) -> tuple[bool, str]:
+        """Queue (or re-target) a gang (a scheduler_pb2.GangRequest); (accepted, reason)."""
+
+    @abstractmethod
+    def schedule(self) -> list[Any]:
+        """The decisions to carry out now (scheduler_pb2.Decision)."""
+
+    @abstractmethod
+    def release(self, job_id: str, ended: bool = False) -> None:
+        """Give back the job's allocation and drop it from the queue."""
+
+
+# ---- the containers of jobs -----------------------------------------------------------
+
+# Container states, in Docker's vocabulary (a Swarm task's state is mapped onto them).
+RUNNING_STATES = frozenset({"running", "paused", "restarting"})
+EXITED_STATES = frozenset({"exited", "dead"})
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container of a job as its engine reports it: a Docker container, or the task of
+    a Swarm service. Plain data; `id` is the engine's handle for the calls below."""
+
+    id: str
+    name: str
+    job_id: str
+    role: str  # jobspec.ROLE_HELPER | jobspec.ROLE_LEARNER
+    learner: int | None  # learner index; None for a helper
+    state: str  # created, running, exited, dead, ... (RUNNING_STATES, EXITED_STATES)
+    node: str = ""
+    exit_code: int | None = None  # set once exited
+    oom_killed: bool = False
+    finished_at: float | None = None  # seconds since the epoch, once exited
+
+    @property
+    def running(self) -> bool:
+        return self.state in RUNNING_STATES
+
+    @property
+    def exited(self) -> bool:
+        return self.state in EXITED_STATES
+
+
+class EngineUnreachable(Exception):
+    """The engine (or the node it speaks for) does not answer; what runs there is unknown."""
+
+    def __init__(self, node: str, cause: str = ""):
+        super().__init__(f"the container engine of node {node} does not answer"
+                         + (f": {cause}" if cause else ""))  # fmt: skip
+        self.node = node
+
+
+class EventStream(ABC):
+    """The job ids an engine reports changes for, as they happen; `close()` ends it."""
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[str]: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class JobContainers(ABC):
+    """A node's view of the platform's job containers: observe them and act on one.
+
+    What the job monitor and the API's log reader need of an engine. Every call is
+    idempotent; a container already gone is fine (None, empty, or nothing done). Calls
+    that cannot reach the engine raise EngineUnreachable.
+    """
+
+    @abstractmethod
+    def job_containers(self, job_id: str) -> list[Container]:
+        """The job's containers on this node, exited ones included."""
+
+    @abstractmethod
+    def jobs_with_resources(self) -> set[str]:
+        """Ids of the jobs that have containers, networks or volumes of this platform here."""
+
+    @abstractmethod
+    def events(self, since: float | None = None) -> EventStream:
+        """A stream of the ids of jobs whose containers changed (a wake-up, not the truth:
+        the monitor reads `job_containers` again). Raises EngineUnreachable."""
+
+    @abstractmethod
+    def logs(self, c: Container, *, tail: int | None = None) -> bytes | None:
+        """The container's output so far (the last `tail` lines); None when it is gone."""
+
+    @abstractmethod
+    def follow_logs(self, c: Container) -> Iterator[bytes]:
+        """The container's output from its start, ending when the container ends."""
+
+    @abstractmethod
+    def start(self, c: Container) -> None:
+        """Start an exited container again (a helper restarted beside running learners)."""
+
+    @abstractmethod
+    def kill(self, c: Container, signal: str | None = None) -> None:
+        """Send `signal` (default SIGKILL) to the container's main process."""
+
+    @abstractmethod
+    def stop(self, c: Container, timeout: int) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds; returns when it has exited."""
+
+    @abstractmethod
+    def remove_resources(self, job_id: str) -> None:
+        """Remove every container, network and volume of the job here (missing is fine)."""

@@ -1,3 +1,0 @@
-from dlaas.store.base import JobRecord, JobStore, open_store
-
-__all__ = ["JobRecord", "JobStore", "open_store"]
