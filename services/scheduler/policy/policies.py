@@ -251,6 +251,9 @@ class Default(_Leveled):
     def preempt_margin(self, cfg: PolicyConfig) -> float:
         return cfg.preempt_margin_gpu_s
 
+    def max_victims(self, cfg: PolicyConfig) -> int:
+        return cfg.default_max_victims
+
 
 # The one table of policies, in the order `dlaas simulate --policy` lists them.
 _TABLE: dict[str, Policy] = {
