@@ -29,6 +29,7 @@ from dlaas.domain.manifest import elastic_range_problem
 from dlaas.v1 import scheduler_pb2, scheduler_pb2_grpc
 from services.scheduler.policy import (
     DEFAULT_POLICY,
+    LEVEL_HISTORY,
     Allocation,
     DurationModel,
     Node,
@@ -37,6 +38,7 @@ from services.scheduler.policy import (
     Snapshot,
     TeamQuota,
     can_ever_fit,
+    learned_config,
     policy_problem,
     queue_report,
     schedule,
@@ -305,6 +307,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         # Run times of the jobs that ended here, for the queue's ETAs (empty after a restart:
         # the model's prior stands in until jobs end again).
         self.durations = DurationModel()
+        # GPU-seconds of the jobs that ended here: the default policy's first level threshold
+        # is learned from them (policy.learned_config; the prior until 50 ended)
+        self.gpu_seconds = DurationModel(window=LEVEL_HISTORY)
         # One round at a time: rounds read, decide and write; etcd guards against other writers.
         self._lock = threading.Lock()
 
@@ -396,7 +401,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             snapshot = self._snapshot(now)
             queue = {j.job_id: j for j in snapshot.queue}
             out = []
-            for d in schedule(snapshot, now, policy=self.policy):
+            cfg = learned_config(self.gpu_seconds)
+            for d in schedule(snapshot, now, policy=self.policy, config=cfg):
                 if d.action == "wait":
                     continue
                 # A decision that lost its etcd guard (released meanwhile) is not reported.
@@ -417,7 +423,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     def Release(self, request, context):
         held = self.state.release(request.job_id)
         if held is not None and request.ended:
-            self.durations.add(held.attained_service / max(1, held.gpus) + _ran(held, self.clock()))
+            ran = _ran(held, self.clock())
+            self.durations.add(held.attained_service / max(1, held.gpus) + ran)
+            self.gpu_seconds.add(held.attained_service + _served(held, self.clock()))
         return scheduler_pb2.SchedEmpty()
 
     @translate_errors
@@ -428,7 +436,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 job_id=job_id, position=pos, reason=reason, eta_low_s=lo, eta_high_s=hi
             )
             for job_id, pos, reason, lo, hi in queue_report(
-                self._snapshot(now), now, self.policy, model=self.durations
+                self._snapshot(now),
+                now,
+                self.policy,
+                model=self.durations,
+                config=learned_config(self.gpu_seconds),
             )
         ]
         return scheduler_pb2.QueueReply(entries=entries)

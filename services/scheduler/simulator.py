@@ -49,6 +49,7 @@ from datetime import datetime
 from services.scheduler.policy import (
     DEFAULT_CONFIG,
     DEFAULT_POLICY,
+    LEVEL_HISTORY,
     POLICIES,
     DurationModel,
     Node,
@@ -59,6 +60,7 @@ from services.scheduler.policy import (
     Snapshot,
     TeamQuota,
     can_ever_fit,
+    learned_config,
     policy_for,
     predict_waiting,
     schedule,
@@ -230,6 +232,10 @@ def simulate(
     queue: dict[str, QueuedJob] = {}
     running: dict[str, _State] = {}
     model = DurationModel()
+    # GPU-seconds of every finished job: the default's first level threshold is learned from
+    # them (eta.learned_config), as the live scheduler does
+    gpu_model = DurationModel(window=LEVEL_HISTORY)
+    base_cfg = cfg
     preemptions = 0
     busy_gpu_s = 0.0
     last_t = None
@@ -310,6 +316,9 @@ def simulate(
                 st.remaining = 0.0
                 last_end = max(last_end, te)
                 model.add(st.job.duration)
+                gpu_model.add(st.job.duration * st.job.gpus)
+                cfg = learned_config(gpu_model, base_cfg)
+                thresholds = pol.thresholds(cfg) if pol.leveled else ()
             elif kind == _SUBMIT:
                 st = states[jid]
                 if team_quotas:

@@ -47,6 +47,20 @@ __all__ = [
     "team_usage",
 ]
 
-from .eta import DurationModel, forward_starts, predict_waiting, queue_report
+from .eta import (
+    LEVEL_HISTORY,
+    DurationModel,
+    forward_starts,
+    learned_config,
+    predict_waiting,
+    queue_report,
+)
 
-__all__ += ["DurationModel", "forward_starts", "predict_waiting", "queue_report"]
+__all__ += [
+    "LEVEL_HISTORY",
+    "DurationModel",
+    "forward_starts",
+    "learned_config",
+    "predict_waiting",
+    "queue_report",
+]

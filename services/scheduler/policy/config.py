@@ -42,7 +42,23 @@ class PolicyConfig:
     # scaling the thresholds up with the queue's depth, or preempting only while the queue
     # holds fewer than 2x the cluster's GPUs, still costs B 700-1,200 s and p99 > 127k s.
     # Thresholds must ascend (the level is a bisection).
+    # The first one is a PRIOR: once `demote_ratio` > 0 and 50 jobs finished, the first
+    # threshold is learned from their GPU-seconds (eta.learned_config), the others stay.
     default_thresholds: tuple[float, ...] = (20_000.0, 200_000.0)
+    # default: demote a job (first threshold) once it attained the least GPU-seconds `a` at
+    # which finished jobs that ran past `a` had a median of at least `demote_ratio` x the
+    # median job's GPU-seconds still to go: from there on a fresh job is the better bet (a
+    # Gittins-index-like reading of the history, duration-blind). Searched in `demote_bounds`
+    # on a 2 ** 0.25 grid, over every finished job (eta.LEVEL_HISTORY). Why learned: the best
+    # fixed first threshold differs by window. On A (heavy tail: the median job 1,266 GPU-s,
+    # jobs past 10k have 10x that left) 10k beats 20k (12,404 vs 12,492 s), on B (sweeps of
+    # near-identical 2-5k s jobs; past 10k the median left is 1.1x the median job) 10k costs
+    # 1,900 s (25,546 s, p99 154,584). Learned, it settles near 10-12k on A, 15-20k on B and
+    # 20-100k on ee9e8c. Measured, ratio (default_max_victims 4): 8 A 12,370; 10 12,363; 12 12,343
+    # (B 23,607, C8 108,239, A8 10,384, B8 17,551); 15 A 12,362. Over the last 1,000 jobs
+    # instead of all: A 12,410, B 26,314 (B's sweeps swing it).
+    demote_ratio: float = 12.0
+    demote_bounds: tuple[float, float] = (5_000.0, 100_000.0)
     # default: the level is computed from attained GPU-seconds / gpus ** (1 - exponent): 1 is
     # Tiresias' GPU-time (a big gang drops levels as many times faster), 0 is wall time.
     level_gpu_exponent: float = 1.0
@@ -94,6 +110,10 @@ class PolicyConfig:
     # half its GPUs was measured too: A's avg JCT rose to 17,500 s (short jobs queue behind
     # the long gangs), so gangs stay victims and moves bring them back.
     max_victims: int = 16
+    # default: its own cap, 4 since its first threshold is learned (A 12,343 vs 12,410 s with
+    # 16; 2: A 12,266 but C8 109,350 vs 108,748: 64-GPU gangs need more). `las` and `priority`
+    # keep 16 (las on A: 13,817 s with 4, 13,503 with 16).
+    default_max_victims: int = 4
     # Measured on 8-GPU nodes and NOT here: at equal level, smaller victims first (a preempted
     # 8-GPU gang must find a whole empty node to come back): Philly VC ee9e8c on 14 x 8 (C8)
     # 108,748 -> 104,491 s, its October weeks 219,738 -> 210,765, but window A's jobs on 8 x 8

@@ -22,6 +22,7 @@ import heapq
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from .config import DEFAULT_CONFIG, PolicyConfig
 from .feasibility import gang_shape as _shape
@@ -121,6 +122,37 @@ class DurationModel:
             q = min(q, 0.99)
             return scale * q / (1.0 - q)
         return d[lo + min(int(q * n), n - 1)] - ran
+
+
+# The history the default's first level threshold is learned from: every finished job (as
+# many as this), not the recent window the ETA uses; over the last 1,000 jobs the threshold
+# swings with each sweep of near-identical jobs (window B: avg JCT 26,314 s vs 23,607).
+LEVEL_HISTORY = 100_000
+
+
+def learned_config(model: DurationModel, cfg: PolicyConfig = DEFAULT_CONFIG) -> PolicyConfig:
+    """`cfg` with the default policy's first level threshold learned from finished jobs.
+
+    `model` holds finished jobs' GPU-seconds (not wall seconds). The threshold is the least
+    `a` in `cfg.demote_bounds` (on a 2 ** 0.25 grid) at which the jobs that ran past `a` had a
+    median of at least `cfg.demote_ratio` x the median job still to go (see PolicyConfig).
+    With fewer than 50 finished jobs, or the ratio 0, `cfg` is returned as it is.
+    """
+    d = model._d
+    if cfg.demote_ratio <= 0 or len(d) < 50:
+        return cfg
+    bar = cfg.demote_ratio * d[len(d) // 2]
+    a, hi = cfg.demote_bounds
+    while a < hi:
+        i = bisect_right(d, a)
+        n = len(d) - i
+        if n < 5 or d[i + n // 2] - a >= bar:
+            break  # (too few ran this long to tell: they are the tail, demote there)
+        a *= 2**0.25
+    a = min(a, hi)
+    if cfg.default_thresholds[:1] == (a,):
+        return cfg
+    return replace(cfg, default_thresholds=(a, *(t for t in cfg.default_thresholds[1:] if t > a)))
 
 
 def forward_starts(
@@ -299,8 +331,10 @@ def _fmt(s: float) -> str:
 
 
 __all__: Sequence[str] = (
+    "LEVEL_HISTORY",
     "DurationModel",
     "forward_starts",
+    "learned_config",
     "predict_waiting",
     "queue_report",
 )

@@ -15,7 +15,8 @@ policy never sees how long a job will run.
              still differs from that simulator (placement, preemption cost, order inside a
              level) is said at PolicyConfig.tiresias_thresholds.
   fair     - DRF across users: the user with the smallest dominant share goes next.
-  default  - priority classes over 2D-LAS with few, high levels (2e4/2e5 GPU-s), small gangs
+  default  - priority classes over 2D-LAS with few, high levels (the first learned from finished
+             jobs, eta.learned_config; 2e4 before 50 ended; then 2e5 GPU-s), small gangs
              first at equal level, starvation promotion, reservation + backfill for a blocked
              gang, MOVES of a few small jobs when a gang's free GPUs are scattered over nodes,
              a thrash guard and caps on victims per preemption and per round. See PolicyConfig.
@@ -250,6 +251,9 @@ class Default(_Leveled):
 
     def preempt_margin(self, cfg: PolicyConfig) -> float:
         return cfg.preempt_margin_gpu_s
+
+    def max_victims(self, cfg: PolicyConfig) -> int:
+        return cfg.default_max_victims
 
 
 # The one table of policies, in the order `dlaas simulate --policy` lists them.
