@@ -53,17 +53,9 @@ class S3Server:
 
 def make_s3_client(endpoint: str, access_key: str, secret_key: str):
     """A boto3 S3 client in path style (SeaweedFS serves no virtual-host buckets here)."""
-    import boto3
-    from botocore.config import Config
+    from dlaas.adapters.s3 import client
 
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=access_key,
-        aws_secret_access_key=secret_key,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}),
-    )
+    return client(endpoint, access_key, secret_key, attempts=2)
 
 
 def s3_identities_config(access_key: str, secret_key: str) -> dict:
