@@ -494,7 +494,9 @@ class SwarmNodeView(ContainerEngine):
     def _check(self) -> None:
         try:
             node = self.engine.nodes().get(self.name)
-        except _UNREACHABLE as exc:
+        # A manager that answers with an error (no leader yet after its restart) cannot say
+        # what runs on the node either.
+        except (*_UNREACHABLE, docker.errors.APIError) as exc:
             raise EngineUnreachable(self.name, str(exc)) from None
         if node is None or not node.ready:
             raise EngineUnreachable(self.name, "the swarm sees the node down")
@@ -502,11 +504,26 @@ class SwarmNodeView(ContainerEngine):
     # ---- ContainerEngine (the LCM) --------------------------------------------------
 
     def ping(self) -> bool:
+        return self.probe() == "up"
+
+    def probe(self) -> str:
+        """The swarm's view of the node: up (ready), down (down, disconnected, gone from the
+        swarm), or unknown when the swarm cannot say: its manager does not answer (or answers
+        with an error of its own: no leader yet after a restart), or it lists the node
+        "unknown" (a restarted manager has not heard from it yet; swarmkit marks it down if
+        no heartbeat comes within its grace period). The platform sees the cluster only
+        through the manager: a manager away is not every node lost, and the tasks on the
+        workers run on meanwhile."""
         try:
-            self._check()
-            return True
-        except EngineUnreachable:
-            return False
+            node = self.engine.nodes().get(self.name)
+        except (*_UNREACHABLE, docker.errors.APIError) as exc:
+            log.debug("node %s: the swarm manager cannot say: %s", self.name, exc)
+            return "unknown"
+        if node is None:
+            return "down"
+        if node.state == "unknown":
+            return "unknown"
+        return "up" if node.ready else "down"
 
     def _node(self) -> SwarmNode:
         try:
