@@ -403,6 +403,7 @@ class SwarmEngine:
             time.sleep(0.2)
 
     def remove_job(self, job_id: str) -> None:
+        t0 = time.monotonic()
         for s in self.services(job_id):
             self._quiet(self.api.remove_service, s["ID"])
         label = {"label": [f"{jobspec.LABEL_JOB}={job_id}",
@@ -417,6 +418,7 @@ class SwarmEngine:
                 self.api.remove_network(net["Id"])
             except docker.errors.APIError as exc:  # tasks still detaching: the next resync
                 log.info("network of %s stays until its tasks are gone: %s", job_id, exc)
+        log.info("%s: services removed after %.2f s", job_id, time.monotonic() - t0)
 
     def jobs(self, node: str | None = None) -> set[str]:
         found = {
@@ -570,9 +572,13 @@ class SwarmNodeView(ContainerEngine):
         return [c for c in found if role is None or c.role == role]
 
     def stop_learners(self, job_id: str, timeout: int = 10) -> None:
+        t0 = time.monotonic()
         for c in self.containers(job_id, jobspec.ROLE_LEARNER):
             self.engine.scale(c.name, 0)
-        self.engine.wait_stopped(job_id, jobspec.ROLE_LEARNER, timeout + 5)
+        stopped = self.engine.wait_stopped(job_id, jobspec.ROLE_LEARNER, timeout + 5)
+        # Where a restart's time goes (a teardown is stop, signal, wait for the helper).
+        log.info("%s: learners %s after %.2f s", job_id, "stopped" if stopped else "NOT stopped",
+                 time.monotonic() - t0)  # fmt: skip
 
     def signal_helper(self, job_id: str) -> None:
         """Scale the running helpers' services to 0: the swarm sends their StopSignal, the
@@ -584,7 +590,11 @@ class SwarmNodeView(ContainerEngine):
                 self.engine.scale(c.name, 0)
 
     def wait_helper(self, job_id: str, timeout_s: float) -> bool:
-        return self.engine.wait_stopped(job_id, jobspec.ROLE_HELPER, timeout_s)
+        t0 = time.monotonic()
+        done = self.engine.wait_stopped(job_id, jobspec.ROLE_HELPER, timeout_s)
+        log.info("%s: helper %s after %.2f s", job_id, "finished" if done else "NOT finished",
+                 time.monotonic() - t0)  # fmt: skip
+        return done
 
     def remove_job(self, job_id: str) -> None:
         self.engine.remove_job(job_id)
