@@ -102,12 +102,13 @@ def retry_refusal(response=None, attempts: int = 1, **_kwargs) -> float | None:
     refused for a moment (a real SeaweedFS refused an identity that worked in 18 of 240 reads
     while others were made and deleted; a fresh one in 5 of 40). Read as the job's bad
     credentials, that failed a job in the chaos run; a real refusal ends the same way, later.
+    A HEAD's refusal (a bare 403, no error body) is never asked again: `ensure_bucket` takes
+    that answer as "the bucket is there" at every sync.
     """
     if not response or attempts > REFUSAL_RETRIES:
         return None
     parsed = response[1] if isinstance(response, tuple) and len(response) > 1 else {}
-    code = str((parsed or {}).get("Error", {}).get("Code", ""))
-    if code not in ("AccessDenied", "403"):
+    if str((parsed or {}).get("Error", {}).get("Code", "")) != "AccessDenied":
         return None
     return 0.25 * 2 ** (attempts - 1)
 

@@ -44,6 +44,12 @@ def fake_s3(monkeypatch):
             self.end_headers()
             self.wfile.write(body)
 
+        def do_HEAD(self):
+            seen.append(403)  # the job's identity may not ask about the bucket itself
+            self.send_response(403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
         def log_message(self, *args):
             pass
 
@@ -73,9 +79,18 @@ def test_a_refusal_that_lasts_is_the_stores_answer(fake_s3):
     assert len(seen) == 1 + store.REFUSAL_RETRIES
 
 
+def test_a_refused_head_is_an_answer_and_not_asked_again(fake_s3):
+    # ensure_bucket reads a HEAD's 403 as "the bucket is there", at every checkpoint sync:
+    # asked again, each sync would take 7.75 s (a chaos run's helper then missed its 30 s).
+    client, _refusals, seen = fake_s3
+    store.ensure_bucket(client, "dlaas")
+    assert seen == [403]
+
+
 def test_the_waits_grow_and_other_errors_are_left_to_the_standard_retries():
     refused = (None, {"Error": {"Code": "AccessDenied"}})
     waits = [store.retry_refusal(refused, attempts=n) for n in range(1, 7)]
     assert waits == [0.25, 0.5, 1.0, 2.0, 4.0, None]
     assert store.retry_refusal((None, {"Error": {"Code": "NoSuchKey"}}), attempts=1) is None
+    assert store.retry_refusal((None, {"Error": {"Code": "403"}}), attempts=1) is None  # HEAD
     assert store.retry_refusal(None, attempts=1) is None  # a connection error: not ours
