@@ -91,6 +91,17 @@ def _lost_exit_code(status: dict) -> int:
     return EXIT_ENGINE_LOST
 
 
+# Docker's exit code for a container whose start failed with no code of the program's own
+# (126 and 127 are a command its image cannot run: the job's).
+EXIT_START_FAILED = 128
+
+
+def _start_failed(status: dict, code: int | None) -> bool:
+    """Whether the task's container never ran: the engine failed to start it (a network it
+    could not join, the engine going away meanwhile), not the job's program exiting 128."""
+    return code == EXIT_START_FAILED and "starting container failed" in str(status.get("Err", ""))
+
+
 def container_of(service: dict, task: dict | None, node: str) -> Container:
     """A service's latest task as a container (no task yet: created)."""
     labels = (service.get("Spec") or {}).get("Labels") or {}
@@ -108,6 +119,10 @@ def container_of(service: dict, task: dict | None, node: str) -> Container:
     code = (status.get("ContainerStatus") or {}).get("ExitCode")
     if exited and (code is None or status.get("State") == "rejected"):
         code = _lost_exit_code(status)
+    elif exited and _start_failed(status, code):
+        # Its node's engine's failure (the manager's dockerd killed while it started the
+        # task, in the chaos run): restarted, as a container that died with its engine.
+        code = EXIT_ENGINE_LOST
     return Container(
         # No task yet: the service stands in (an id that is never a task's).
         id=(task or {}).get("ID") or f"service:{service.get('ID', '')}",
