@@ -646,6 +646,11 @@ class Chaos:
         self.recovery: dict[str, float | None] = {}
         self.skipped: dict[str, str] = {}
         self.events: list[dict] = []
+        # Jobs a container or node kill already hit: the next one picks another job, so
+        # each recovery is measured on its own (a learner and a helper kill waiting for a
+        # target at the same time once both took the same job, with the same restart).
+        self._hit: set[str] = set()
+        self._hit_lock = threading.Lock()
 
     def kill(self, what: str, pace_s: float | None = None) -> None:
         """Kill `what` and measure its recovery; return after it recovered or `pace_s`.
@@ -761,7 +766,9 @@ class Chaos:
         deadline = time.time() + 120
         while time.time() < deadline:
             self.tracker.poll()
-            ready = [j for j in self.tracker.processing() if self.watcher.epochs_printed(j) >= 2]
+            with self._hit_lock:
+                ready = [j for j in self.tracker.processing()
+                         if self.watcher.epochs_printed(j) >= 2 and j not in self._hit]  # fmt: skip
             self.rng.shuffle(ready)
             for job in ready:
                 labels = {jobspec.LABEL_JOB: job}
@@ -771,6 +778,10 @@ class Chaos:
                 if self.p.workers:
                     found = [(n, row) for n, row in found if n in self.p.workers]
                 if found:
+                    with self._hit_lock:
+                        if job in self._hit:
+                            continue
+                        self._hit.add(job)
                     node, row = found[0]
                     return job, node, row
             time.sleep(0.5)
@@ -869,13 +880,27 @@ class Chaos:
         took = _wait(lambda: self.p.nodes_schedulable([node]), self.wait_s, every=0.2)
         return None if took is None else time.time() - t1
 
+    def _busy_worker(self, timeout_s: float = 120.0) -> tuple[str, set[str]]:
+        """The worker node running learners of the most jobs that have printed an epoch
+        and no other kill hit (waiting up to `timeout_s` for one); else the busiest."""
+        deadline = time.time() + timeout_s
+        while True:
+            with self.watcher._lock:
+                on = {n: set(self.watcher.learners_on.get(n, ())) for n in self.p.workers}
+            with self._hit_lock:
+                fresh = {n: {j for j in jobs if j not in self._hit
+                             and self.watcher.epochs_printed(j) >= 1} for n, jobs in on.items()}  # fmt: skip
+            node = max(self.p.workers, key=lambda n: (len(fresh[n]), len(on[n]), self.rng.random()))
+            if fresh[node] or time.time() > deadline:
+                with self._hit_lock:
+                    self._hit |= on[node]
+                return node, on[node]
+            time.sleep(0.5)
+
     def _kill_engine(self) -> None:
         if not self.p.workers:
             return self._skip("engine", "no swarm worker node (the platform runs --nodes 1)")
-        with self.watcher._lock:
-            busy = {n: len(self.watcher.learners_on.get(n, ())) for n in self.p.workers}
-        node = max(self.p.workers, key=lambda n: (busy[n], self.rng.random()))
-        jobs = set(self.watcher.learners_on.get(node, set()))
+        node, jobs = self._busy_worker()
         log(f"kill node {node} (dockerd, containerd, containers), jobs there: {sorted(jobs)}")
         t0 = time.time()
         # The machine goes: an engine crash alone would leave its learners running on,

@@ -28,6 +28,17 @@ network is created. No overhead measurement (it does not depend on the backend).
 {"p50_s", "p99_s"}, "ratio"}, ratio = platform p50 / bare p50 (target <= 1.5); both sides
 also give "services_made_p50_s", the part of that time spent before the last learner service
 existed in the manager (the rest is the swarm's: schedule, dispatch, prepare, start).
+
+--ddp N (with --backend swarm, instead of the latency shapes): the cross-node cost of
+data-parallel training. The example ddp job (examples/ddp, 2 learners all-reducing over
+TCP, `--ddp-epochs` epochs, 0.5 CPUs each) N times across two nodes and N times on one
+node, alternated, on a fresh 2-node swarm whose nodes declare the machine's CPUs but
+DDP_NODE_MEMORY_MB each: the gang asking 512 MiB per learner cannot fit one node and
+spans both (its all-reduce crosses the overlay), the same gang asking 256 MiB is packed
+on one node; the CPU limits, code and data are the same. Run time: from the job's
+PROCESSING to its COMPLETED (its history: training, then the helpers store the results).
+With --json the last line is {"backend", "ddp": {"epochs", "runs", "two_nodes": {"p50_s",
+"min_s", "max_s"}, "one_node": {...}, "ratio"}}, ratio = two_nodes p50 / one_node p50.
 """
 
 from __future__ import annotations
@@ -388,6 +399,84 @@ def measure_swarm(url: str, token: str, manager, watch: StartWatch, jobs: int) -
     return out
 
 
+DDP_NODE_MEMORY_MB = "800"  # a 2 x 512 MiB gang spans two nodes, a 2 x 256 MiB one fits one
+DDP_SHAPES = {"two_nodes": "512MiB", "one_node": "256MiB"}
+DDP_TIMEOUT_S = 600
+
+
+def ddp_manifest(memory: str, epochs: int) -> str:
+    return (
+        f"name: ddp-span-{memory}\nlearners: 2\ncpus: 0.5\nmemory: {memory}\n"
+        "data_stores:\n  - id: digits\n    type: s3\n"
+        "    training_data: {container: digits-data}\n"
+        "    training_results: {container: digits-ddp-results}\n"
+        f'framework: {{name: python, version: "3", command: "python3 train.py --epochs {epochs}"}}\n'
+    )
+
+
+def run_time(history: list[dict]) -> float:
+    """Seconds from the job's last PROCESSING to its COMPLETED entry (its history). Pure."""
+    processing = [h["at"] for h in history if h["status"] == "PROCESSING"]
+    completed = [h["at"] for h in history if h["status"] == "COMPLETED"]
+    if not processing or not completed:
+        raise ValueError("the job did not run to COMPLETED")
+    return completed[-1] - processing[-1]
+
+
+def measure_ddp(url: str, token: str, watch: StartWatch, runs: int, epochs: int) -> dict:
+    """The ddp example `runs` times per shape (DDP_SHAPES), alternated, one job at a time."""
+    from dlaas.client import pack_code
+
+    repo = Path(__file__).resolve().parents[1]
+    data, name = pack_code(repo / "examples/ddp")
+    times: dict[str, list[float]] = {shape: [] for shape in DDP_SHAPES}
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+        for i in range(runs):
+            for shape, memory in DDP_SHAPES.items():
+                files = {
+                    "manifest": ("manifest.yaml", ddp_manifest(memory, epochs).encode(),
+                                 "application/yaml"),
+                    "code": (name, data, "application/gzip"),
+                }  # fmt: skip
+                reply = http.post("/v1/jobs", files=files)
+                reply.raise_for_status()
+                job_id = reply.json()["job_id"]
+                nodes = sorted({n for _, n in watch.wait(job_id, 2, START_TIMEOUT_S)})
+                if len(nodes) != (2 if shape == "two_nodes" else 1):
+                    raise SystemExit(f"ddp {shape} ({job_id}): learners on {nodes}")
+                deadline = time.time() + DDP_TIMEOUT_S
+                while time.time() < deadline:
+                    job = http.get(f"/v1/jobs/{job_id}").json()
+                    if job["status"] in ("COMPLETED", "FAILED", "HALTED"):
+                        break
+                    time.sleep(0.5)
+                if job["status"] != "COMPLETED":
+                    raise SystemExit(f"ddp {shape} ({job_id}): {job['status']} {job.get('reason')}")
+                times[shape].append(run_time(job["history"]))
+                print(f"  {i + 1}/{runs} {shape:<9} on {', '.join(nodes)}: "
+                      f"{times[shape][-1]:.2f} s", flush=True)  # fmt: skip
+    out: dict = {"epochs": epochs, "runs": runs}
+    for shape, values in times.items():
+        out[shape] = {"p50_s": round(percentile(values, 0.5), 3),
+                      "min_s": round(min(values), 3), "max_s": round(max(values), 3)}  # fmt: skip
+    out["ratio"] = round(out["two_nodes"]["p50_s"] / out["one_node"]["p50_s"], 3)
+    return out
+
+
+def _upload_digits(url: str, token: str) -> None:
+    """The digits data into the user's bucket, through the API (as `dlaas data upload`)."""
+    import importlib.util
+
+    repo = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("prepare", repo / "examples/digits/prepare.py")
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    reply = httpx.put(f"{url}/v1/data/digits-data/digits.npz", content=prepare.digits_npz(),
+                      headers={"Authorization": f"Bearer {token}"}, timeout=60)  # fmt: skip
+    reply.raise_for_status()
+
+
 def summary(platform_s: list[float], bare_s: list[float]) -> dict:
     """p50/p99 of both and ratio = platform p50 / bare p50. Pure."""
     p = {"p50_s": round(percentile(platform_s, 0.5), 4),
@@ -408,8 +497,11 @@ def run_swarm(args) -> dict:
 
     made_home = args.home is None
     home = args.home or Path(tempfile.mkdtemp(prefix="dlaas-bench-"))
-    saved = os.environ.get("DLAAS_NODE_CPUS")
-    os.environ["DLAAS_NODE_CPUS"] = SWARM_NODE_CPUS
+    # Latency: small nodes, so a gang of two must span; ddp: the machine's CPUs, less memory.
+    env = {"DLAAS_NODE_MEMORY_MB": DDP_NODE_MEMORY_MB} if args.ddp else {
+        "DLAAS_NODE_CPUS": SWARM_NODE_CPUS}  # fmt: skip
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     print(f"platform in {home}, on a {SWARM_NODES}-node swarm", flush=True)
     try:
         platform.up(home, progress=_progress, nodes=SWARM_NODES)
@@ -419,6 +511,9 @@ def run_swarm(args) -> dict:
             info = SwarmLab(home / "swarm").info()
             manager = docker.DockerClient(base_url=info.manager_socket, timeout=60)
             watch = StartWatch(info.node_sockets)
+            if args.ddp:
+                _upload_digits(cfg["url"], cfg["token"])
+                return measure_ddp(cfg["url"], cfg["token"], watch, args.ddp, args.ddp_epochs)
             return measure_swarm(cfg["url"], cfg["token"], manager, watch, args.jobs)
         finally:
             if watch is not None:
@@ -427,10 +522,11 @@ def run_swarm(args) -> dict:
                 manager.close()
             platform.down(home, progress=_progress)
     finally:
-        if saved is None:
-            os.environ.pop("DLAAS_NODE_CPUS", None)
-        else:
-            os.environ["DLAAS_NODE_CPUS"] = saved
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         if made_home:
             shutil.rmtree(home, ignore_errors=True)
 
@@ -452,7 +548,16 @@ def main(argv: list[str] | None = None) -> int:
         default="docker",
         help="docker: the embedded single engine; swarm: a fresh 2-node local swarm",
     )
+    ap.add_argument(
+        "--ddp", type=int, default=0, metavar="N",
+        help="swarm: the ddp example N times across two nodes and N times on one node",
+    )  # fmt: skip
+    ap.add_argument("--ddp-epochs", type=int, default=10)
     args = ap.parse_args(argv)
+    if args.ddp and args.backend != "swarm":
+        ap.error("--ddp: compares two nodes with one; use it with --backend swarm")
+    if args.ddp:
+        return main_ddp(args)
     if args.backend == "swarm":
         return main_swarm(args)
 
@@ -506,6 +611,18 @@ def main_swarm(args) -> int:
     print(f"ratio platform/bare p50, worst shape: {worst:.2f} (target <= {SWARM_RATIO_TARGET})")
     if args.json:
         print(json.dumps({"backend": "swarm", "nodes": SWARM_NODES, "ratio": worst, **shapes}))
+    return 0
+
+
+def main_ddp(args) -> int:
+    ddp = run_swarm(args)
+    print(f"ddp example, {ddp['epochs']} epochs, PROCESSING -> COMPLETED over {ddp['runs']} runs:")
+    for shape in DDP_SHAPES:
+        r = ddp[shape]
+        print(f"  {shape:<9} p50 {r['p50_s']:.2f} s (min {r['min_s']:.2f}, max {r['max_s']:.2f})")
+    print(f"  two nodes / one node, p50: {ddp['ratio']:.3f}")
+    if args.json:
+        print(json.dumps({"backend": "swarm", "ddp": ddp}))
     return 0
 
 

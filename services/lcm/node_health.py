@@ -4,7 +4,8 @@ node's jobs, clean a node that comes back, and move jobs off a drained node.
 A node whose engine fails NODE_LOST_AFTER probes in a row is lost: recorded in etcd (the
 scheduler places nothing there), its running jobs requeued. When it answers again, the
 containers of jobs that moved on meanwhile are removed before it is used again. On a swarm
-a probe is the swarm's own view of the node (SwarmNodeView.ping: the node object's state).
+a probe is the swarm's own view of the node (SwarmNodeView.probe: the node object's state);
+a swarm that cannot say (its manager is down) judges nothing: no node is lost for it.
 
 Maintenance (a swarm only): a node's availability is the swarm's (`active`, `pause`,
 `drain`). A node that is not active is not schedulable (recorded in etcd like a lost one,
@@ -111,7 +112,14 @@ class NodeHealth:
             return
         self._last_probe = now
         for name, deployer in self.deployers.items():
-            if deployer.ping():
+            seen = deployer.probe()
+            if seen == "unknown":
+                # Nobody can tell (on a swarm: its manager is away, or has not heard from
+                # the node since it restarted). Its containers may run on, as a swarm's
+                # tasks do on the workers while the manager is down: nothing is judged, no
+                # failed probe counted, and the node keeps its record until someone can say.
+                continue
+            if seen == "up":
                 self._probe_failures[name] = 0
                 if name in self._unhealthy:
                     self._node_back(name, deployer)

@@ -31,6 +31,13 @@ class ContainerEngine(JobContainers):
     def ping(self) -> bool:
         """Whether the engine answers now (never raises)."""
 
+    def probe(self) -> str:
+        """The node's health for the LCM's probes: "up", "down", or "unknown" when nobody can
+        tell now (a cluster manager that does not answer, or has not heard from the node
+        since it restarted), and then nothing may be judged on it. Never raises. An engine of
+        its own is the node: it answers or the node is down."""
+        return "up" if self.ping() else "down"
+
     @abstractmethod
     def image_present(self, image: str) -> bool: ...
 

@@ -91,6 +91,17 @@ def _lost_exit_code(status: dict) -> int:
     return EXIT_ENGINE_LOST
 
 
+# Docker's exit code for a container whose start failed with no code of the program's own
+# (126 and 127 are a command its image cannot run: the job's).
+EXIT_START_FAILED = 128
+
+
+def _start_failed(status: dict, code: int | None) -> bool:
+    """Whether the task's container never ran: the engine failed to start it (a network it
+    could not join, the engine going away meanwhile), not the job's program exiting 128."""
+    return code == EXIT_START_FAILED and "starting container failed" in str(status.get("Err", ""))
+
+
 def container_of(service: dict, task: dict | None, node: str) -> Container:
     """A service's latest task as a container (no task yet: created)."""
     labels = (service.get("Spec") or {}).get("Labels") or {}
@@ -108,6 +119,10 @@ def container_of(service: dict, task: dict | None, node: str) -> Container:
     code = (status.get("ContainerStatus") or {}).get("ExitCode")
     if exited and (code is None or status.get("State") == "rejected"):
         code = _lost_exit_code(status)
+    elif exited and _start_failed(status, code):
+        # Its node's engine's failure (the manager's dockerd killed while it started the
+        # task, in the chaos run): restarted, as a container that died with its engine.
+        code = EXIT_ENGINE_LOST
     return Container(
         # No task yet: the service stands in (an id that is never a task's).
         id=(task or {}).get("ID") or f"service:{service.get('ID', '')}",
@@ -403,6 +418,7 @@ class SwarmEngine:
             time.sleep(0.2)
 
     def remove_job(self, job_id: str) -> None:
+        t0 = time.monotonic()
         for s in self.services(job_id):
             self._quiet(self.api.remove_service, s["ID"])
         label = {"label": [f"{jobspec.LABEL_JOB}={job_id}",
@@ -417,6 +433,7 @@ class SwarmEngine:
                 self.api.remove_network(net["Id"])
             except docker.errors.APIError as exc:  # tasks still detaching: the next resync
                 log.info("network of %s stays until its tasks are gone: %s", job_id, exc)
+        log.info("%s: services removed after %.2f s", job_id, time.monotonic() - t0)
 
     def jobs(self, node: str | None = None) -> set[str]:
         found = {
@@ -494,7 +511,9 @@ class SwarmNodeView(ContainerEngine):
     def _check(self) -> None:
         try:
             node = self.engine.nodes().get(self.name)
-        except _UNREACHABLE as exc:
+        # A manager that answers with an error (no leader yet after its restart) cannot say
+        # what runs on the node either.
+        except (*_UNREACHABLE, docker.errors.APIError) as exc:
             raise EngineUnreachable(self.name, str(exc)) from None
         if node is None or not node.ready:
             raise EngineUnreachable(self.name, "the swarm sees the node down")
@@ -502,11 +521,26 @@ class SwarmNodeView(ContainerEngine):
     # ---- ContainerEngine (the LCM) --------------------------------------------------
 
     def ping(self) -> bool:
+        return self.probe() == "up"
+
+    def probe(self) -> str:
+        """The swarm's view of the node: up (ready), down (down, disconnected, gone from the
+        swarm), or unknown when the swarm cannot say: its manager does not answer (or answers
+        with an error of its own: no leader yet after a restart), or it lists the node
+        "unknown" (a restarted manager has not heard from it yet; swarmkit marks it down if
+        no heartbeat comes within its grace period). The platform sees the cluster only
+        through the manager: a manager away is not every node lost, and the tasks on the
+        workers run on meanwhile."""
         try:
-            self._check()
-            return True
-        except EngineUnreachable:
-            return False
+            node = self.engine.nodes().get(self.name)
+        except (*_UNREACHABLE, docker.errors.APIError) as exc:
+            log.debug("node %s: the swarm manager cannot say: %s", self.name, exc)
+            return "unknown"
+        if node is None:
+            return "down"
+        if node.state == "unknown":
+            return "unknown"
+        return "up" if node.ready else "down"
 
     def _node(self) -> SwarmNode:
         try:
@@ -553,9 +587,13 @@ class SwarmNodeView(ContainerEngine):
         return [c for c in found if role is None or c.role == role]
 
     def stop_learners(self, job_id: str, timeout: int = 10) -> None:
+        t0 = time.monotonic()
         for c in self.containers(job_id, jobspec.ROLE_LEARNER):
             self.engine.scale(c.name, 0)
-        self.engine.wait_stopped(job_id, jobspec.ROLE_LEARNER, timeout + 5)
+        stopped = self.engine.wait_stopped(job_id, jobspec.ROLE_LEARNER, timeout + 5)
+        # Where a restart's time goes (a teardown is stop, signal, wait for the helper).
+        log.info("%s: learners %s after %.2f s", job_id, "stopped" if stopped else "NOT stopped",
+                 time.monotonic() - t0)  # fmt: skip
 
     def signal_helper(self, job_id: str) -> None:
         """Scale the running helpers' services to 0: the swarm sends their StopSignal, the
@@ -567,7 +605,11 @@ class SwarmNodeView(ContainerEngine):
                 self.engine.scale(c.name, 0)
 
     def wait_helper(self, job_id: str, timeout_s: float) -> bool:
-        return self.engine.wait_stopped(job_id, jobspec.ROLE_HELPER, timeout_s)
+        t0 = time.monotonic()
+        done = self.engine.wait_stopped(job_id, jobspec.ROLE_HELPER, timeout_s)
+        log.info("%s: helper %s after %.2f s", job_id, "finished" if done else "NOT finished",
+                 time.monotonic() - t0)  # fmt: skip
+        return done
 
     def remove_job(self, job_id: str) -> None:
         self.engine.remove_job(job_id)

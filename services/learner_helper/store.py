@@ -89,8 +89,32 @@ def classify(exc: Exception, what: str, *, upload: bool = False) -> StoreError:
     )
 
 
+# A refusal is asked again this many times, after 0.25, 0.5, 1, 2, 4 s (7.75 s in all).
+REFUSAL_RETRIES = 5
+
+
+def retry_refusal(response=None, attempts: int = 1, **_kwargs) -> float | None:
+    """botocore's needs-retry hook: seconds to wait before asking again after AccessDenied,
+    None to let the error stand (or the standard retries decide). Pure.
+
+    The platform's store (SeaweedFS) reloads its identities on every IAM change, and the
+    platform makes and deletes one per job at each deploy and end: meanwhile a valid key is
+    refused for a moment (a real SeaweedFS refused an identity that worked in 18 of 240 reads
+    while others were made and deleted; a fresh one in 5 of 40). Read as the job's bad
+    credentials, that failed a job in the chaos run; a real refusal ends the same way, later.
+    A HEAD's refusal (a bare 403, no error body) is never asked again: `ensure_bucket` takes
+    that answer as "the bucket is there" at every sync.
+    """
+    if not response or attempts > REFUSAL_RETRIES:
+        return None
+    parsed = response[1] if isinstance(response, tuple) and len(response) > 1 else {}
+    if str((parsed or {}).get("Error", {}).get("Code", "")) != "AccessDenied":
+        return None
+    return 0.25 * 2 ** (attempts - 1)
+
+
 def make_client(endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1"):
-    return boto3.client(
+    client = boto3.client(
         "s3",
         endpoint_url=endpoint,
         aws_access_key_id=access_key,
@@ -103,6 +127,8 @@ def make_client(endpoint: str, access_key: str, secret_key: str, region: str = "
             read_timeout=60,
         ),
     )
+    client.meta.events.register("needs-retry.s3", retry_refusal)
+    return client
 
 
 def folder_prefix(prefix: str) -> str:

@@ -44,3 +44,22 @@ def test_a_service_scaled_to_0_whose_task_is_gone_reads_as_stopped():
     gone = container_of(stopped, None, "n1")
     assert (gone.state, gone.exit_code) == ("exited", 143)
     assert container_of(SERVICE, None, "n1").state == "created"  # not scheduled yet
+
+
+def test_a_task_whose_container_failed_to_start_went_with_its_engine():
+    # Chaos on the swarm, seed 1: a job deployed 1.5 s before the manager's dockerd was killed
+    # (its learners on that node); both tasks failed with Docker's start-failure code 128 and
+    # the job FAILED as "learner 0 exited with code 128", its program never having run.
+    for err in (
+        "starting container failed: failed to set up container networking: endpoint join failed",
+        "starting container failed: network dlaas-job-x not found",
+    ):
+        gone = container_of(SERVICE, task("failed", Err=err, ContainerStatus={"ExitCode": 128}),
+                            "n1")  # fmt: skip
+        assert gone.exited and gone.exit_code == 255, err
+    # The job's own: a program that exits 128, a command its image does not have.
+    own = task("failed", Err="task: non-zero exit (128)", ContainerStatus={"ExitCode": 128})
+    assert container_of(SERVICE, own, "n1").exit_code == 128
+    missing = task("failed", ContainerStatus={"ExitCode": 127},
+                   Err='starting container failed: exec: "python9": executable file not found')  # fmt: skip
+    assert container_of(SERVICE, missing, "n1").exit_code == 127
