@@ -425,7 +425,7 @@ def run_time(history: list[dict]) -> float:
 
 def measure_ddp(url: str, token: str, watch: StartWatch, runs: int, epochs: int) -> dict:
     """The ddp example `runs` times per shape (DDP_SHAPES), alternated, one job at a time."""
-    from dlaas.client import pack_code
+    from dlaas.clients.client import pack_code
 
     repo = Path(__file__).resolve().parents[1]
     data, name = pack_code(repo / "examples/ddp")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dlaas.manifest import parse_manifest
+from dlaas.domain.manifest import parse_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ import botocore.endpoint
 import botocore.exceptions
 import pytest
 
-from dlaas.jobspec import HELPER_EXIT_STORE_REFUSED
+from dlaas.domain.jobspec import HELPER_EXIT_STORE_REFUSED
 from services.learner_helper import store
 
 REFUSED = (
