@@ -190,6 +190,18 @@ def _check_s3_admin_identity(env, info, secret_key: str) -> None:
         client(endpoint, access_key, secret_key + "x", attempts=1).list_buckets()
 
 
+def _print_diagnostics(env, http, job_id: str) -> None:
+    """What a failed run needs to be understood: the job, the queue, the platform's logs."""
+    print("job:", http.get(f"/v1/jobs/{job_id}").text[:3000])
+    print("queue:", http.get("/v1/queue").text[:3000])
+    for service in ("scheduler", "lcm", "jobmonitor"):
+        done = subprocess.run(
+            [DOCKER, "service", "logs", "--tail", "60", f"{STACK}_{service}"], env=env,
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        print(f"--- {service} ---\n{done.stdout[-6000:]}{done.stderr[-6000:]}")
+
+
 def test_the_stack_runs_its_replicas_and_a_job_completes_through_it(stack):
     env, files, info, values = stack
     wanted = expected_replicas(yaml.safe_load(_docker(env, "stack", "config", *files)))
@@ -241,7 +253,11 @@ def test_the_stack_runs_its_replicas_and_a_job_completes_through_it(stack):
         started = time.monotonic()
         manifest = (REPO / "examples/digits/manifest.yaml").read_text()
         job_id = submit(http, manifest, REPO / "examples/digits")
-        job = wait_final(http, job_id, timeout=180)
+        try:
+            job = wait_final(http, job_id, timeout=180)
+        except AssertionError:
+            _print_diagnostics(env, http, job_id)
+            raise
         history = [(h["status"], h["reason"]) for h in job["history"]]
         assert job["status"] == "COMPLETED", history
         print(f"digits through the stack: COMPLETED in {time.monotonic() - started:.0f} s")

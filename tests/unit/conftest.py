@@ -10,6 +10,9 @@ Two guards keep it so; each failure names the test and says where it belongs ins
   starting a gRPC server or building a Docker client fails it. The
   refusal is raised where the call is made and also recorded, so a test whose code
   swallows the error (a broad `except`, a background thread) still fails after its phase.
+  Only the test's own thread and the threads started during a unit test are refused: a
+  thread left running by an earlier integration or e2e test in the same session (a
+  server's pool, a watcher) goes on as before, as it is not the unit test's doing.
 SQLite on a temporary file, threads and in-process ASGI clients (fastapi's TestClient
 opens no socket) are fine here.
 """
@@ -20,6 +23,8 @@ import multiprocessing.process
 import os
 import socket
 import subprocess
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -100,14 +105,23 @@ class PurityGuard:
     def __init__(self) -> None:
         self.refused: list[str] = []
         self._test = ""
+        self._runner: threading.Thread | None = None  # the thread running the phase
+        self._unit_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
     def take(self) -> list[str]:
         """The refusals recorded so far, cleared (for the guard's own tests)."""
         out, self.refused = self.refused, []
         return out
 
-    def _refuse(self, what: str) -> Callable[..., None]:
+    def _ours(self) -> bool:
+        """The calling thread is the test's own, or one a unit test started."""
+        now = threading.current_thread()
+        return now is self._runner or now in self._unit_threads
+
+    def _refuse(self, what: str, original: Callable[..., object]) -> Callable[..., object]:
         def refused(*args, **kwargs):
+            if not self._ours():  # another test's leftover thread: not this test's call
+                return original(*args, **kwargs)
             message = (
                 f"{self._test} {what}: tests/unit is pure (no subprocess, network, "
                 "gRPC server or Docker engine); move this test to tests/integration"
@@ -121,11 +135,20 @@ class PurityGuard:
         """One phase of `item` (setup, call or teardown) under the guard; fails the phase
         if anything was refused, even where the code under test caught the refusal."""
         self._test = item.nodeid
+        self._runner = threading.current_thread()
         patch = pytest.MonkeyPatch()
+        start = threading.Thread.start
+        unit_threads = self._unit_threads
+
+        def start_recorded(thread: threading.Thread) -> None:
+            unit_threads.add(thread)
+            start(thread)
+
         try:
+            patch.setattr(threading.Thread, "start", start_recorded)
             for owner, name, what in GUARDED:
                 if hasattr(owner, name):  # os.posix_spawn is not on every platform
-                    patch.setattr(owner, name, self._refuse(what))
+                    patch.setattr(owner, name, self._refuse(what, getattr(owner, name)))
             yield
         finally:
             patch.undo()

@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from concurrent import futures
 
 import docker
@@ -101,4 +102,37 @@ def test_pure_work_passes(purity_guard, tmp_path):
     with a, b:
         a.sendall(b"ping")
         assert b.recv(4) == b"ping"
+    assert purity_guard.take() == []
+
+
+def _in_a_thread(fn, *, foreign: bool, guard) -> list[BaseException]:
+    """Run `fn` in a thread; `foreign`: as if another test had left the thread running."""
+    go, errors = threading.Event(), []
+
+    def body():
+        go.wait(5)
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - broad: handed back to the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    if foreign:
+        guard._unit_threads.discard(thread)
+    go.set()
+    thread.join(5)
+    return errors
+
+
+def test_a_thread_the_test_started_is_refused_too(purity_guard):
+    errors = _in_a_thread(bind_a_socket, foreign=False, guard=purity_guard)
+    assert [type(e) for e in errors] == [purity_guard.Refused]
+    assert len(purity_guard.take()) == 1
+
+
+def test_a_thread_another_test_left_running_is_not_this_tests_doing(purity_guard):
+    """An integration test's server pool or watcher, still running when the unit layer
+    starts in the same session, is not refused (nor does it fail the unit test)."""
+    assert _in_a_thread(bind_a_socket, foreign=True, guard=purity_guard) == []
     assert purity_guard.take() == []
