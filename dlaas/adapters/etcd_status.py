@@ -34,11 +34,21 @@ log = logging.getLogger(__name__)
 MAX_CAS_ATTEMPTS = 20
 
 
+# How long the client sets an endpoint aside after a call to it failed (unreachable, timed
+# out). pyetcd's default is 300 s, and its single-endpoint client then raises ValueError
+# ("Trying to use a failed node") for all that time: a service that started before etcd
+# answered (a stack's services start together) or saw one etcd blip was cut off from it
+# for five minutes, every call an internal error. Set aside briefly, a failed endpoint is
+# tried again soon, and meanwhile the call fails as NoServerAvailableError, an etcd error
+# the callers retry like any other.
+ENDPOINT_RETRY_S = 1.0
+
+
 def connect(endpoints: list[tuple[str, int]], timeout: float = 5.0) -> pyetcd.Etcd3Client:
-    if len(endpoints) == 1:
-        host, port = endpoints[0]
-        return pyetcd.client(host=host, port=port, timeout=timeout)
-    eps = [pyetcd.Endpoint(host, port, secure=False) for host, port in endpoints]
+    eps = [
+        pyetcd.Endpoint(host, port, secure=False, time_retry=ENDPOINT_RETRY_S)
+        for host, port in endpoints
+    ]
     return pyetcd.MultiEndpointEtcd3Client(eps, timeout=timeout, failover=True)
 
 

@@ -190,16 +190,14 @@ def _check_s3_admin_identity(env, info, secret_key: str) -> None:
         client(endpoint, access_key, secret_key + "x", attempts=1).list_buckets()
 
 
-def _print_diagnostics(env, http, job_id: str) -> None:
-    """What a failed run needs to be understood: the job, the queue, the platform's logs."""
-    print("job:", http.get(f"/v1/jobs/{job_id}").text[:3000])
-    print("queue:", http.get("/v1/queue").text[:3000])
-    for service in ("scheduler", "lcm", "jobmonitor"):
+def _print_diagnostics(env) -> None:
+    """What a failed run needs to be understood: the platform's logs."""
+    for service in ("api", "scheduler", "lcm", "jobmonitor"):
         done = subprocess.run(
-            [DOCKER, "service", "logs", "--tail", "60", f"{STACK}_{service}"], env=env,
-            capture_output=True, text=True, timeout=60, check=False,
+            [DOCKER, "service", "logs", "--raw", "--tail", "80", f"{STACK}_{service}"],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
-        print(f"--- {service} ---\n{done.stdout[-6000:]}{done.stderr[-6000:]}")
+        print(f"--- {service} ---\n{done.stdout[-8000:]}{done.stderr[-8000:]}")
 
 
 def test_the_stack_runs_its_replicas_and_a_job_completes_through_it(stack):
@@ -222,6 +220,15 @@ def test_the_stack_runs_its_replicas_and_a_job_completes_through_it(stack):
         raise
     print(f"all replicas running {time.monotonic() - started:.0f} s after the deploy")
     _check_service_specs(env, values)
+    try:
+        _a_job_through_the_stack(env, info, values)
+    except BaseException:
+        _print_diagnostics(env)
+        raise
+    print(json.dumps(_running(env)))
+
+
+def _a_job_through_the_stack(env, info, values) -> None:
 
     api = f"http://{info.node_addresses['node-1']}:8080"
     # The API authenticates this token only if it read it from its secret's file.
@@ -256,7 +263,8 @@ def test_the_stack_runs_its_replicas_and_a_job_completes_through_it(stack):
         try:
             job = wait_final(http, job_id, timeout=180)
         except AssertionError:
-            _print_diagnostics(env, http, job_id)
+            print("job:", http.get(f"/v1/jobs/{job_id}").text[:3000])
+            print("queue:", http.get("/v1/queue").text[:3000])
             raise
         history = [(h["status"], h["reason"]) for h in job["history"]]
         assert job["status"] == "COMPLETED", history
@@ -266,4 +274,3 @@ def test_the_stack_runs_its_replicas_and_a_job_completes_through_it(stack):
         assert any(re.match(r"epoch 20/20 loss=", line) for line in lines), lines[-20:]
         metrics = http.get(f"/v1/jobs/{job_id}/results")
         assert metrics.status_code == 200, metrics.text
-    print(json.dumps(_running(env)))
