@@ -177,6 +177,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "if not (state is None or state.status not in DEPLOYED or not placed_here):",
         "what is removed is what moved on, not what runs there",
     ),
+    # ---- _node_lost / _node_back: a STORING job on a lost node restarts; its new run stays
+    Mutant(
+        "node-lost-storing-not-requeued",
+        NODE_HEALTH,
+        "if state.status in RESTARTABLE and name in",
+        "if state.status in REQUEUEABLE and name in",
+        "a node lost under a STORING job requeues it from its checkpoint (not FAILED later)",
+    ),
+    Mutant(
+        "node-back-removes-the-new-run",
+        NODE_HEALTH,
+        "                    deployer.remove_job_here(job_id)\n",
+        "                    deployer.remove_job(job_id)\n",
+        "a node that comes back removes only its own part of a job that moved on",
+        LCM_TESTS + ("tests/unit/test_swarm_manager_away.py",),
+    ),
     Mutant(
         "node-back-stays-lost",
         NODE_HEALTH,

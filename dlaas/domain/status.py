@@ -47,7 +47,11 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     S.PROCESSING: frozenset({S.STORING, S.FAILED, S.HALTED, S.QUEUED}),
     # Monitor: the helper exited 0 after results and logs were stored.
     # Monitor: the upload failed; or user halt.
-    S.STORING: frozenset({S.COMPLETED, S.FAILED, S.HALTED}),
+    # LCM: the node holding the results was lost; Monitor: the helper died from outside
+    # (killed, gone with its node's engine) -> QUEUED. The results only that node's volume
+    # had are gone, the checkpoints are in S3: restart from the last one (redoing the tail
+    # of the training) rather than lose the job. Never a controller's choice (LOSS_ONLY).
+    S.STORING: frozenset({S.COMPLETED, S.FAILED, S.HALTED, S.QUEUED}),
     # Final: nothing leaves them.
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset(),
@@ -57,6 +61,10 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 
 # Edges only a user's request takes (never an automatic controller).
 USER_ONLY = frozenset({(S.HALTED, S.QUEUED)})
+# Edges taken only when the job's node or containers were lost under it (a restart after a
+# failure), never by a controller's choice (preemption, rescale, drain): a STORING job's
+# training is done, so moving it on purpose would only throw finished work away.
+LOSS_ONLY = frozenset({(S.STORING, S.QUEUED)})
 
 # The happy path, in order; used to walk forward over steps an observer saw late.
 HAPPY_PATH = (S.QUEUED, S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING, S.COMPLETED)
@@ -85,11 +93,14 @@ ACTIVE = frozenset(Status) - FINAL
 # Placed and deployed: the job's containers exist on its nodes and it holds its allocation
 # (every active status after the first).
 DEPLOYED = ACTIVE - {HAPPY_PATH[0]}
-# Placed jobs a controller may send back to the queue (node lost, restart, preemption,
-# rescale): the statuses with an automatic edge to QUEUED. Not STORING: training is done.
-REQUEUEABLE = frozenset(
+# Placed jobs a failure sends back to the queue (their node lost, their containers killed or
+# gone: a restart from the last checkpoint): the statuses with an automatic edge to QUEUED.
+RESTARTABLE = frozenset(
     s for s, nxt in TRANSITIONS.items() if S.QUEUED in nxt and (s, S.QUEUED) not in USER_ONLY
 )
+# Placed jobs a controller may also move on purpose (preemption, rescale, drain): the
+# restartable ones but those whose edge to QUEUED is LOSS_ONLY. Not STORING: training is done.
+REQUEUEABLE = frozenset(s for s in RESTARTABLE if (s, S.QUEUED) not in LOSS_ONLY)
 
 
 @dataclass(frozen=True)

@@ -290,7 +290,8 @@ def _status_change(
     if failure is not None:
         if failure.infrastructure and can_transition(status, Status.QUEUED):
             return Requeue(failure.reason, failure.error_code)
-        # The job's own fault, or too late to restart (STORING: the training is done).
+        # The job's own fault (a STORING job too: the platform's trouble restarts it from its
+        # last checkpoint, its uploaded-from-the-volume results being gone).
         return TransitionTo(Status.FAILED, failure.reason, failure.error_code, failure.exit_code)
 
     if all_done and status in _LEARNERS_RUN:

@@ -2,8 +2,10 @@
 node's jobs, clean a node that comes back, and move jobs off a drained node.
 
 A node whose engine fails NODE_LOST_AFTER probes in a row is lost: recorded in etcd (the
-scheduler places nothing there), its running jobs requeued. When it answers again, the
-containers of jobs that moved on meanwhile are removed before it is used again. On a swarm
+scheduler places nothing there), every job placed on it requeued (RESTARTABLE: a STORING job
+too, from its last checkpoint, since the results its helper was uploading went with the
+node). When it answers again, what jobs that moved on meanwhile left there is removed (only
+that node's part: a requeued job may already run elsewhere) before it is used again. On a swarm
 a probe is the swarm's own view of the node (SwarmNodeView.probe: the node object's state);
 a swarm that cannot say (its manager is down) judges nothing: no node is lost for it.
 
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from dlaas.adapters.nodes import NodeSpec
 from dlaas.domain import errors
 from dlaas.domain.ports import EngineUnreachable
-from dlaas.domain.status import DEPLOYED, REQUEUEABLE
+from dlaas.domain.status import DEPLOYED, REQUEUEABLE, RESTARTABLE, Status
 from dlaas.domain.stored import stored_manifest
 from services.lcm.ports import ContainerEngine
 
@@ -143,9 +145,17 @@ class NodeHealth:
         self._unhealthy.add(name)
         self._publish_health(name, "engine not answering")
         for job_id, state in self.keeper.active_jobs().items():
-            if state.status in REQUEUEABLE and name in {p["node"] for p in self._placement(job_id)}:
+            if state.status in RESTARTABLE and name in {p["node"] for p in self._placement(job_id)}:
+                reason = f"node {name} lost: its engine is not answering"
+                if state.status == Status.STORING:
+                    # Its helper was uploading the results from the node's volume: they are
+                    # gone with it, the checkpoints are in S3. Redo the tail, lose no job.
+                    reason = (
+                        f"node {name} lost while storing the results (only that node had "
+                        f"them): restarts from its last checkpoint"
+                    )
                 try:
-                    self.requeue(job_id, f"node {name} lost: its engine is not answering", False)
+                    self.requeue(job_id, reason, False, node_lost=True)
                 except errors.DlaasError as exc:
                     log.warning("requeue %s after losing %s: %s", job_id, name, exc.message)
                     continue
@@ -165,7 +175,12 @@ class NodeHealth:
             state = self.keeper.get(job_id)
             placed_here = name in {p["node"] for p in self._placement(job_id)}
             if state is None or state.status not in DEPLOYED or not placed_here:
-                deployer.remove_job(job_id)
+                if state is None or state.final:
+                    deployer.remove_job(job_id)
+                else:
+                    # Moved on (requeued while the node was away): its new run may already
+                    # be deployed elsewhere; on a swarm removing the whole job would stop it.
+                    deployer.remove_job_here(job_id)
         self._unhealthy.discard(name)
         self._publish_health(name, f"availability {self._availability.get(name, 'active')}")
 

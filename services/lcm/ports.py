@@ -85,3 +85,9 @@ class ContainerEngine(JobContainers):
     @abstractmethod
     def remove_job(self, job_id: str) -> None:
         """Remove every container, the network and the volume of a job (missing is fine)."""
+
+    def remove_job_here(self, job_id: str) -> None:
+        """Remove only what the job has on this node (missing is fine): a node that comes
+        back is cleared of a job that moved on, whose new run may already be elsewhere. An
+        engine of its own holds only this node's part: that is the whole job here."""
+        self.remove_job(job_id)

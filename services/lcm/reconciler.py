@@ -14,7 +14,7 @@ import logging
 import threading
 
 from dlaas.domain import errors
-from dlaas.domain.status import Status
+from dlaas.domain.status import REQUEUEABLE, Status
 from dlaas.domain.steps import run_step
 from services.lcm.restart_policy import MAX_BACKOFF_S
 
@@ -237,11 +237,20 @@ class Reconciler:
             self.start_job(job_id, cause, allocations)
         elif decision.action == "preempt":
             # The scheduler has queued the job again itself (with its original position).
-            if self.keeper.try_transition(job_id, Status.QUEUED, f"preempted: {cause}"):
+            if self._move(job_id, f"preempted: {cause}"):
                 threading.Thread(target=self._teardown, args=(job_id,), daemon=True).start()
-        elif decision.action in ("shrink", "grow") and self.keeper.try_transition(
-            job_id, Status.QUEUED, f"{decision.action}: {cause}"
+        elif decision.action in ("shrink", "grow") and self._move(
+            job_id, f"{decision.action}: {cause}"
         ):
             # `allocations` is the gang's whole new allocation: restart it with that size.
             self._teardown(job_id)
             self.start_job(job_id, cause, allocations)
+
+    def _move(self, job_id: str, reason: str) -> bool:
+        """Requeue a job the scheduler chose to move; False when it is not REQUEUEABLE (a
+        STORING job's training is done: its edge to QUEUED is for a failure only)."""
+        state = self.keeper.get(job_id)
+        if state is None or state.status not in REQUEUEABLE:
+            log.info("%s not moved (%s): %s", job_id, state and state.status, reason)
+            return False
+        return self.keeper.try_transition(job_id, Status.QUEUED, reason) is not None

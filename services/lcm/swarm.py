@@ -435,6 +435,12 @@ class SwarmEngine:
                 log.info("network of %s stays until its tasks are gone: %s", job_id, exc)
         log.info("%s: services removed after %.2f s", job_id, time.monotonic() - t0)
 
+    def remove_job_on(self, job_id: str, node: str) -> None:
+        """Remove the job's services on one node only; its network and secret stay (its run
+        on other nodes uses them; `remove_job` takes them with the job)."""
+        for s in self.services(job_id, node):
+            self._quiet(self.api.remove_service, s["ID"])
+
     def jobs(self, node: str | None = None) -> set[str]:
         found = {
             (s["Spec"].get("Labels") or {}).get(jobspec.LABEL_JOB, "")
@@ -613,6 +619,11 @@ class SwarmNodeView(ContainerEngine):
 
     def remove_job(self, job_id: str) -> None:
         self.engine.remove_job(job_id)
+
+    def remove_job_here(self, job_id: str) -> None:
+        # The manager removes swarm-wide: only this node's services, or a requeued job's
+        # new run on other nodes would go with its leftovers here.
+        self.engine.remove_job_on(job_id, self.name)
 
     # ---- JobContainers (the monitor, the log reader) ---------------------------------
 

@@ -16,7 +16,7 @@ from dlaas.domain import errors
 from dlaas.domain.jobspec import JobErrorCode
 from dlaas.domain.locations import check_buckets
 from dlaas.domain.manifest import Manifest, parse_manifest, resolve_image, scale_problem
-from dlaas.domain.status import REQUEUEABLE, Status
+from dlaas.domain.status import REQUEUEABLE, RESTARTABLE, Status
 from dlaas.domain.stored import stored_manifest
 from dlaas.v1 import scheduler_pb2
 from services.lcm.restart_policy import backoff_s
@@ -152,12 +152,22 @@ class JobUseCases:
         self._enqueue(record)
         return Status.QUEUED.value
 
-    def requeue(self, job_id: str, reason: str, is_restart: bool) -> str:
-        """Stop a placed job's gang and queue it again; restarts count against max_restarts."""
+    def requeue(
+        self, job_id: str, reason: str, is_restart: bool, *, node_lost: bool = False
+    ) -> str:
+        """Stop a placed job's gang and queue it again; restarts count against max_restarts.
+
+        A failure (`is_restart`: its containers killed or gone) or the loss of its node also
+        requeues a STORING job: the results only its node had are gone, its checkpoints are
+        not. A controller's choice (drain, rescale) moves only REQUEUEABLE jobs."""
         record = self.store.get(job_id)
         state = self._state(job_id)
-        if state.status not in REQUEUEABLE:
-            raise errors.InvalidTransition(f"job {job_id} is {state.status}, not running")
+        if state.status not in (RESTARTABLE if is_restart or node_lost else REQUEUEABLE):
+            raise errors.InvalidTransition(
+                f"job {job_id} is {state.status}: only a failure or a lost node requeues it"
+                if state.status in RESTARTABLE
+                else f"job {job_id} is {state.status}, not running"
+            )
         manifest = stored_manifest(record)
         not_before = 0.0
         if is_restart:

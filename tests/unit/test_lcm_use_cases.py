@@ -8,11 +8,13 @@ comes back keeps) used to be reachable only through etcd and Docker.
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 from lcm_fakes import FakeEngine, FakeScheduler, InMemoryStatusRepo, fake_lcm
 
-from dlaas.domain.errors import CapacityExceeded, ImageUnavailable
+from dlaas.adapters.nodes import NodeSpec
+from dlaas.domain.errors import CapacityExceeded, ImageUnavailable, InvalidTransition
 from dlaas.domain.ports import SchedulerPort, StatusRepo
 from dlaas.domain.status import DEPLOYED, HAPPY_PATH, Status
 from services.lcm.ports import ContainerEngine
@@ -103,8 +105,8 @@ def test_a_node_that_comes_back_keeps_only_the_running_jobs_placed_on_it(job_sto
 
 def test_a_node_that_comes_back_keeps_a_storing_jobs_helper(job_store):
     # The helper of a STORING job is uploading results and logs: a node that was only
-    # unreachable must not lose it when it answers again (the job could not even be
-    # requeued: STORING has no edge back to QUEUED).
+    # unreachable (never judged lost, so the job was not requeued) must not lose it when
+    # it answers again.
     lcm = fake_lcm(job_store)
     engine = lcm.deployers["local"]
     lcm.submit("job-st", "alice", MANIFEST, "")
@@ -134,6 +136,85 @@ def test_a_node_that_comes_back_keeps_every_deployed_job_placed_on_it(job_store,
     lcm._unhealthy.add("local")
     lcm.check_nodes()
     assert engine.removed == [] and "job-k" in engine.containers_of
+
+
+def _storing(lcm, job_id: str, node: str, manifest: str = MANIFEST) -> None:
+    lcm.submit(job_id, "alice", manifest, "")
+    _placed(lcm, job_id, node)
+    for status in (Status.DOWNLOADING, Status.PROCESSING, Status.STORING):
+        lcm.keeper.transition(job_id, status, "on its way")
+
+
+def _two_nodes(job_store):
+    now = [1000.0]
+    nodes = [NodeSpec(name=n, cpus=8, memory_mb=16384) for n in ("n1", "n2")]
+    lcm = fake_lcm(job_store, nodes=nodes, clock=lambda: now[0])
+    lcm._leading.set()
+
+    def probe(times: int = 1) -> None:
+        for _ in range(times):
+            now[0] += 1
+            lcm.check_nodes()
+
+    return lcm, probe
+
+
+def test_a_storing_job_on_a_lost_node_is_requeued_from_its_checkpoint_with_the_cause(job_store):
+    # The chaos run: the node holding a STORING job's results died. Its checkpoints are in
+    # S3: the job restarts from the last one (redoing the tail of its training), not FAILED.
+    lcm, probe = _two_nodes(job_store)
+    _storing(lcm, "job-lost", "n1")
+    _storing(lcm, "job-fine", "n2")
+    probe()
+    lcm.deployers["n1"].up = False
+    probe(2)
+    state = lcm.keeper.get("job-lost")
+    assert state.status == Status.QUEUED
+    assert "node n1 lost while storing" in state.reason and "checkpoint" in state.reason
+    assert [t.status for t in job_store.get("job-lost").history][-2:] == [
+        Status.STORING,
+        Status.QUEUED,
+    ]
+    assert "node n1 lost while storing" in job_store.get("job-lost").history[-1].reason
+    _wait_due(lcm, "job-lost")
+    assert "restarts" not in job_store.get("job-lost").info  # the node's loss, no restart
+    # Queued again for the scheduler, which places it on the healthy node.
+    assert lcm.keeper.unhealthy_nodes() == {"n1"}
+    # The STORING job on the node that stays healthy goes on storing, untouched.
+    assert lcm.keeper.get("job-fine").status == Status.STORING
+    assert lcm.deployers["n2"].removed == [] and "job-fine" in lcm.deployers["n2"].containers_of
+
+
+def test_a_node_that_comes_back_leaves_the_requeued_storing_jobs_new_run_alone(job_store):
+    lcm, probe = _two_nodes(job_store)
+    _storing(lcm, "job-lost", "n1")
+    probe()
+    lcm.deployers["n1"].up = False
+    probe(2)
+    _wait_due(lcm, "job-lost")
+    # Placed again on n2 and running there; n1 answers again with the old run's leftovers.
+    _placed(lcm, "job-lost", "n2")
+    lcm.keeper.transition("job-lost", Status.DOWNLOADING, "helper and learners started")
+    lcm.deployers["n1"].containers_of["job-lost"] = ["job-lost-helper"]
+    lcm.deployers["n1"].up = True
+    probe()
+    assert "job-lost" not in lcm.deployers["n1"].containers_of  # the old run's, removed
+    assert lcm.deployers["n2"].removed == [] and "job-lost" in lcm.deployers["n2"].containers_of
+    assert lcm.keeper.get("job-lost").status == Status.DOWNLOADING
+
+
+def test_a_storing_job_is_restarted_after_a_failure_but_never_moved_on_purpose(job_store):
+    # The monitor's restart (its helper killed, gone with its engine) takes STORING -> QUEUED
+    # and counts; a controller's choice (drain, rescale) never throws finished training away.
+    lcm, _ = _two_nodes(job_store)
+    _storing(lcm, "job-st", "n1", MANIFEST + "max_restarts: 2\n")
+    with pytest.raises(InvalidTransition, match="STORING"):
+        lcm.requeue("job-st", "drained", is_restart=False)
+    assert lcm.move_off("n1", "drained") == []
+    assert lcm.keeper.get("job-st").status == Status.STORING
+    assert lcm.requeue("job-st", "the helper was killed", is_restart=True) == "QUEUED"
+    _wait_due(lcm, "job-st")
+    assert job_store.get("job-st").info["restarts"] == 1
 
 
 def test_a_node_lost_after_it_was_seen_is_schedulable_again_once_it_answers(job_store):
@@ -221,3 +302,19 @@ def test_scale_outside_the_range_is_refused_with_the_one_rules_message(job_store
     lcm.submit("job-f", "alice", MANIFEST, "")
     with pytest.raises(InvalidRequest, match="learners: job job-f is not elastic"):
         lcm.scale("job-f", "alice", 2)
+
+
+@pytest.mark.parametrize("action", ["preempt", "shrink", "grow"])
+def test_the_scheduler_never_moves_a_storing_job_but_moves_a_processing_one(job_store, action):
+    # STORING -> QUEUED exists for a failure (node lost, helper killed) only: a preemption
+    # or a rescale would throw finished training away.
+    lcm, _ = _two_nodes(job_store)
+    _storing(lcm, "job-st", "n1")
+    lcm.submit("job-run", "alice", MANIFEST, "")
+    _placed(lcm, "job-run", "n2")
+    lcm.keeper.transition("job-run", Status.DOWNLOADING, "started")
+    lcm.start_job = lambda *a, **k: None  # a shrink/grow restarts at once: not under test
+    for job_id in ("job-st", "job-run"):
+        lcm._carry_out(SimpleNamespace(job_id=job_id, cause="test", allocations=[], action=action))
+    assert lcm.keeper.get("job-st").status == Status.STORING
+    assert lcm.keeper.get("job-run").status == Status.QUEUED

@@ -444,8 +444,9 @@ def test_a_helper_killed_before_a_learner_failed_is_the_cause():
     assert kinds(decide(view(Status.PROCESSING, cs))) == [Requeue]
 
 
-def test_too_late_to_restart_while_storing_fails_with_the_cause():
-    # STORING has no edge back to QUEUED: the training finished; the upload did not.
+def test_a_helper_killed_while_storing_restarts_from_the_checkpoint():
+    # The training finished but the results the helper was uploading are lost with it; the
+    # checkpoints are in S3: restart from the last one (STORING -> QUEUED) rather than fail.
     dec = decide(
         view(
             Status.STORING,
@@ -453,8 +454,37 @@ def test_too_late_to_restart_while_storing_fails_with_the_cause():
             helper_signalled_at=NOW - 1,
         )
     )
+    assert dec.actions == [
+        Requeue("the helper was killed from outside (SIGKILL, exit code 137)", d.ERROR_KILLED)
+    ]
+
+
+def test_a_storing_jobs_helper_gone_with_its_nodes_engine_restarts_from_the_checkpoint():
+    # The chaos run: the node holding a STORING job's helper died and came back; the helper
+    # died with its engine (255), or its container is gone. The node's fault, not the job's.
+    died = [helper("exited", 255, at=NOW - 2), learner(0, "exited", 0, at=NOW - 60)]
+    dec = decide(view(Status.STORING, died, engine_lost_at=NOW - 4, helper_signalled_at=NOW - 9))
+    assert dec.actions == [
+        Requeue("the helper died with the Docker engine of its node (exit code 255)", "engine_lost")
+    ]
+    gone = decide(view(Status.STORING, [learner(0, "exited", 0)], helper_signalled_at=NOW - 9))
+    assert requeues(gone) == [
+        Requeue("the helper container is gone while the job was STORING", "containers_missing")
+    ]
+    assert not any(isinstance(a, TransitionTo) for a in gone.actions)
+
+
+def test_a_storing_jobs_own_upload_failure_still_fails_it():
+    # Only the platform's trouble restarts: an upload the job's store refused would repeat.
+    dec = decide(
+        view(
+            Status.STORING,
+            [helper("exited", HELPER_EXIT_UPLOAD_FAILED), learner(0, "exited", 0)],
+            helper_signalled_at=NOW - 1,
+        )
+    )
     t = transition(dec)
-    assert (t.target, t.error_code) == (Status.FAILED, d.ERROR_KILLED)
+    assert (t.target, t.error_code) == (Status.FAILED, "upload_failed")
     assert requeues(dec) == [] and Cleanup in kinds(dec)
 
 

@@ -150,6 +150,32 @@ def test_a_node_that_does_not_answer_leaves_its_job_alone_until_it_is_back(world
     assert world.status("job-away") == Status.FAILED
 
 
+def test_a_storing_job_whose_node_is_away_is_not_failed_but_restarted_once_back(world):
+    # The chaos run: the node holding a STORING job's helper was killed. Away, the job is
+    # the LCM's (it requeues it); past the store deadline too, the monitor fails nothing.
+    engine = world.engines["local"]
+    helper, learners = world.running_job("job-st")
+    for c in learners:
+        engine.set_state(c, "exited", 0)
+    world.monitor.reconcile_job("job-st")
+    assert world.status("job-st") == Status.STORING
+    engine.up = False
+    world.now += 10_000  # well past the store deadline
+    assert world.monitor.reconcile_job("job-st") is None
+    engine.set_state(helper, "exited", 255, finished_at=world.now + 1)  # died with its node
+    world.now += 10_000
+    assert world.monitor.reconcile_job("job-st") is None
+    assert world.status("job-st") == Status.STORING and world.requeued == []
+
+    # Back before the LCM acted (it was lost only briefly): the helper died with the engine;
+    # the node's fault, so the LCM is asked to restart it from its checkpoint, not failed.
+    engine.up = True
+    world.monitor.reach.back("local")
+    world.monitor.reconcile_job("job-st")
+    assert world.status("job-st") == Status.STORING  # the LCM moves it, not the monitor
+    assert [(j, "engine" in why) for j, why in world.requeued] == [("job-st", True)]
+
+
 def test_a_job_placed_on_a_node_without_an_engine_here_is_left_alone(world):
     world.running_job("job-elsewhere", node="n9")
     assert world.monitor.reconcile_job("job-elsewhere") is None

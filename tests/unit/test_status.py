@@ -12,7 +12,9 @@ from dlaas.domain.status import (
     DEPLOYED,
     FINAL,
     HAPPY_PATH,
+    LOSS_ONLY,
     REQUEUEABLE,
+    RESTARTABLE,
     TERMINAL,
     TRANSITIONS,
     USER_ONLY,
@@ -50,6 +52,8 @@ EXPECTED_EDGES = {
     (S.DOWNLOADING, S.QUEUED),
     (S.PROCESSING, S.QUEUED),
     (S.HALTED, S.QUEUED),
+    # the node holding a STORING job's results was lost: restart from the last checkpoint
+    (S.STORING, S.QUEUED),
 }
 ALL_PAIRS = list(itertools.product(Status, Status))
 VALID = [p for p in ALL_PAIRS if p in EXPECTED_EDGES]
@@ -182,14 +186,18 @@ def test_the_named_groupings_are_the_ones_every_service_relies_on():
     assert FINAL == {S.COMPLETED, S.FAILED, S.HALTED}
     assert ACTIVE == {S.QUEUED, S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING}
     assert DEPLOYED == {S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING}
-    # Not STORING: its training is done, it can only complete or fail.
+    # A lost node (or containers killed) sends a STORING job back too: its checkpoints are
+    # in S3, the results only its node had are gone.
+    assert RESTARTABLE == {S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING}
+    # Not STORING: its training is done, no controller moves it on purpose.
     assert REQUEUEABLE == {S.PENDING, S.DOWNLOADING, S.PROCESSING}
 
 
 def test_the_groupings_follow_the_table():
     assert all(not TRANSITIONS[s] for s in TERMINAL)
-    assert all(can_transition(s, S.QUEUED) for s in REQUEUEABLE)
-    assert REQUEUEABLE <= DEPLOYED <= ACTIVE
+    assert all(can_transition(s, S.QUEUED) for s in RESTARTABLE)
+    assert REQUEUEABLE == {s for s in RESTARTABLE if (s, S.QUEUED) not in LOSS_ONLY}
+    assert REQUEUEABLE <= RESTARTABLE <= DEPLOYED <= ACTIVE
     assert ACTIVE | FINAL == set(Status) and not ACTIVE & FINAL
 
 

@@ -24,7 +24,8 @@ FIXED = "name: j\nframework: {name: python, command: python3 train.py}\n"
 class FakeManager:
     """FAKE swarm manager (what SwarmNodeView asks of SwarmEngine): `states` (node -> the
     swarm's word for it), `up` (whether the manager answers at all), `removed` (jobs whose
-    services were removed). Jobs run on every node it was told of."""
+    services were removed), `placed` ((job, node) pairs that have services). Jobs run on
+    every node it was told of."""
 
     # The manager's images (a submit checks the job's image is there): every one.
     client = SimpleNamespace(images=SimpleNamespace(get=lambda image: None))
@@ -33,6 +34,7 @@ class FakeManager:
         self.up = True
         self.states = dict.fromkeys(nodes, "ready")
         self.removed: list[str] = []
+        self.placed: set[tuple[str, str]] = set()
 
     def _answer(self) -> None:
         if not self.up:
@@ -52,11 +54,16 @@ class FakeManager:
 
     def jobs(self, node: str | None = None) -> set[str]:
         self._answer()
-        return set()
+        return {j for j, n in self.placed if node in (None, n)}
 
     def remove_job(self, job_id: str) -> None:
         self._answer()
         self.removed.append(job_id)
+        self.placed = {(j, n) for j, n in self.placed if j != job_id}
+
+    def remove_job_on(self, job_id: str, node: str) -> None:
+        self._answer()
+        self.placed.discard((job_id, node))
 
     def wait_stopped(self, job_id: str, role: str, timeout_s: float) -> bool:
         return True
@@ -137,3 +144,24 @@ def test_a_swarm_nodes_probe_is_the_managers_word_or_unknown(state, up, seen):
     assert view.probe() == seen
     assert view.ping() == (seen == "up")
     assert SwarmNodeView(manager, "gone").probe() == ("down" if up else "unknown")
+
+
+def test_a_storing_job_on_a_lost_swarm_node_restarts_and_its_return_spares_the_new_run(swarm):
+    # The chaos run (a 3-node swarm): worker n2 died under a job that had just gone STORING.
+    lcm, manager, probe = swarm
+    lcm.keeper.transition("job-1", Status.STORING, "all 1 learner(s) exited 0")
+    probe()
+    manager.states["n2"] = "down"
+    probe()
+    state = lcm.keeper.get("job-1")
+    assert state.status == Status.QUEUED and "node n2 lost while storing" in state.reason
+    assert manager.removed == ["job-1"]  # its services go at once (the manager answers)
+    # Placed again on n3 and running; the dead node's task was still listed there.
+    lcm.keeper.transition("job-1", Status.PENDING, "placed")
+    lcm.keeper.set_placement("job-1", [{"learner": 0, "node": "n3", "gpu_indices": []}])
+    lcm.keeper.transition("job-1", Status.DOWNLOADING, "helper and learners started")
+    manager.placed = {("job-1", "n2"), ("job-1", "n3")}
+    manager.states["n2"] = "ready"
+    probe()
+    assert manager.placed == {("job-1", "n3")}  # only the dead node's leftovers removed
+    assert lcm.keeper.get("job-1").status == Status.DOWNLOADING
