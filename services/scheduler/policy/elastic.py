@@ -12,7 +12,7 @@ their max only with `auto_grow`, if nobody waiting could use them.
 from __future__ import annotations
 
 from .feasibility import gang_shape
-from .model import Allocation, Decision, QueuedJob, RunningJob
+from .model import Decision, QueuedJob, RunningJob
 
 
 def grow_cause(r: RunningJob, added: int) -> str:
@@ -47,34 +47,11 @@ class Elastic:
     def _give_back_for(self, j: QueuedJob, want: int, lenders: list[RunningJob]):
         """(shrinks, allocations) that start `want` learners of j out of lent learners
         only, the fewest given back; None (the index untouched) if they cannot."""
-        shrinks: list[tuple[RunningJob, list[Allocation]]] = []
-        allocs = None
-        for r in lenders:
-            lent = sorted(r.allocations, key=lambda a: -a.learner)[: r.lent]
-            taken: list[Allocation] = []
-            for a in lent:
-                self.idx.give([a])
-                taken.append(a)
-                allocs = self.place(j, want)
-                if allocs is not None:
-                    break
-            shrinks.append((r, taken))
-            if allocs is not None:
-                break
-        if allocs is None:
-            for _, taken in shrinks:
-                self.idx.take(taken)
-            return None
-        # minimality: keep lent learners that were not needed (last given back first)
-        for _, taken in reversed(shrinks):
-            for a in list(reversed(taken)):
-                self.idx.take([a])
-                if self.place(j, want) is None:
-                    self.idx.give([a])
-                else:
-                    taken.remove(a)
-        allocs = self.place(j, want)
-        return [(r, t) for r, t in shrinks if t], allocs
+        return self.free_learners_for(
+            j,
+            want,
+            ((r, sorted(r.allocations, key=lambda a: -a.learner)[: r.lent]) for r in lenders),
+        )
 
     def try_give_back(self, j: QueuedJob, below_min: bool) -> bool:
         """Start j on learners other jobs hold above their target: lent capacity goes back

@@ -168,51 +168,34 @@ class Preemption:
         cause_cls = self.policy.queued_class(j, self.now, self.cfg)
 
         # 1. shrink-before-kill: remove learners of elastic victims, never below their min.
-        shrinks: list[tuple[RunningJob, list[Allocation]]] = []
-        allocs = None
-        for r in self._class_victims(j, True, reclaim) if by_class else ():
-            removable = sorted(r.allocations, key=lambda a: -a.learner)[: r.learners - r.min_gang]
-            taken: list[Allocation] = []
-            for a in removable:
-                self.idx.give([a])
-                taken.append(a)
-                allocs = self.place(j, need)
-                if allocs is not None:
-                    break
-            shrinks.append((r, taken))
-            if allocs is not None:
-                break
-        if allocs is not None:
-            # minimality: give back learners that were not needed (last removed first)
-            for r, taken in reversed(shrinks):
-                for a in list(reversed(taken)):
-                    self.idx.take([a])
-                    if self.place(j, need) is None:
-                        self.idx.give([a])
-                    else:
-                        taken.remove(a)
-            allocs = self.place(j, need)
+        elastic = self._class_victims(j, True, reclaim) if by_class else ()
+        freed = self.free_learners_for(
+            j,
+            need,
+            ((r, sorted(r.allocations, key=lambda a: -a.learner)[: r.learners - r.min_gang])
+             for r in elastic),
+        )  # fmt: skip
+        if freed is not None:
+            shrinks, allocs = freed
             for r, taken in shrinks:
-                if taken:
-                    self.touched.add(r.job_id)
-                    if self.quotas:
-                        self._account(r.team, taken, -1.0, r.job_id in self.borrowed)
-                    self.decisions.append(
-                        Decision(
-                            r.job_id,
-                            "shrink",
-                            f"shrunk by {len(taken)} learner(s) (to {r.learners - len(taken)}, min "
-                            f"{r.min_gang}) to admit {j.job_id} (class {cause_cls} beats "
-                            f"{self.policy.running_class(r, self.cfg)})",
-                            taken,
-                        )
+                self.touched.add(r.job_id)
+                if self.quotas:
+                    self._account(r.team, taken, -1.0, r.job_id in self.borrowed)
+                self.decisions.append(
+                    Decision(
+                        r.job_id,
+                        "shrink",
+                        f"shrunk by {len(taken)} learner(s) (to {r.learners - len(taken)}, min "
+                        f"{r.min_gang}) to admit {j.job_id} (class {cause_cls} beats "
+                        f"{self.policy.running_class(r, self.cfg)})",
+                        taken,
                     )
+                )
             self.start(j, allocs, f"started after shrinking elastic jobs ({gang_shape(j)})")
             return True
-        for _, taken in shrinks:
-            self.idx.take(taken)
 
         # 2. preempt whole jobs, least important / least work lost first.
+        allocs = None
         chosen: list[RunningJob] = []
         victims: Iterable[RunningJob] = self._class_victims(j, False, reclaim) if by_class else ()
         if reclaim:

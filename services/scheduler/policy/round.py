@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -97,6 +97,45 @@ class Round(FairShare, Elastic, Preemption, Reservation):
         )
 
     _place = place  # eta.py's counterfactual still calls it by this name
+
+    def free_learners_for(
+        self,
+        j: QueuedJob,
+        want: int,
+        candidates: Iterable[tuple[RunningJob, list[Allocation]]],
+    ) -> tuple[list[tuple[RunningJob, list[Allocation]]], list[Allocation]] | None:
+        """Free learners of running jobs, one at a time in the order given (each candidate:
+        a job and its removable allocations, first removed first), until `want` learners
+        of j fit; then keep those that were not needed (last freed first). Returns
+        (each job with what it gives up, j's allocations); None, the index untouched, if j
+        does not fit even then. The shrink-before-kill of preemption and the give-back of
+        lent learners are both this."""
+        shrinks: list[tuple[RunningJob, list[Allocation]]] = []
+        allocs = None
+        for r, removable in candidates:
+            taken: list[Allocation] = []
+            for a in removable:
+                self.idx.give([a])
+                taken.append(a)
+                allocs = self.place(j, want)
+                if allocs is not None:
+                    break
+            shrinks.append((r, taken))
+            if allocs is not None:
+                break
+        if allocs is None:
+            for _, taken in shrinks:
+                self.idx.take(taken)
+            return None
+        for _, taken in reversed(shrinks):
+            for a in list(reversed(taken)):
+                self.idx.take([a])
+                if self.place(j, want) is None:
+                    self.idx.give([a])
+                else:
+                    taken.remove(a)
+        allocs = self.place(j, want)
+        return [(r, t) for r, t in shrinks if t], allocs
 
     def try_start(self, j: QueuedJob) -> list[Allocation] | None:
         allocs = self.place(j, j.learners)
