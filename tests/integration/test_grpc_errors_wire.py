@@ -9,6 +9,9 @@ tests/unit/test_grpc_errors.py.
 
 from __future__ import annotations
 
+import sqlite3
+
+import pyetcd.exceptions
 import pytest
 from error_samples import all_classes, sample
 
@@ -18,6 +21,7 @@ from dlaas.clients.sdk import SchedulerClient
 from dlaas.domain import errors
 from dlaas.local.processes import free_port
 from dlaas.v1 import scheduler_pb2_grpc
+from services.lcm.grpc_api import translate_errors as lcm_translate_errors
 
 
 class Raiser(scheduler_pb2_grpc.SchedulerServicer):
@@ -83,3 +87,45 @@ def test_nobody_listening_is_temporary():
     with client, pytest.raises(errors.TemporaryError) as caught:
         client.release("job-1")
     assert "not answering" in caught.value.message
+
+
+class LcmOutage(scheduler_pb2_grpc.SchedulerServicer):
+    """Raises `self.error` from Release under the LCM's translation (its outages named)."""
+
+    error: Exception = RuntimeError("unset")
+
+    @lcm_translate_errors
+    def Release(self, request, context):
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "outage",
+    [
+        pyetcd.exceptions.NoServerAvailableError("etcd at 10.0.0.9:2379 user=root:hunter2"),
+        pyetcd.exceptions.ConnectionFailedError("etcd at 10.0.0.9:2379 user=root:hunter2"),
+        sqlite3.OperationalError("database is locked at /secret/path"),
+    ],
+    ids=type,
+)
+def test_an_lcm_outage_is_temporary_and_names_no_host(outage):
+    """The stack's LCM started before etcd answered: its submit was an internal error (a
+    500 at the API) instead of a retryable 503."""
+    servicer = LcmOutage()
+    servicer.error = outage
+    port = free_port()
+    server = start_server(
+        f"127.0.0.1:{port}",
+        lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
+        ["dlaas.v1.Scheduler"],
+    )
+    client = SchedulerClient(f"127.0.0.1:{port}", timeout=10)
+    try:
+        with pytest.raises(errors.TemporaryError) as caught:
+            client.release("job-1")
+    finally:
+        client.close()
+        server.stop(0)
+    assert type(outage).__name__ in caught.value.message
+    for secret in ("10.0.0.9", "hunter2", "/secret/path"):
+        assert secret not in caught.value.message
