@@ -26,9 +26,7 @@ if TYPE_CHECKING:
 
 # etcd, the job store, the engine or S3 away: UNAVAILABLE (a 503 at the API), which clients
 # retry, instead of an internal error.
-translate_errors = functools.partial(
-    grpc_errors.translate_errors, temporary=INFRASTRUCTURE_ERRORS
-)
+translate_errors = functools.partial(grpc_errors.translate_errors, temporary=INFRASTRUCTURE_ERRORS)
 translate_stream_errors = functools.partial(
     grpc_errors.translate_stream_errors, temporary=INFRASTRUCTURE_ERRORS
 )
