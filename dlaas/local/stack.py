@@ -68,6 +68,7 @@ Progress = Callable[[str], None]
 # which dlaas.config reads as the variable of that name in upper case.
 S3_SECRET_KEY_SECRET = "dlaas_s3_secret_key"
 ADMIN_TOKEN_SECRET = "dlaas_api_admin_token"
+SECRETS_KEY_SECRET = "dlaas_secrets_key"
 
 
 @dataclass(frozen=True)
@@ -100,10 +101,15 @@ STACK_BASE = learner_images.ImageSpec(
 # --------------------------------------------------------------------------- pure parts
 
 
-def stack_secrets(*, s3_secret_key: str, admin_token: str) -> dict[str, str]:
+def stack_secrets(*, s3_secret_key: str, admin_token: str, secrets_key: str) -> dict[str, str]:
     """Swarm secret name -> value, for the secrets docker-compose.yml declares (external:
-    they must exist before `docker stack deploy`). Pure."""
-    return {S3_SECRET_KEY_SECRET: s3_secret_key, ADMIN_TOKEN_SECRET: admin_token}
+    they must exist before `docker stack deploy`). `secrets_key` is a Fernet key
+    (dlaas.domain.secretbox.new_key). Pure."""
+    return {
+        S3_SECRET_KEY_SECRET: s3_secret_key,
+        ADMIN_TOKEN_SECRET: admin_token,
+        SECRETS_KEY_SECRET: secrets_key,
+    }
 
 
 def stack_env(
@@ -426,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         if value != "...":
             print(f"  {key}={value}")
     print("and these secrets created once on a manager (`docker secret create NAME -`):")
-    print(f"  {S3_SECRET_KEY_SECRET}, {ADMIN_TOKEN_SECRET}")
+    print(f"  {S3_SECRET_KEY_SECRET}, {ADMIN_TOKEN_SECRET}, {SECRETS_KEY_SECRET}")
     return 0
 
 

@@ -31,12 +31,14 @@ import httpx
 import pytest
 import yaml
 
+from dlaas.domain.secretbox import new_key
 from dlaas.local.stack import (
     ADMIN_TOKEN_SECRET,
     COMPOSE_FILE,
     LAB_OVERRIDE,
     LOCAL_IMAGES,
     S3_SECRET_KEY_SECRET,
+    SECRETS_KEY_SECRET,
     copy_images,
     create_secrets,
     ensure_stack_images,
@@ -100,7 +102,9 @@ def stack(lab):
     store = root / "store"
     store.mkdir()
     values = stack_secrets(
-        s3_secret_key=secrets.token_urlsafe(24), admin_token=secrets.token_urlsafe(24)
+        s3_secret_key=secrets.token_urlsafe(24),
+        admin_token=secrets.token_urlsafe(24),
+        secrets_key=new_key(),
     )
     with _manager(info.manager_socket) as client:
         create_secrets(client, values)
@@ -168,10 +172,10 @@ def _check_service_specs(env, values: dict[str, str]) -> None:
         assert not leaked, f"the spec of {name} holds the value of {leaked}"
         refs = svc["Spec"]["TaskTemplate"]["ContainerSpec"].get("Secrets") or []
         attached[name] = {ref["SecretName"] for ref in refs}
-    s3, admin = S3_SECRET_KEY_SECRET, ADMIN_TOKEN_SECRET
+    s3, admin, box = S3_SECRET_KEY_SECRET, ADMIN_TOKEN_SECRET, SECRETS_KEY_SECRET
     assert attached == {
         "etcd": set(), "mongo": set(), "redis": set(), "seaweedfs": {s3}, "scheduler": {s3},
-        "lcm": {s3}, "jobmonitor": {s3}, "worker": {s3}, "api": {s3, admin},
+        "lcm": {s3, box}, "jobmonitor": {s3}, "worker": {s3, box}, "api": {s3, admin, box},
     }  # fmt: skip
 
 

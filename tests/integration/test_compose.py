@@ -27,8 +27,13 @@ needs_compose = pytest.mark.skipif(BINARY is None, reason="docker-compose binary
 REQUIRED = {"DLAAS_S3_ACCESS_KEY": "test-access"}
 # Variables the stack once read its secrets from: set in the deploying shell, their values
 # must reach no service (they are swarm secrets now).
-CANARIES = {"DLAAS_S3_SECRET_KEY": "canary-s3-secret", "DLAAS_API_ADMIN_TOKEN": "canary-admin"}
+CANARIES = {
+    "DLAAS_S3_SECRET_KEY": "canary-s3-secret",
+    "DLAAS_API_ADMIN_TOKEN": "canary-admin",
+    "DLAAS_SECRETS_KEY": "canary-box-key",
+}
 S3_SECRET, ADMIN_SECRET = "dlaas_s3_secret_key", "dlaas_api_admin_token"
+BOX_SECRET = "dlaas_secrets_key"
 SECRET_FILES = REPO / "deploy" / "compose-secret-files.yml"
 INFRA = {"etcd", "mongo", "seaweedfs", "redis"}
 PLATFORM = {"api", "lcm", "jobmonitor", "scheduler", "worker"}
@@ -83,15 +88,16 @@ def _secrets_of(svc: dict) -> set[str]:
 def _check_secrets(services: dict, declared: dict) -> None:
     """Each secret is external and attached to the services that read it, and only those;
     no environment holds a secret (or a variable that once carried one)."""
-    assert set(declared) == {S3_SECRET, ADMIN_SECRET}
+    assert set(declared) == {S3_SECRET, ADMIN_SECRET, BOX_SECRET}
     assert all(d.get("external") for d in declared.values()), declared
     wanted = {name: {S3_SECRET} for name in PLATFORM | {"seaweedfs"}}
-    wanted["api"] = {S3_SECRET, ADMIN_SECRET}
+    wanted["api"] = {S3_SECRET, ADMIN_SECRET, BOX_SECRET}
+    wanted["lcm"] = wanted["worker"] = {S3_SECRET, BOX_SECRET}
     assert {n: _secrets_of(svc) for n, svc in services.items() if _secrets_of(svc)} == wanted
     for name, svc in services.items():
         env = svc.get("environment") or {}
         assert not {"DLAAS_S3_SECRET_KEY", "DLAAS_API_ADMIN_TOKEN", "DLAAS_API_TOKENS",
-                    "AWS_SECRET_ACCESS_KEY"} & set(env), name  # fmt: skip
+                    "DLAAS_SECRETS_KEY", "AWS_SECRET_ACCESS_KEY"} & set(env), name  # fmt: skip
     # SeaweedFS reads its admin secret key from the file its entrypoint is given.
     entrypoint = " ".join(services["seaweedfs"]["entrypoint"])
     assert f"/run/secrets/{S3_SECRET}" in entrypoint
@@ -108,7 +114,8 @@ def test_one_host_reads_the_secrets_from_a_directory_of_files(tmp_path):
                    files=files)  # fmt: skip
     assert done.returncode == 0, done.stderr
     secrets = yaml.safe_load(done.stdout)["secrets"]
-    assert secrets == {name: {"file": f"/etc/dlaas/s/{name}"} for name in (S3_SECRET, ADMIN_SECRET)}
+    names = (S3_SECRET, ADMIN_SECRET, BOX_SECRET)
+    assert secrets == {name: {"file": f"/etc/dlaas/s/{name}"} for name in names}
     done = compose(tmp_path, "config", "-q", env=REQUIRED, files=files)
     assert done.returncode != 0 and "DLAAS_SECRETS_DIR" in done.stderr
 

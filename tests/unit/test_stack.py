@@ -6,6 +6,7 @@ from __future__ import annotations
 import yaml
 
 from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.domain.secretbox import new_key
 from dlaas.local.images import BASE_IMAGE
 from dlaas.local.stack import (
     COMPOSE_FILE,
@@ -43,15 +44,17 @@ def test_the_stack_secrets_are_the_files_the_settings_read(tmp_path, monkeypatch
     """Each secret docker-compose.yml declares is one stack_secrets makes, and mounted under
     its name it is read as the setting it carries."""
     declared = yaml.safe_load(COMPOSE_FILE.read_text())["secrets"]
-    secrets = stack_secrets(s3_secret_key="sk-value", admin_token="admin-value")
+    key = new_key()
+    secrets = stack_secrets(s3_secret_key="sk-value", admin_token="admin-value", secrets_key=key)
     assert set(secrets) == set(declared)
     for name, value in secrets.items():
         (tmp_path / name).write_text(value)
-    for var in ("DLAAS_S3_SECRET_KEY", "DLAAS_API_ADMIN_TOKEN"):
+    for var in ("DLAAS_S3_SECRET_KEY", "DLAAS_API_ADMIN_TOKEN", "DLAAS_SECRETS_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("DLAAS_S3_ACCESS_KEY", "ak")
     platform = PlatformSettings(_secrets_dir=tmp_path)
     assert platform.s3_secret_key.get_secret_value() == "sk-value"
+    assert platform.secrets_key.get_secret_value() == key
     assert ApiSettings(_secrets_dir=tmp_path).admin_token.get_secret_value() == "admin-value"
 
 
