@@ -341,10 +341,15 @@ class _Up:
             for i, name in enumerate(names, start=1)
         }  # fmt: skip
         image = os.environ.get("DLAAS_LEARNER_IMAGE") or LEARNER_IMAGE
+        # Named like a job bridge of this platform: the firewall fences the lab in as it does
+        # a job network (its nodes' containers reach the host's S3 port and nothing else of
+        # the host, nothing is routed from or to it; node-to-node frames are bridged).
+        platform_id = self.config.get("platform_id", "")
+        bridge = jobspec.bridge_name(platform_id, "swarm-lab") if platform_id else ""
         return SwarmLab(
             self.state.root / "swarm", nodes=count, labels=labels, images=[image],
             progress=lambda line: self.progress(f"swarm: {line}"),
-            machine_docker_host=self.docker_host,
+            machine_docker_host=self.docker_host, bridge=bridge,
         )  # fmt: skip
 
     def gateway_ip(self) -> str:
@@ -496,18 +501,19 @@ def _up(run: _Up, nodes: int | None = None, etcd_members: int | None = None) -> 
     run.images()
     gateway = run.gateway_ip()
     s3_port = s3_endpoint.rsplit(":", 1)[1]
+    # One id per platform instance labels its containers (a shared engine stays untangled)
+    # and names the bridges its firewall fences: the job networks' and the swarm lab's.
+    platform_id = run.config.get("platform_id") or f"dlaas-{secrets.token_hex(4)}"
+    run.config.update(platform_id=platform_id)
     swarm = run.nodes(nodes)
 
     lcm_ports = {name: run.service_port(name) for name in LCM_NAMES}
     scheduler_port = run.service_port("scheduler")
     api_port = run.service_port("api", API_NAMES)
-    # One id per platform instance labels its containers (a shared engine stays untangled).
-    platform_id = run.config.get("platform_id") or f"dlaas-{secrets.token_hex(4)}"
     run.config.update(
         **{f"{name}_port": port for name, port in lcm_ports.items()},
         scheduler_port=scheduler_port,
         api_port=api_port,
-        platform_id=platform_id,
     )
     run.save_config()
     # Before any service runs: no job container may ever start unfenced.

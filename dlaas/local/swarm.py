@@ -28,7 +28,10 @@ How it is wired, and why:
   machine-wide lock so that labs of concurrent test runs never share one. Overlay networks
   of the swarm come from Docker's 10.0.0.0/8 pool counting up from 10.0.0.0: far below.
 - Names carry a random suffix (namespaces, veths, bridge, exec roots), so labs of other
-  worktrees run side by side; everything the lab made is in its state file
+  worktrees run side by side; `dlaas up` names the bridge like a job bridge of its platform
+  instead, so that its host firewall (dlaas.local.firewall) fences the lab in: the nodes'
+  containers reach the host's S3 port and nothing else of the host, and nothing is routed
+  from or to the lab (frames between nodes are bridged, not routed); everything the lab made is in its state file
   (`state_dir/lab.json`), which `down()` (from any process) reads to remove it all.
 
 Not simulated: `kill_node` SIGKILLs the node's dockerd only (an engine crash); its
@@ -113,24 +116,29 @@ def node_names(n: int) -> list[str]:
     return [f"node-{k}" for k in range(1, n + 1)]
 
 
-def lab_plan(state_dir: Path, suffix: str, subnet: str, n: int) -> dict:
+def lab_plan(state_dir: Path, suffix: str, subnet: str, n: int, bridge: str = "") -> dict:
     """Every name and address of a lab with `n` nodes, as recorded in its state file. Pure.
 
-    Interface names stay within Linux's 15 characters: "dsw<6 hex>", "dsw<6 hex>v<k>".
+    Interface names stay within Linux's 15 characters: the bridge "dsw<6 hex>" unless
+    `bridge` names it (a platform names it so that its firewall fences the lab in), the
+    veths "dsw<6 hex>v<k>" / "dsw<6 hex>p<k>".
     """
+    if len(bridge) > 15:
+        raise SwarmLabError(f"bridge name {bridge!r} is longer than Linux's 15 characters")
     net = ipaddress.ip_network(subnet)
     hosts = list(net.hosts())
     if n < 1 or n > len(hosts) - 1:
         raise SwarmLabError(f"nodes must be between 1 and {len(hosts) - 1}, got {n}")
-    bridge = f"dsw{suffix}"
+    ifname = f"dsw{suffix}"
+    bridge = bridge or ifname
     nodes = []
     for k, name in enumerate(node_names(n), start=1):
         root = state_dir / name
         nodes.append({
             "name": name,
             "netns": f"dlaas-swarm-{suffix}-{k}",
-            "veth": f"{bridge}v{k}",
-            "peer": f"{bridge}p{k}",
+            "veth": f"{ifname}v{k}",
+            "peer": f"{ifname}p{k}",
             "address": str(hosts[k]),
             "socket": str(root / "docker.sock"),
             "data_root": str(root / "data"),
@@ -210,6 +218,7 @@ class SwarmLab:
         heartbeat_s: float = 2.0,
         machine_docker_host: str = dockerd.DEFAULT_DOCKER_HOST,
         timeout: float = 90.0,
+        bridge: str = "",
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.n = nodes
@@ -220,6 +229,8 @@ class SwarmLab:
         self.heartbeat_s = heartbeat_s
         self.machine_docker_host = machine_docker_host
         self.timeout = timeout
+        # The host bridge's name, when the caller's firewall fences bridges by name.
+        self.bridge = bridge
         names = set(node_names(nodes))
         unknown = sorted((set(self.labels) | set(self.gpus)) - names)
         if unknown:
@@ -236,7 +247,9 @@ class SwarmLab:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         with self._locked():
             record = self._read()
-            if record and self._healthy(record):
+            if record and self.bridge and record["bridge"] != self.bridge:
+                self.progress(f"rebuilding the swarm lab on bridge {self.bridge}, which is fenced")
+            elif record and self._healthy(record):
                 self.progress("swarm lab already running")
                 return self._info(record)
             if record:
@@ -350,7 +363,7 @@ class SwarmLab:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 subnet = choose_subnet(taken_networks())
-                record = lab_plan(self.state_dir, secrets.token_hex(3), subnet, self.n)
+                record = lab_plan(self.state_dir, secrets.token_hex(3), subnet, self.n, self.bridge)
                 record["labels"], record["gpus"] = self.labels, self.gpus
                 for node in record["nodes"]:
                     if len(node["socket"]) > SOCKET_PATH_MAX:

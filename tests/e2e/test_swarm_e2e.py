@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -243,3 +246,71 @@ def _cli(home, *args: str):
     from dlaas.clients.cli import app
 
     return CliRunner().invoke(app, ["--home", str(home), *args])
+
+
+# Run by the learner: for each (label, host, port), "open" if a TCP connect succeeds.
+PROBE_SCRIPT = (
+    "import json, socket, sys\n"
+    "out = {}\n"
+    "for label, host, port in json.loads(sys.argv[1]):\n"
+    "    s = socket.socket(); s.settimeout(3)\n"
+    "    try:\n"
+    "        s.connect((host, port)); out[label] = 'open'\n"
+    "    except OSError as e:\n"
+    "        out[label] = 'blocked: ' + type(e).__name__\n"
+    "    finally:\n"
+    "        s.close()\n"
+    "print('PROBES ' + json.dumps(out), flush=True)\n"
+)
+
+
+@pytest.fixture
+def host_listener():
+    """A TCP listener on the host's 0.0.0.0 (any host service: the API, gRPC, etcd on a
+    public address...) that accepts and closes; its port."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("0.0.0.0", 0))
+    server.listen(16)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return  # closed at teardown
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_a_job_on_the_swarm_reaches_the_hosts_s3_port_and_no_other_host_service(
+    home, http, host_listener
+):
+    """Hostile code on a node: the lab's bridge is fenced like a job network. From a learner
+    on the swarm, the host answers on the S3 port (the path the helpers use) and on no other
+    port of the same address; S3's unauthenticated gRPC port stays shut too."""
+    from test_platform_e2e import logs, submit, wait_final
+
+    config = json.loads((home / "platform.json").read_text())
+    host = SwarmLab(home / "swarm").info().host_address
+    probes = [
+        ["s3", host, int(config["s3_port"])],
+        ["s3 grpc", host, int(config["s3_grpc_port"])],
+        ["host service", host, host_listener],
+    ]
+    command = f"python3 -c {shlex.quote(PROBE_SCRIPT)} {shlex.quote(json.dumps(probes))}"
+    manifest = "name: probe\ncpus: 0.5\nmemory: 128MiB\nframework:\n" + (
+        f"  name: python\n  command: {json.dumps(command)}\n"
+    )
+    job_id = submit(http, manifest)
+    job = wait_final(http, job_id, timeout=180)
+    assert job["status"] == "COMPLETED", job["history"]
+    assert {e["node"] for e in job["learners"]} <= {"node-1", "node-2"}, job["learners"]
+    line = next(x for x in logs(http, job_id) if x.startswith("PROBES "))
+    seen = json.loads(line.removeprefix("PROBES "))
+    assert seen["s3"] == "open", seen
+    assert seen["s3 grpc"].startswith("blocked"), seen
+    assert seen["host service"].startswith("blocked"), seen

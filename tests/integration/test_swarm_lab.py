@@ -16,6 +16,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from dlaas.domain import jobspec
 from dlaas.local import dockerd, processes
 from dlaas.local import swarm as swarm_mod
 from dlaas.local.swarm import SwarmLab, SwarmLabError, choose_subnet, lab_plan
@@ -99,6 +100,19 @@ def test_plan_names_fit_linux_limits_and_nodes_are_addressed_in_order(tmp_path):
     assert len({n["exec_root"] for n in plan["nodes"]}) == 12
     with pytest.raises(SwarmLabError, match="nodes must be between"):
         lab_plan(tmp_path, "a1b2c3", "10.199.7.0/24", 0)
+
+
+def test_a_named_bridge_keeps_the_veth_names_short(tmp_path):
+    """A platform names the lab's bridge like its job bridges (15 characters) so that its
+    firewall fences the lab in; the veths keep their own short names."""
+    bridge = jobspec.bridge_name("dlaas-1234abcd", "swarm-lab")
+    plan = lab_plan(tmp_path, "a1b2c3", "10.199.7.0/24", 3, bridge)
+    assert plan["bridge"] == bridge and len(bridge) == 15
+    assert plan["bridge"].startswith(jobspec.bridge_prefix("dlaas-1234abcd"))
+    assert [n["veth"] for n in plan["nodes"]] == ["dswa1b2c3v1", "dswa1b2c3v2", "dswa1b2c3v3"]
+    assert lab_plan(tmp_path, "a1b2c3", "10.199.7.0/24", 1)["bridge"] == "dswa1b2c3"
+    with pytest.raises(SwarmLabError, match="15 characters"):
+        lab_plan(tmp_path, "a1b2c3", "10.199.7.0/24", 1, "x" * 16)
 
 
 def test_missing_requirements_are_named():
