@@ -23,6 +23,7 @@ declare -A PACKAGES=(
   [docker-compose]=docker-compose
   [debootstrap]=debootstrap
   [iptables]=iptables  # dlaas up fences job containers in with host firewall rules
+  [sysctl]=procps      # the swarm lab turns on bridged-frame filtering in its nodes
   # The dashboard's browser test drives Debian's Chromium through Playwright (a test
   # dependency); `playwright install` is never run: its browser download fails here.
   [chromium]=chromium

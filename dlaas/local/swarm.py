@@ -188,6 +188,7 @@ def missing_requirements(euid: int, which: Callable[[str], str | None]) -> list[
         "unshare": "unshare (`apt-get install -y util-linux`)",
         "hostname": "hostname (`apt-get install -y hostname`)",
         "iptables": "iptables (`apt-get install -y iptables`)",
+        "sysctl": "sysctl (`apt-get install -y procps`)",
         "dockerd": "dockerd (`apt-get install -y docker.io`)",
     }
     missing += [hint for binary, hint in hints.items() if which(binary) is None]
@@ -392,7 +393,8 @@ class SwarmLab:
         return record
 
     def _plug(self, record: dict, node: dict) -> None:
-        """Namespace, veth into the bridge, address, default route via the host, masquerade."""
+        """Namespace, veth into the bridge, address, default route via the host, masquerade,
+        and no traffic between containers through docker_gwbridge."""
         ns, veth, peer = node["netns"], node["veth"], node["peer"]
         self.progress(f"{node['name']}: namespace {ns}, address {node['address']}")
         _run("ip", "netns", "add", ns)
@@ -408,6 +410,20 @@ class SwarmLab:
         _run("ip", "-n", ns, "route", "add", "default", "via", record["host_address"])
         _run("nsenter", f"--net={NETNS_DIR / ns}", "iptables", "-t", "nat", "-A",
              "POSTROUTING", "-o", "eth0", "-j", "MASQUERADE")  # fmt: skip
+        # Every swarm task also sits on the node's docker_gwbridge (its way out), so two
+        # jobs' containers on one node would reach each other there. Docker creates that
+        # bridge with inter-container traffic off, but enforces it with an iptables rule,
+        # which `--iptables=false` leaves out: this is that rule (bridged frames pass
+        # FORWARD through br_netfilter, on in every namespace here).
+        _run("nsenter", f"--net={NETNS_DIR / ns}", "iptables", "-A", "FORWARD",
+             "-i", "docker_gwbridge", "-o", "docker_gwbridge", "-j", "DROP")  # fmt: skip
+        done = _run("nsenter", f"--net={NETNS_DIR / ns}", "sysctl", "-w",
+                    "net.bridge.bridge-nf-call-iptables=1", check=False)  # fmt: skip
+        if done.returncode != 0:
+            raise SwarmLabError(
+                "bridged frames do not pass iptables (net.bridge.bridge-nf-call-iptables: "
+                f"{done.stderr.strip()}); load the module: modprobe br_netfilter"
+            )
 
     def _start_dockerd(self, record: dict, node: dict) -> None:
         Path(node["data_root"]).mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,9 @@ second, 1-node lab without images is built and removed to check that nothing is 
 from __future__ import annotations
 
 import http.server
+import json
 import secrets
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -244,3 +246,63 @@ def test_down_leaves_nothing_behind(tmp_path, swarm_lab):
     processes.wait_until(
         lambda: not Path(f"/sys/class/net/{node['veth']}").exists(), 10, "veth removal"
     )
+
+
+def test_tasks_of_two_networks_on_one_node_do_not_reach_each_other(
+    swarm_lab, overlay, learner_image
+):
+    """Every task also sits on its node's docker_gwbridge. A's address there answers from
+    the node itself, but not from B's task on another network of the same node: the lab
+    puts back the rule Docker's `--iptables=false` leaves out (dlaas.local.swarm._plug)."""
+    client, network, made = overlay
+    server = f"srv-{secrets.token_hex(3)}"
+    made.append(_one_shot(
+        client, server, learner_image,
+        "import http.server as h; h.HTTPServer(('', 8000), h.SimpleHTTPRequestHandler)"
+        ".serve_forever()",
+        "node-1", network,
+    ))  # fmt: skip
+    node = swarm_lab.client("node-1")
+    other = client.networks.create(f"lab-{secrets.token_hex(4)}", driver="overlay", attachable=True)
+    try:
+        processes.wait_until(
+            lambda: _running(node, server), TASK_TIMEOUT, f"{server} running on node-1"
+        )
+        address = _gwbridge_address(node, _running(node, server))
+        # The node reaches A there: the path exists and A listens on it.
+        netns = next(n["netns"] for n in _lab_record(swarm_lab)["nodes"] if n["name"] == "node-1")
+        probe = (
+            "import socket, sys\n"
+            "s = socket.socket(); s.settimeout(3)\n"
+            f"try: s.connect(({address!r}, 8000))\n"
+            "except OSError: sys.exit(0)\n"
+            "sys.exit(3)\n"
+        )
+        from_node = subprocess.run(
+            ["nsenter", f"--net=/var/run/netns/{netns}", "python3", "-c", probe],
+            capture_output=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert from_node.returncode == 3, from_node.stderr  # open from the node itself
+        svc = _one_shot(client, f"cross-{server}", learner_image, probe, "node-1", other.name)
+        try:
+            task = _final_state(svc)
+        finally:
+            svc.remove()
+        assert task["Status"]["State"] == "complete", task["Status"]  # exit 0: blocked
+    finally:
+        processes.wait_until(lambda: _removed(other), 30, f"network {other.name} removal")
+        node.close()
+
+
+def _running(node, service: str):
+    found = node.containers.list(filters={"label": f"com.docker.swarm.service.name={service}"})
+    return found[0] if found else None
+
+
+def _gwbridge_address(node, container) -> str:
+    members = node.networks.get("docker_gwbridge").attrs["Containers"]
+    return members[container.id]["IPv4Address"].split("/")[0]
+
+
+def _lab_record(lab: SwarmLab) -> dict:
+    return json.loads((lab.state_dir / "lab.json").read_text())
