@@ -62,6 +62,9 @@ EXIT_ENGINE_LOST = 255  # as Docker reports a container that died with its engin
 # every node's stream together: SwarmEngine.shared_fingerprint).
 POLL_S = 0.25
 HELPER_STOP_GRACE_S = 30  # as long as the LCM waits for a helper to store
+# How long a teardown lets the learners of a broken gang end by themselves before it stops
+# them (see SwarmNodeView.stop_learners).
+LEARNERS_SELF_END_S = 1.0
 # How long a teardown lets the helpers finish by themselves before it signals them (see
 # SwarmNodeView.signal_helper): a helper notices its learners' end within 0.5 s and stores
 # in a second or two; a signal costs the engine's 2 s delay on top.
@@ -614,13 +617,26 @@ class SwarmNodeView(ContainerEngine):
         return [c for c in found if role is None or c.role == role]
 
     def stop_learners(self, job_id: str, timeout: int = 10) -> None:
+        """Scale the learners' services to 0 (SIGTERM, after the engine's 2 s delay for a
+        task on an overlay network) and wait until they have stopped.
+
+        A gang one of whose learners failed is broken: its other learners lose their peer
+        and end by themselves within moments (the ddp example's PeerLost). They are given
+        LEARNERS_SELF_END_S first: a task told to stop while it was ending anyway reports its
+        end only after that 2 s delay."""
         t0 = time.monotonic()
-        for c in self.containers(job_id, jobspec.ROLE_LEARNER):
+        learners = self.containers(job_id, jobspec.ROLE_LEARNER)
+        if any(c.exited and c.exit_code for c in learners) and not all(c.exited for c in learners):
+            self.engine.wait_stopped(job_id, jobspec.ROLE_LEARNER, LEARNERS_SELF_END_S)
+            learners = self.containers(job_id, jobspec.ROLE_LEARNER)
+        running = [c.learner for c in learners if not c.exited]
+        for c in learners:
             self.engine.scale(c.name, 0)
         stopped = self.engine.wait_stopped(job_id, jobspec.ROLE_LEARNER, timeout + 5)
         # Where a restart's time goes (a teardown is stop, signal, wait for the helper).
-        log.info("%s: learners %s after %.2f s", job_id, "stopped" if stopped else "NOT stopped",
-                 time.monotonic() - t0)  # fmt: skip
+        log.info("%s: learners %s after %.2f s (still running when stopped: %s)", job_id,
+                 "stopped" if stopped else "NOT stopped", time.monotonic() - t0,
+                 running or "none")  # fmt: skip
 
     def signal_helper(self, job_id: str) -> None:
         """Let the helpers store and finish (called once the learners are stopped).

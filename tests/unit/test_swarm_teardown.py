@@ -23,6 +23,7 @@ class FakeApi:
     def __init__(self):
         self.states = {"learner": "failed", "helper": "running"}
         self.scaled: list[tuple[str, int]] = []
+        self.states_when_scaled: list[dict] = []  # the task states at each scale
         self.listings = 0
         # Called at each look at the tasks: lets a test end the helper after some looks.
         self.on_tasks = lambda api: None
@@ -40,7 +41,7 @@ class FakeApi:
 
     def tasks(self, filters=None) -> list[dict]:
         self.on_tasks(self)
-        codes = {"failed": 137, "complete": 0, "running": None}
+        codes = {"failed": 137, "complete": 0, "running": None, "shutdown": 143}
         return [
             {"ID": f"t-{role}", "ServiceID": role, "CreatedAt": "1",
              "Status": {"State": state, "ContainerStatus": {"ExitCode": codes[state]}}}
@@ -52,7 +53,12 @@ class FakeApi:
 def engine(monkeypatch):
     api = FakeApi()
     eng = SwarmEngine(SimpleNamespace(api=api), "p1")
-    eng.scale = lambda name, replicas: api.scaled.append((name, replicas))  # type: ignore[method-assign]
+
+    def scale(name: str, replicas: int) -> None:
+        api.scaled.append((name, replicas))
+        api.states_when_scaled.append(dict(api.states))
+
+    eng.scale = scale  # type: ignore[method-assign]
     monkeypatch.setattr(swarm.time, "sleep", lambda s: None)  # the polls' pauses
     return eng, api
 
@@ -89,3 +95,55 @@ def test_every_nodes_stream_shares_one_listing_per_period(engine):
     eng.poll_s = 0.0  # every call is a new period
     eng.shared_fingerprint()
     assert api.listings == 2
+
+
+def _two_learners(api: FakeApi) -> None:
+    """A ddp gang: learner 0 (killed) and learner 1 (still running)."""
+    base = api._service
+
+    def service(role: str) -> dict:
+        return base(role)
+
+    api.states = {"learner": "failed", "learner1": "running", "helper": "running"}
+
+    def services(filters=None):
+        api.listings += 1
+        one = base("learner")
+        one = {**one, "ID": "learner1", "Spec": {**one["Spec"], "Name": f"{JOB}-learner-1",
+               "Labels": {**one["Spec"]["Labels"], jobspec.LABEL_LEARNER: "1"}}}  # fmt: skip
+        return [service("learner"), one, service("helper")]
+
+    api.services = services  # type: ignore[method-assign]
+
+
+def test_the_learners_of_a_broken_gang_ending_by_themselves_are_not_stopped_while_they_end(
+    engine,
+):
+    # Learner 0 was killed; learner 1 loses its peer and exits 1 by itself a moment later.
+    eng, api = engine
+    _two_learners(api)
+    looks = []
+
+    def learner1_ends(api):
+        looks.append(1)
+        if len(looks) >= 3:
+            api.states["learner1"] = "failed"
+
+    api.on_tasks = learner1_ends
+    eng.node("n1").stop_learners(JOB)
+    assert all(states["learner1"] == "failed" for states in api.states_when_scaled)
+
+
+def test_a_learner_of_a_broken_gang_that_runs_on_is_stopped(engine, monkeypatch):
+    eng, api = engine
+    _two_learners(api)
+    clock = iter(range(10_000))  # each look one second later: the wait runs out
+
+    def ends_once_scaled(api):
+        if (f"{JOB}-learner-1", 0) in api.scaled:
+            api.states["learner1"] = "shutdown"
+
+    api.on_tasks = ends_once_scaled
+    monkeypatch.setattr(swarm.time, "monotonic", lambda: float(next(clock)))
+    eng.node("n1").stop_learners(JOB)
+    assert (f"{JOB}-learner-1", 0) in api.scaled
