@@ -22,9 +22,10 @@ Kills (`--kills`, in a seeded random order, SIGKILL always):
   learner      learner 0 of a running job (`docker kill`)    -> its job's new run prints
                its first "resuming from ..." / "epoch" line
   helper       the helper of a running job (`docker kill`)   -> a helper of the job runs
-               again (started after the kill) and the job is PROCESSING, or the job
-               is COMPLETED (its learners finished meanwhile: only a new helper can
-               have stored the results)
+               again (started after the kill; measured to its start by its engine's
+               clock, the poll's own sighting as seen_s) and the job is PROCESSING, or
+               the job is COMPLETED (its learners finished meanwhile: only a new helper
+               can have stored the results)
   engine       a swarm worker node dies (SwarmLab.kill_node(machine=True): its dockerd,
                containerd and containers; only with --nodes > 1); once its jobs
                progress elsewhere (or after the wait) the node is restarted
@@ -833,12 +834,18 @@ class Chaos:
                 started = self.p.clients[n].api.inspect_container(r["Id"])["State"]["StartedAt"]
                 if _docker_ts(started) > t0:
                     self.tracker.poll()
+                    back.at = _docker_ts(started)
                     return self.tracker.status.get(job) == "PROCESSING"
             # A job that ended in the meantime counts once COMPLETED: only a helper started
             # after the kill can have stored its results (the killed one never came back).
             return self.tracker.poll().get(job) == "COMPLETED"
 
-        self._done("helper", _wait(back, self.wait_s, every=0.05), job=job)
+        back.at = None
+        seen = _wait(back, self.wait_s, every=0.05)
+        # Its start, by its engine's clock, as the learner's recovery is its first line's:
+        # this poll's own round (every engine, the job list over REST) takes a while under load.
+        took = back.at - t0 if seen is not None and back.at is not None else seen
+        self._done("helper", took, job=job, seen_s=None if seen is None else round(seen, 2))
 
     # -- swarm nodes
     def _jobs_back(self, jobs: Iterable[str], since: float, new_run: bool) -> bool | None:

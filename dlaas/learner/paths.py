@@ -57,3 +57,9 @@ class JobPaths:
     def learner_exit(self, learner_id: str | int) -> Path:
         """Written by the wrapper when the learner's command ended: its exit code."""
         return self.log_dir / f"learner-{learner_id}.exit"
+
+    def learner_alive(self, learner_id: str | int) -> Path:
+        """Locked (flock) by the wrapper for as long as it lives: the kernel drops the lock
+        however it ends, SIGKILL included, when it can leave no exit code. Hidden (a dot):
+        no sync uploads it."""
+        return self.log_dir / f".learner-{learner_id}.alive"

@@ -18,6 +18,7 @@ Stdlib only: this runs on Debian's python3.11 inside the job image.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -28,6 +29,7 @@ from pathlib import Path
 from dlaas.learner.paths import JobPaths
 
 POLL_S = 0.05
+ALIVE_LOCK_TRIES = 20  # times POLL_S
 EXIT_USAGE = 2
 
 
@@ -81,16 +83,49 @@ def wait_for_data(mark: Path, signals: _Signals) -> bool:
 
 def run(command: str, env: dict[str, str], out=None) -> int:
     """Run the learner; its exit code is also left in LOG_DIR/learner-<id>.exit, where a
-    helper that finishes by itself (on a Swarm node) sees that its learners are done."""
+    helper that finishes by itself (on a Swarm node) sees that its learners are done.
+
+    For as long as it runs, the wrapper holds a lock on LOG_DIR/.learner-<id>.alive: a
+    wrapper killed from outside (SIGKILL: no exit code written) loses it at once, and the
+    helper sees that too (a Swarm engine delays every stop signal it sends by 2 s)."""
     paths = JobPaths.from_env(env)
     learner_id = env.get("LEARNER_ID") or "0"
-    code = _run(command, env, paths, learner_id, out or sys.stdout.buffer)
+    alive = hold_alive_lock(paths, learner_id)
+    try:
+        code = _run(command, env, paths, learner_id, out or sys.stdout.buffer)
+        try:
+            paths.log_dir.mkdir(parents=True, exist_ok=True)
+            paths.learner_exit(learner_id).write_text(f"{code}\n")
+        except OSError as exc:  # the volume is gone or full: the exit code still counts
+            print(f"learner: cannot record the exit code: {exc}", file=sys.stderr)
+        return code
+    finally:
+        if alive is not None:
+            alive.close()  # after the exit code: the helper reads one or the other
+
+
+def hold_alive_lock(paths: JobPaths, learner_id: str):
+    """The open, exclusively locked alive file, or None where the volume cannot lock: the
+    helper then learns of the learner's end from its exit code or a signal only. Silent:
+    a line here would be in the container's log but not in the log file, and the log
+    reader counts the two as one stream (dlaas.adapters.logs)."""
     try:
         paths.log_dir.mkdir(parents=True, exist_ok=True)
-        paths.learner_exit(learner_id).write_text(f"{code}\n")
-    except OSError as exc:  # the volume is gone or full: the exit code still counts
-        print(f"learner: cannot record the exit code: {exc}", file=sys.stderr)
-    return code
+        f = open(paths.learner_alive(learner_id), "a")  # noqa: SIM115 - held for the run
+    except OSError:
+        return None
+    # Never blocking: the helper's look takes the lock for an instant, and a wrapper of an
+    # earlier run that still holds it must not keep this one from training.
+    for _ in range(ALIVE_LOCK_TRIES):
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except BlockingIOError:
+            time.sleep(POLL_S)
+        except OSError:  # a file system without locks
+            break
+    f.close()
+    return None
 
 
 def _run(command: str, env: dict[str, str], paths: JobPaths, learner_id: str, out) -> int:

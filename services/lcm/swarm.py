@@ -58,7 +58,17 @@ SECRET_PATH = f"/run/secrets/{SECRET_FILE}"
 LEARNER_STOP_GRACE_S = 10
 STOPPED_EXIT_CODE = 143  # 128 + SIGTERM: what a stopped learner reports
 EXIT_ENGINE_LOST = 255  # as Docker reports a container that died with its engine
+# How often the monitor's event streams poll the manager's tasks (one listing per period for
+# every node's stream together: SwarmEngine.shared_fingerprint).
+POLL_S = 0.25
 HELPER_STOP_GRACE_S = 30  # as long as the LCM waits for a helper to store
+# How long a teardown lets the learners of a broken gang end by themselves before it stops
+# them (see SwarmNodeView.stop_learners).
+LEARNERS_SELF_END_S = 1.0
+# How long a teardown lets the helpers finish by themselves before it signals them (see
+# SwarmNodeView.signal_helper): a helper notices its learners' end within 0.5 s and stores
+# in a second or two; a signal costs the engine's 2 s delay on top.
+HELPER_SELF_FINISH_S = 5.0
 _UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
 # A task's state (swarm) as a container state (Docker's words, dlaas.domain.ports).
 _STATES = {
@@ -222,7 +232,7 @@ def service_spec(
 class SwarmEngine:
     """The swarm, through its manager's API."""
 
-    def __init__(self, client: docker.DockerClient, platform_id: str, poll_s: float = 1.0):
+    def __init__(self, client: docker.DockerClient, platform_id: str, poll_s: float = POLL_S):
         self.client = client
         self.api = client.api
         self.platform_id = platform_id
@@ -230,6 +240,9 @@ class SwarmEngine:
         self._nodes: dict[str, SwarmNode] = {}
         self._nodes_at = 0.0
         self._lock = threading.Lock()
+        self._fingerprint: dict[str, tuple] = {}
+        self._fingerprint_at = float("-inf")
+        self._fingerprint_lock = threading.Lock()
 
     # ---- nodes ----------------------------------------------------------------------
 
@@ -461,6 +474,16 @@ class SwarmEngine:
         res = self.api._get(url, params=params, stream=follow)
         return self.api._get_result_tty(follow, res, False)
 
+    def shared_fingerprint(self) -> dict[str, tuple]:
+        """`fingerprint()`, read at most once per half poll period whatever the number of
+        node views polling it (each node's event stream does): the manager is asked for
+        every service and task once, not once per node."""
+        with self._fingerprint_lock:
+            if time.monotonic() - self._fingerprint_at >= self.poll_s / 2:
+                self._fingerprint = self.fingerprint()
+                self._fingerprint_at = time.monotonic()
+            return self._fingerprint
+
     def fingerprint(self) -> dict[str, tuple]:
         """Job id -> the states of its services' latest tasks (what a change looks like)."""
         services = self.services()
@@ -476,7 +499,8 @@ class SwarmEngine:
 
 
 class _PollStream(EventStream):
-    """Swarm reports no task changes as events: the manager's tasks are polled instead."""
+    """Swarm reports no task changes as events: the manager's tasks are polled instead,
+    every POLL_S (how late the monitor learns of a container's end, on average half of it)."""
 
     def __init__(self, engine: SwarmEngine, node: str):
         self.engine = engine
@@ -488,7 +512,7 @@ class _PollStream(EventStream):
         first = True
         while not self._closed.is_set():
             try:
-                now = self.engine.fingerprint()
+                now = self.engine.shared_fingerprint()
                 node = self.engine.nodes().get(self.node)
             except _UNREACHABLE as exc:
                 raise EngineUnreachable(self.node, str(exc)) from None
@@ -593,19 +617,41 @@ class SwarmNodeView(ContainerEngine):
         return [c for c in found if role is None or c.role == role]
 
     def stop_learners(self, job_id: str, timeout: int = 10) -> None:
+        """Scale the learners' services to 0 (SIGTERM, after the engine's 2 s delay for a
+        task on an overlay network) and wait until they have stopped.
+
+        A gang one of whose learners failed is broken: its other learners lose their peer
+        and end by themselves within moments (the ddp example's PeerLost). They are given
+        LEARNERS_SELF_END_S first: a task told to stop while it was ending anyway reports its
+        end only after that 2 s delay."""
         t0 = time.monotonic()
-        for c in self.containers(job_id, jobspec.ROLE_LEARNER):
+        learners = self.containers(job_id, jobspec.ROLE_LEARNER)
+        if any(c.exited and c.exit_code for c in learners) and not all(c.exited for c in learners):
+            self.engine.wait_stopped(job_id, jobspec.ROLE_LEARNER, LEARNERS_SELF_END_S)
+            learners = self.containers(job_id, jobspec.ROLE_LEARNER)
+        running = [c.learner for c in learners if not c.exited]
+        for c in learners:
             self.engine.scale(c.name, 0)
         stopped = self.engine.wait_stopped(job_id, jobspec.ROLE_LEARNER, timeout + 5)
         # Where a restart's time goes (a teardown is stop, signal, wait for the helper).
-        log.info("%s: learners %s after %.2f s", job_id, "stopped" if stopped else "NOT stopped",
-                 time.monotonic() - t0)  # fmt: skip
+        log.info("%s: learners %s after %.2f s (still running when stopped: %s)", job_id,
+                 "stopped" if stopped else "NOT stopped", time.monotonic() - t0,
+                 running or "none")  # fmt: skip
 
     def signal_helper(self, job_id: str) -> None:
-        """Scale the running helpers' services to 0: the swarm sends their StopSignal, the
-        finish signal, and they store and exit (a teardown needs no exit code, which the
-        swarm drops with the task). A helper finishes by itself once its learners have left
-        their exit codes; a learner that was SIGKILLed left none, hence the signal."""
+        """Let the helpers store and finish (called once the learners are stopped).
+
+        A helper on a swarm finishes by itself once every learner of its node has ended:
+        its exit code written, or (killed, SIGKILL included) the lock its wrapper held for
+        its life dropped (services.learner_helper.main.LearnerPresence). That is waited for
+        first, up to HELPER_SELF_FINISH_S: the finish signal (the service scaled to 0: the
+        swarm sends its StopSignal) reaches a task on an overlay network only after the
+        engine's fixed 2 s delay, and its end is reported only after that delay, even when
+        the helper was done before. A helper still running then (one still downloading, an
+        image from before the alive lock) is scaled to 0; a teardown needs no exit code,
+        which the swarm drops with the task."""
+        if self.engine.wait_stopped(job_id, jobspec.ROLE_HELPER, HELPER_SELF_FINISH_S):
+            return
         for c in self.containers(job_id, jobspec.ROLE_HELPER):
             if not c.exited:
                 self.engine.scale(c.name, 0)

@@ -18,7 +18,9 @@ the job volume at /job. It
    files the learners write below LOG_DIR that changed (TensorBoard events, JSON lines:
    see services.learner_helper.sync.MetricFiles), so metric charts follow training,
 6. waits for SIGUSR1 (HELPER_FINISH_SIGNAL, sent by the LCM when the learners are done)
-   or SIGTERM, then mirrors CHECKPOINT_DIR a last time, uploads RESULT_DIR/** under
+   or SIGTERM (or, with DLAAS_HELPER_FINISH_ON_EXIT=1, on Swarm, until every learner of
+   its node has ended: its exit code written, or its wrapper's alive lock dropped by a
+   kill; see LearnerPresence), then mirrors CHECKPOINT_DIR a last time, uploads RESULT_DIR/** under
    results_prefix(JOB_ID) and LOG_DIR/learner-<i>.log to log_object_key(JOB_ID, i),
    prints the `stored` event, removes DATA_READY_MARK and exits 0.
 A finish signal during steps 1-3 skips straight to step 6 (the last checkpoint sync then
@@ -59,6 +61,7 @@ services.learner_helper.probe), 2 bad helper env.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import sys
@@ -224,6 +227,53 @@ def with_secret_file(env: dict[str, str]) -> dict[str, str]:
         if sep and name.strip():
             merged[name.strip()] = value
     return merged
+
+
+class LearnerPresence:
+    """Whether every learner of this node has ended (for a helper that finishes by itself).
+
+    A learner has ended once its wrapper left its exit code, or once its wrapper, seen alive
+    (holding the lock on its alive file: dlaas.learner.run), no longer holds it: it was
+    killed from outside, SIGKILL included, and could leave nothing. An alive file never
+    seen locked (an earlier run's, or a wrapper not started yet) says nothing.
+    """
+
+    def __init__(self, paths: JobPaths, learners: tuple[int, ...]):
+        self.paths = paths
+        self.learners = learners
+        self.seen_alive: set[int] = set()
+
+    def all_ended(self) -> bool:
+        # Every learner is looked at, not up to the first still running: one not looked at
+        # now could be killed before the next look, never seen alive.
+        ended = [self.ended(i) for i in self.learners]
+        return all(ended)
+
+    def ended(self, learner: int) -> bool:
+        if self.paths.learner_exit(learner).exists():
+            return True
+        held = lock_held(self.paths.learner_alive(learner))
+        if held:
+            self.seen_alive.add(learner)
+            return False
+        return held is False and learner in self.seen_alive
+
+
+def lock_held(path: Path) -> bool | None:
+    """Whether another open file holds a lock on `path` (None: no such file, or no locks)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # also drops our own lock, if we took it
+    return False
 
 
 def say(message: str) -> None:
@@ -444,8 +494,9 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
     # only the work done since the learner's last checkpoint. Logs go every interval_s.
     next_logs, next_try = time.monotonic() + interval, 0.0
     next_metrics = time.monotonic() + METRICS_SYNC_S
+    presence = LearnerPresence(paths, cfg.learners)
     while not stop.wait(0.5):
-        if cfg.finish_on_exit and all(paths.learner_exit(i).exists() for i in cfg.learners):
+        if cfg.finish_on_exit and presence.all_ended():
             say("every learner of this node has exited")
             break
         now = time.monotonic()

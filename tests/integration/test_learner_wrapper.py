@@ -82,3 +82,23 @@ def test_wrapper_appends_to_the_log_of_earlier_runs(tmp_path):
         proc.kill()
     assert out == b"run 2\n"  # the container's own output: this run's lines only
     assert (tmp_path / "logs" / "learner-1.log").read_text() == "run 1\nrun 2\n"
+
+
+def test_a_helper_sees_a_sigkilled_wrapper_end_though_it_left_no_exit_code(tmp_path):
+    # On Swarm a helper finishes by itself once its learners have ended; a learner killed
+    # from outside writes no exit code, but drops the lock on its alive file with its life.
+    from dlaas.learner.paths import JobPaths
+    from services.learner_helper.main import LearnerPresence
+
+    (tmp_path / ".data_ready").touch()
+    proc = _wrapper(tmp_path, "echo started; sleep 30")
+    presence = LearnerPresence(JobPaths.from_env({"DLAAS_JOB_DIR": str(tmp_path)}), (1,))
+    try:
+        assert proc.stdout.readline() == b"started\n"
+        assert not presence.all_ended()  # running: its lock is held
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    assert not (tmp_path / "logs" / "learner-1.exit").exists()
+    assert presence.all_ended()
