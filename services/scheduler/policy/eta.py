@@ -93,8 +93,8 @@ DURATION_WINDOW = 1_000
 # end below (HIGH_CAP_*), chosen with margin and checked on windows it was not fitted on.
 # (waited jobs in range, median width / median wait: before -> with the cap)
 #   A 99.5 % 20.8x -> 89.7 % 5.2x;  B 84.6 % 1.67x -> 82.9 % 1.32x;  A's VC 2017-10-23..11-06
-#   93.9 % 5.8x -> 91.4 % 2.5x;  A on 14 x 8 (A8) 99.5 % 20.6x -> 97.5 % 4.5x;  B's VC
-#   2017-11-06..20 98.6 % 3.8x -> 98.5 % 3.8x.
+#   93.9 % 5.8x -> 91.6 % 2.5x;  A on 14 x 8 (A8) 99.5 % 20.6x -> 97.5 % 4.5x;  B's VC
+#   2017-11-06..20 98.6 % 3.8x -> 98.5 % 3.8x;  B on 14 x 8 (B8) 86.1 % 1.76x -> 84.2 % 1.49x.
 ETA_QUANTILES = (0.1, 0.9)
 # The high end is capped (see eta_ranges): at most this many times the median replay's wait...
 # (the pessimistic replay runs EVERY job at its 0.9-quantile; on a heavy-tailed history, A's,
