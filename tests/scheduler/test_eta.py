@@ -124,3 +124,43 @@ def test_the_waited_score_judges_the_eta_given_at_submit():
     assert m["eta_in_range_waited"] == 0.0
     assert m["median_wait_waited"] == pytest.approx(9_990.0)
     assert m["eta_median_width_waited"] == pytest.approx(high - low)
+
+
+def _heavy_tail_case(started_ago: float):
+    # Most jobs ran 100 s, a few 100,000 s: the pessimistic replay says the queued job waits
+    # 100,000 s behind the running one, the median replay 100 s.
+    model = DurationModel([100.0] * 10 + [100_000.0] * 2)
+    node = Node("n0", 1, 4.0, 8_000)
+    now = 10_000.0
+    busy = RunningJob(
+        "r", "u", (Allocation(0, "n0", (0,), 1.0, 1_000),), start_time=now - started_ago
+    )
+    queue = [QueuedJob("w", "u", 1, 1, 1.0, 1_000, 0, now)]
+    return Snapshot([node], [busy], queue), now, model
+
+
+def test_high_end_is_capped_by_the_median_replay_and_the_queues_pace():
+    # The running job started 60 s ago: the queue drains one GPU per 900 s (DRAIN_WINDOW_S), so
+    # the pace says 900 s; the cap is the larger of 3 x 100 s and 2 x 900 s.
+    snap, now, model = _heavy_tail_case(started_ago=60.0)
+    low, high = eta.eta_ranges(snap, now, "fifo", model)["w"]
+    assert low == pytest.approx(now + 100.0)
+    assert high == pytest.approx(now + eta.HIGH_CAP_DRAIN * eta.DRAIN_WINDOW_S)
+    # the uncapped pessimistic replay, for contrast (the test can fail)
+    assert forward_starts(snap, now, "fifo", model)["w"][1] == pytest.approx(now + 100_000.0)
+
+
+def test_without_a_recent_start_the_pessimistic_replay_stands():
+    # Nothing (re)started in the last DRAIN_WINDOW_S: the queue's pace is unknown, no cap.
+    snap, now, model = _heavy_tail_case(started_ago=5_000.0)
+    low, high = eta.eta_ranges(snap, now, "fifo", model)["w"]
+    assert (low, high) == (pytest.approx(now + 100.0), pytest.approx(now + 100_000.0))
+
+
+def test_a_job_that_can_never_fit_has_an_infinite_range():
+    snap, now, model = _heavy_tail_case(started_ago=60.0)
+    big = QueuedJob("big", "u", 2, 1, 1.0, 1_000, 0, now)
+    snap = Snapshot(snap.nodes, snap.running, [*snap.queue, big])
+    (entry,) = [e for e in queue_report(snap, now, "fifo", model) if e.job_id == "big"]
+    assert entry.eta_low_s == entry.eta_high_s == float("inf")
+    assert "can never fit this cluster" in entry.reason
