@@ -12,13 +12,12 @@ import json
 import os
 import re
 import shlex
-import socket
-import threading
 import time
 from pathlib import Path
 
 import docker
 import httpx
+import listeners
 import pytest
 
 from dlaas.local import platform
@@ -266,24 +265,9 @@ PROBE_SCRIPT = (
 
 @pytest.fixture
 def host_listener():
-    """A TCP listener on the host's 0.0.0.0 (any host service: the API, gRPC, etcd on a
-    public address...) that accepts and closes; its port."""
-    server = socket.socket()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("0.0.0.0", 0))
-    server.listen(16)
-
-    def serve():
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return  # closed at teardown
-            conn.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield server.getsockname()[1]
-    server.close()
+    """A TCP listener on the host's 0.0.0.0 (any host service); its port."""
+    with listeners.host_listener() as port:
+        yield port
 
 
 def test_a_job_on_the_swarm_reaches_the_hosts_s3_port_and_no_other_host_service(

@@ -10,6 +10,7 @@ tests/unit/test_grpc_errors.py.
 from __future__ import annotations
 
 import sqlite3
+from contextlib import contextmanager
 
 import pyetcd.exceptions
 import pytest
@@ -34,9 +35,9 @@ class Raiser(scheduler_pb2_grpc.SchedulerServicer):
         raise self.error
 
 
-@pytest.fixture(scope="module")
-def raiser():
-    servicer = Raiser()
+@contextmanager
+def serving(servicer):
+    """`servicer` on a real gRPC server, and an SDK client of it."""
     port = free_port()
     server = start_server(
         f"127.0.0.1:{port}",
@@ -44,9 +45,18 @@ def raiser():
         ["dlaas.v1.Scheduler"],
     )
     client = SchedulerClient(f"127.0.0.1:{port}", timeout=10)
-    yield servicer, client
-    client.close()
-    server.stop(0)
+    try:
+        yield client
+    finally:
+        client.close()
+        server.stop(0)
+
+
+@pytest.fixture(scope="module")
+def raiser():
+    servicer = Raiser()
+    with serving(servicer) as client:
+        yield servicer, client
 
 
 @pytest.mark.parametrize("cls", all_classes(), ids=lambda c: c.__name__)
@@ -113,19 +123,8 @@ def test_an_lcm_outage_is_temporary_and_names_no_host(outage):
     500 at the API) instead of a retryable 503."""
     servicer = LcmOutage()
     servicer.error = outage
-    port = free_port()
-    server = start_server(
-        f"127.0.0.1:{port}",
-        lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
-        ["dlaas.v1.Scheduler"],
-    )
-    client = SchedulerClient(f"127.0.0.1:{port}", timeout=10)
-    try:
-        with pytest.raises(errors.TemporaryError) as caught:
-            client.release("job-1")
-    finally:
-        client.close()
-        server.stop(0)
+    with serving(servicer) as client, pytest.raises(errors.TemporaryError) as caught:
+        client.release("job-1")
     assert type(outage).__name__ in caught.value.message
     for secret in ("10.0.0.9", "hunter2", "/secret/path"):
         assert secret not in caught.value.message

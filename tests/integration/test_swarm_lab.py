@@ -53,6 +53,15 @@ def _one_shot(client, name, image, command, node, network):
     )
 
 
+def _http_server(client, name, image, node, network):
+    """A service serving HTTP on port 8000 until removed."""
+    serve = (
+        "import http.server as h; h.HTTPServer(('', 8000), h.SimpleHTTPRequestHandler)"
+        ".serve_forever()"
+    )
+    return _one_shot(client, name, image, serve, node, network)
+
+
 @pytest.fixture
 def overlay(swarm_lab):
     """An attachable overlay network on the lab, and the services a test made on it,
@@ -156,12 +165,7 @@ def test_manager_lists_ready_nodes_with_their_labels(swarm_lab):
 def test_containers_on_two_nodes_reach_each_other_by_name(swarm_lab, overlay, learner_image):
     client, network, made = overlay
     server = f"srv-{secrets.token_hex(3)}"
-    made.append(_one_shot(
-        client, server, learner_image,
-        "import http.server as h; h.HTTPServer(('', 8000), h.SimpleHTTPRequestHandler)"
-        ".serve_forever()",
-        "node-1", network,
-    ))  # fmt: skip
+    made.append(_http_server(client, server, learner_image, "node-1", network))
     fetch = (
         "import time, urllib.request\n"
         "for _ in range(60):\n"
@@ -256,12 +260,7 @@ def test_tasks_of_two_networks_on_one_node_do_not_reach_each_other(
     puts back the rule Docker's `--iptables=false` leaves out (dlaas.local.swarm._plug)."""
     client, network, made = overlay
     server = f"srv-{secrets.token_hex(3)}"
-    made.append(_one_shot(
-        client, server, learner_image,
-        "import http.server as h; h.HTTPServer(('', 8000), h.SimpleHTTPRequestHandler)"
-        ".serve_forever()",
-        "node-1", network,
-    ))  # fmt: skip
+    made.append(_http_server(client, server, learner_image, "node-1", network))
     node = swarm_lab.client("node-1")
     other = client.networks.create(f"lab-{secrets.token_hex(4)}", driver="overlay", attachable=True)
     try:

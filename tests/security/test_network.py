@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import uuid
 
+import listeners
 import pytest
 from security_support import LISTENER, PROBE, container_ip, python, result_of
 
@@ -33,23 +33,9 @@ HOST_SERVICE_OWN_GATEWAY = "host service via the job's own bridge"
 
 @pytest.fixture(scope="module")
 def host_listener():
-    """A TCP listener on the host's 0.0.0.0 that accepts and closes; its port."""
-    server = socket.socket()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("0.0.0.0", 0))
-    server.listen(16)
-
-    def serve():
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return  # closed at teardown
-            conn.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield server.getsockname()[1]
-    server.close()
+    """A TCP listener on the host's 0.0.0.0 (any host service); its port."""
+    with listeners.host_listener() as port:
+        yield port
 
 
 def _view(platform_id, jobs, docker_client, docker_gateway, s3_server, etcd_server, port):
