@@ -1,9 +1,10 @@
 """How low can the average JCT go in our simulator? A clairvoyant bound for the trace windows.
 
-    python benchmarks/oracle_jct.py [--trace PATH] [--window A|B] [--base 2] [--json]
+    python benchmarks/oracle_jct.py [--trace PATH] [--window A|B|C8|...] [--base 2] [--json]
 
 Replays a Philly window (A: VC 6c71a0 on 16x4 GPUs, B: VC 6214e9 on 24x4, submits in
-[2017-10-09, 2017-10-23)) through the simulator and the SAME `schedule()` core, but with an
+[2017-10-09, 2017-10-23); by default A and B; any window of `policy_table.py`, e.g. C8 on
+14 x 8 GPUs, with --window) through the simulator and the SAME `schedule()` core, but with an
 order no real policy may use: it READS each job's duration. Jobs go shortest remaining
 GPU-time first (SRGT, remaining seconds x GPUs), and a queued job preempts a running one whose
 remaining GPU-time is at least `--base` times longer (log-`base` classes: a finer base only adds
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from datetime import datetime
 
@@ -33,14 +33,16 @@ from services.scheduler.policy import DEFAULT_CONFIG
 from services.scheduler.policy.policies import Priority
 from services.scheduler.simulator import load_trace, simulate
 
-WINDOWS = {"A": ("6c71a0", 16), "B": ("6214e9", 24)}
-HERE = os.path.dirname(os.path.abspath(__file__))
-TRACE = os.path.join(HERE, "..", "..", "shared", "traces", "philly.csv")
+try:  # run as a script: benchmarks/ is on the path
+    from policy_table import TRACE, WINDOWS
+except ImportError:  # imported as benchmarks.oracle_jct
+    from benchmarks.policy_table import TRACE, WINDOWS
 
 
 def run(trace: str, window: str, base: float) -> dict:
-    vc, nodes = WINDOWS[window]
-    jobs = load_trace(trace, vc, datetime(2017, 10, 9), datetime(2017, 10, 23))
+    vc, start, end, nodes, gpn = WINDOWS[window]
+    day = "%Y-%m-%d"
+    jobs = load_trace(trace, vc, datetime.strptime(start, day), datetime.strptime(end, day))
     duration = {j.job_id: j.duration for j in jobs}
 
     def remaining_gpu_s(job_id: str, attained: float, gpus: int) -> float:
@@ -68,7 +70,7 @@ def run(trace: str, window: str, base: float) -> dict:
 
     cfg = DEFAULT_CONFIG.__class__(move_policies=("priority",))
     t0 = time.perf_counter()
-    m = simulate(jobs, nodes, 4, Oracle(), config=cfg)
+    m = simulate(jobs, nodes, gpn, Oracle(), config=cfg)
     m["_wall_s"] = time.perf_counter() - t0
     return m
 
@@ -83,7 +85,7 @@ def main() -> int:
     if a.base <= 1:
         p.error("--base: must be greater than 1")
     out = {}
-    for w in a.window or sorted(WINDOWS):
+    for w in a.window or ("A", "B"):
         m = run(a.trace, w, a.base)
         out[w] = {k: round(m[k]) for k in ("avg_jct", "p99_jct", "preemptions")}
         print(

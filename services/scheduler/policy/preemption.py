@@ -3,7 +3,7 @@
 Part of the round (`round.Round` mixes `Preemption` in): the methods read and change the
 round's state (its free index, decisions, `touched` jobs). A job that does not fit first
 SHRINKS elastic lower-ranked jobs (never below their min), else PREEMPTS a minimal set of whole
-lower-ranked jobs, preferring those that lose the least work (recent checkpoint) and skipping
+lower-ranked jobs, in the policy's victim order inside a class (`Policy.victim_key`), skipping
 any job that (re)started less than the policy's `min_run_s` ago (the thrash guard). Under the
 policies in `PolicyConfig.move_policies`, a gang whose free GPUs are scattered over nodes may
 MOVE a few small jobs off the nodes it needs instead. Who ranks below whom is the policy
@@ -27,13 +27,14 @@ class Preemption:
 
     # -- preemption -----------------------------------------------------------------------
     def _ranked(self) -> list[tuple[tuple, RunningJob]]:
-        """Running jobs, least important first, then least work lost; computed once a round."""
+        """Running jobs, least important first, then in the policy's victim order; once a round."""
         if self._ranked_cache is None:
             policy = self.policy
             now, min_run = self.now, policy.min_run_s(self.cfg)
             leveled = policy.leveled
             th = policy.thresholds(self.cfg) if leveled else ()
             by_service = policy.scales_service(self.cfg)
+            victim_key = policy.victim_key(now, self.cfg)  # inside a class
             rows = []
             for r in self.snapshot.running:
                 start = r.start_time
@@ -41,18 +42,16 @@ class Preemption:
                     continue  # thrash guard: never a victim
                 allocs = r.allocations
                 gpus = len(allocs[0].gpu_indices) if len(allocs) == 1 else r.gpus
-                ck = r.last_checkpoint_time
-                lost = now - (start if ck is None or ck < start else ck)  # since the last save
                 if leveled:
                     service = r.attained_service
                     if by_service:
                         service = policy.service(service, gpus, self.cfg)
                     lvl = bisect_right(th, service)  # = las_level (thresholds ascend)
                     cls: tuple = (-r.priority, lvl)
-                    key = (r.priority, -lvl, lost * max(gpus, 1), -start, r.job_id)
+                    key = (r.priority, -lvl, *victim_key(r, cls, gpus))
                 else:
                     cls = policy.running_class(r, self.cfg)
-                    key = (*(-x for x in cls), lost * max(gpus, 1), -start, r.job_id)
+                    key = (*(-x for x in cls), *victim_key(r, cls, gpus))
                 rows.append((key, cls, r))
             rows.sort(key=itemgetter(0))
             self._ranked_cache = [(cls, r) for _, cls, r in rows]
