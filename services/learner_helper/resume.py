@@ -130,6 +130,11 @@ def fast_start(env: dict[str, str], say: Callable[[str], None], started: float) 
     except (s3lite.S3LiteError, OSError) as exc:
         say(f"fast start not possible ({exc}); restoring from the store")
         return False
+    # Broad: the fast start only saves time, and the ordinary start after it does everything
+    # (an odd answer of the store must not end the helper before it could report anything).
+    except Exception as exc:  # noqa: BLE001 - see above; the cause is printed
+        say(f"fast start not possible ({type(exc).__name__}: {exc}); restoring from the store")
+        return False
     for i in cfg.learners:
         paths.learner_exit(i).unlink(missing_ok=True)  # the last run's
     paths.ready_mark.touch()

@@ -15,11 +15,16 @@ import datetime as dt
 import hashlib
 import hmac
 import http.client
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
 TIMEOUT_S = 5.0
+# The platform's store (SeaweedFS) refuses a fresh identity for a moment while it reloads
+# its identities (store.retry_refusal), and every deploy makes one: a refusal is asked again
+# after 0.1, 0.2 and 0.4 s before the caller gives up on the fast start.
+REFUSAL_WAITS_S = (0.1, 0.2, 0.4)
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
@@ -132,9 +137,21 @@ def request(
         conn.close()
 
 
+def call(
+    creds: Credentials, method: str, bucket: str, key: str = "", **kwargs
+) -> tuple[int, dict[str, str], bytes]:
+    """`request`, asked again after a refusal (403) as REFUSAL_WAITS_S says."""
+    for wait in REFUSAL_WAITS_S:
+        status, headers, body = request(creds, method, bucket, key, **kwargs)
+        if status != 403:
+            return status, headers, body
+        time.sleep(wait)
+    return request(creds, method, bucket, key, **kwargs)
+
+
 def head(creds: Credentials, bucket: str, key: str) -> dict[str, str] | None:
     """The object's headers (lower-cased), None if it does not exist. Raise S3LiteError."""
-    status, headers, _ = request(creds, "HEAD", bucket, key)
+    status, headers, _ = call(creds, "HEAD", bucket, key)
     if status == 404:
         return None
     if status != 200:
@@ -145,7 +162,7 @@ def head(creds: Credentials, bucket: str, key: str) -> dict[str, str] | None:
 def list_sizes(creds: Credentials, bucket: str, prefix: str) -> dict[str, int]:
     """Key -> size of every object under `prefix` (a missing bucket holds nothing). Raise
     S3LiteError, also for a listing longer than one page (the caller takes the long way)."""
-    status, _, body = request(creds, "GET", bucket, query={"list-type": "2", "prefix": prefix})
+    status, _, body = call(creds, "GET", bucket, query={"list-type": "2", "prefix": prefix})
     if status == 404:
         return {}
     if status != 200:
@@ -166,6 +183,6 @@ def list_sizes(creds: Credentials, bucket: str, prefix: str) -> dict[str, int]:
 def put(creds: Credentials, bucket: str, key: str, body: bytes, metadata: dict[str, str]) -> None:
     """Store a small object with user metadata (x-amz-meta-*). Raise S3LiteError."""
     headers = {f"x-amz-meta-{k}": v for k, v in metadata.items()}
-    status, _, _ = request(creds, "PUT", bucket, key, headers=headers, body=body)
+    status, _, _ = call(creds, "PUT", bucket, key, headers=headers, body=body)
     if status != 200:
         raise S3LiteError(f"PUT s3://{bucket}/{key}: {status}")

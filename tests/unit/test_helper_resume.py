@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 
+import pytest
+
 from dlaas.learner.paths import JobPaths
 from services.learner_helper import resume, s3lite
 from services.learner_helper.config import HelperConfig
@@ -94,3 +96,22 @@ def test_no_fast_start_without_a_prepared_volume_or_beside_running_learners(tmp_
     assert not resume.fast_start(env, said.append, 0.0)
     assert said == []
     assert not resume.fast_start({**env, "JOB_ID": ""}, said.append, 0.0)  # bad env: run() says
+
+
+def test_a_refusal_is_asked_again_a_few_times_then_stands(monkeypatch):
+    # The platform's store refuses a fresh identity for a moment (store.retry_refusal).
+    answers = [403, 403, 200]
+    calls, waits = [], []
+    monkeypatch.setattr(s3lite.time, "sleep", waits.append)
+
+    def request(*args, **kwargs):
+        calls.append(args)
+        return answers.pop(0), {"etag": '"e"'}, b""
+
+    monkeypatch.setattr(s3lite, "request", request)
+    creds = s3lite.Credentials("http://s3:8333", "AK", "SK")
+    assert s3lite.head(creds, "b", "k") == {"etag": '"e"'}
+    assert len(calls) == 3 and waits == [0.1, 0.2]
+    answers[:] = [403] * 4
+    with pytest.raises(s3lite.S3LiteError, match="403"):
+        s3lite.head(creds, "b", "k")
