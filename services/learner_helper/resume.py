@@ -132,7 +132,7 @@ def fast_start(env: dict[str, str], say: Callable[[str], None], started: float) 
         return False
     # Broad: the fast start only saves time, and the ordinary start after it does everything
     # (an odd answer of the store must not end the helper before it could report anything).
-    except Exception as exc:  # noqa: BLE001 - see above; the cause is printed
+    except Exception as exc:  # noqa: BLE001 - broad: an optimisation; the cause is printed
         say(f"fast start not possible ({type(exc).__name__}: {exc}); restoring from the store")
         return False
     for i in cfg.learners:
