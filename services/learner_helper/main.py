@@ -26,7 +26,10 @@ the job volume at /job. It
 A finish signal during steps 1-3 skips straight to step 6 (the last checkpoint sync then
 only touches what was restored or written). A helper that starts while DATA_READY_MARK
 exists was restarted beside running learners: it skips steps 1-3 (the volume is the
-truth) and carries on from step 4.
+truth) and carries on from step 4. A helper of a restarted gang whose volume is as the job's
+last run stored it (data and code in place, logs and checkpoints equal to S3's) has released
+the learners before this module was even imported (services.learner_helper.resume, the fast
+start); it then adopts the volume as a restarted helper does.
 
 Env (set by the LCM):
   JOB_ID                  required
