@@ -811,12 +811,54 @@ class Chaos:
         took = _wait(resumed, self.wait_s, every=0.1)
         if took is not None and resumed.at is not None:
             took = resumed.at - t0
-        self._done("learner", took, job=job, steps=self._steps_since(job, t0))
+        self._done("learner", took, job=job, steps=self._steps_since(job, t0),
+                   engine=self._engine_steps(job, t0))  # fmt: skip
 
     def _steps_since(self, job: str, t0: float) -> str:
         """The job's status changes after `t0`, as seconds after it (where recovery went)."""
         history = self.p.get(f"/v1/jobs/{job}").json().get("history", [])
         return " ".join(f"{h['status']}+{h['at'] - t0:.2f}" for h in history if h["at"] > t0)
+
+    def _engine_steps(self, job: str, t0: float) -> str:
+        """The job's new run as its engines saw it, as seconds after `t0`: each service's
+        creation and its task's (the manager's clock), each container's creation and start
+        and the helper's lines (its node's engine). Where a restart's time goes."""
+        from dlaas.domain import jobspec
+
+        out: list[tuple[float, str]] = []
+        manager = self.p.clients.get(self.p.manager_node) if self.p.lab is not None else None
+        label = {"label": [f"{jobspec.LABEL_JOB}={job}"]}
+        with contextlib.suppress(Exception):
+            for s in manager.api.services(filters=label) if manager else ():
+                name = s["Spec"]["Name"].rsplit("-", 2)[-1]
+                out.append((_docker_ts(s["CreatedAt"]), f"svc:{name}"))
+                for t in manager.api.tasks(filters={"service": [s["ID"]]}):
+                    out.append((_docker_ts(t["CreatedAt"]), f"task:{name}"))
+        for node, client in list(self.p.clients.items()):
+            try:
+                rows = client.api.containers(all=True, filters=label)
+            except Exception:  # noqa: BLE001, S112 - a dead engine lists nothing
+                continue
+            for row in rows:
+                labels = row.get("Labels") or {}
+                who = labels.get(jobspec.LABEL_ROLE, "?")
+                if labels.get(jobspec.LABEL_LEARNER) not in (None, ""):
+                    who += labels[jobspec.LABEL_LEARNER]
+                with contextlib.suppress(Exception):
+                    info = client.api.inspect_container(row["Id"])
+                    created = _docker_ts(info["Created"])
+                    if created < t0:
+                        continue
+                    out.append((created, f"created:{who}@{node}"))
+                    out.append((_docker_ts(info["State"]["StartedAt"]), f"started:{who}"))
+                    if who == jobspec.ROLE_HELPER:
+                        raw = client.api.logs(row["Id"], timestamps=True, tail=30)
+                        for line in raw.decode("utf-8", "replace").splitlines():
+                            stamp, _, text = line.partition(" ")
+                            # The helper's own account of its start in full, the rest cut.
+                            keep = 200 if "data ready" in text else 48
+                            out.append((_docker_ts(stamp), text[:keep]))
+        return " | ".join(f"{text}+{ts - t0:.2f}" for ts, text in sorted(out) if ts > t0)
 
     def _kill_helper(self) -> None:
         from dlaas.domain import jobspec

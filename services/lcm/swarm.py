@@ -69,6 +69,9 @@ LEARNERS_SELF_END_S = 1.0
 # SwarmNodeView.signal_helper): a helper notices its learners' end within 0.5 s and stores
 # in a second or two; a signal costs the engine's 2 s delay on top.
 HELPER_SELF_FINISH_S = 5.0
+# How often a teardown asks the manager whether the job's learners or helpers have ended
+# (two calls about one job's services): a gang's restart waits for both, twice.
+STOPPED_POLL_S = 0.1
 _UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
 # A task's state (swarm) as a container state (Docker's words, dlaas.domain.ports).
 _STATES = {
@@ -428,7 +431,7 @@ class SwarmEngine:
                 return True
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.2)
+            time.sleep(STOPPED_POLL_S)
 
     def remove_job(self, job_id: str) -> None:
         t0 = time.monotonic()

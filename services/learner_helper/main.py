@@ -26,7 +26,10 @@ the job volume at /job. It
 A finish signal during steps 1-3 skips straight to step 6 (the last checkpoint sync then
 only touches what was restored or written). A helper that starts while DATA_READY_MARK
 exists was restarted beside running learners: it skips steps 1-3 (the volume is the
-truth) and carries on from step 4.
+truth) and carries on from step 4. A helper of a restarted gang whose volume is as the job's
+last run stored it (data and code in place, logs and checkpoints equal to S3's) has released
+the learners before this module was even imported (services.learner_helper.resume, the fast
+start); it then adopts the volume as a restarted helper does.
 
 Env (set by the LCM):
   JOB_ID                  required
@@ -68,17 +71,9 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from dlaas.domain.jobspec import (
-    ENV_CHECKPOINT_INTERVAL,
-    ENV_CHECKPOINT_PREFIX,
-    ENV_HELPER_FINISH_ON_EXIT,
-    ENV_HELPER_LEARNERS,
-    ENV_HELPER_PRIMARY,
-    ENV_SECRET_FILE,
-    ENV_STORE_FIELD,
     EVENT_CHECKPOINT_SYNCED,
     EVENT_DATA_READY,
     EVENT_ERROR,
@@ -86,147 +81,24 @@ from dlaas.domain.jobspec import (
     HELPER_EXIT_BAD_ARCHIVE,
     HELPER_EXIT_CONNECTION_UNREACHABLE,
     HELPER_EXIT_OK,
-    checkpoint_prefix,
     format_event,
     results_prefix,
 )
 from dlaas.learner.paths import JobPaths
-from services.learner_helper import probe, store
+from services.learner_helper import probe, resume, store
 from services.learner_helper.archive import UnsafeArchive, safe_extract
+from services.learner_helper.config import ConfigError, HelperConfig, with_secret_file
 from services.learner_helper.sync import CheckpointSync, LearnerLogs, MetricFiles
 
 EXIT_BAD_CONFIG = 2
 # How often metric files below LOG_DIR are looked at (a local scan; S3 only on a change).
 METRICS_SYNC_S = 1.0
-
-
-class ConfigError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class HelperConfig:
-    job_id: str
-    num_learners: int
-    endpoint: str
-    access_key: str
-    secret_key: str
-    region: str
-    data_bucket: str
-    data_prefix: str
-    results_bucket: str
-    code_bucket: str
-    code_key: str
-    code_endpoint: str = ""
-    code_access_key: str = ""
-    code_secret_key: str = ""
-    checkpoint_prefix: str = ""
-    checkpoint_interval_s: float = 0.0
-    # The learners on this helper's node (a gang spanning nodes has a helper per node), and
-    # whether it is the job's helper, which alone mirrors the checkpoints to S3.
-    learners: tuple[int, ...] = ()
-    primary: bool = True
-    # Finish by itself once its learners have exited (an engine that cannot signal a
-    # running container, Swarm, stops the learners instead).
-    finish_on_exit: bool = False
-    # The manifest field that named DLAAS_S3_ENDPOINT when it is the job's own data store
-    # ("": the platform's store).
-    store_field: str = ""
-
-    def __repr__(self) -> str:  # never show the secret, even in a traceback
-        return f"HelperConfig(job_id={self.job_id!r}, endpoint={self.endpoint!r}, ...)"
-
-    @classmethod
-    def from_env(cls, env: dict[str, str]) -> HelperConfig:
-        def get(name: str) -> str:
-            return (env.get(name) or "").strip()
-
-        missing = [
-            n
-            for n in (
-                "JOB_ID",
-                "DLAAS_S3_ENDPOINT",
-                "AWS_ACCESS_KEY_ID",
-                "AWS_SECRET_ACCESS_KEY",
-                "DLAAS_RESULTS_BUCKET",
-            )
-            if not get(n)
-        ]
-        if missing:
-            raise ConfigError(f"missing env: {', '.join(missing)}")
-        try:
-            num_learners = int(get("NUM_LEARNERS") or "1")
-            if num_learners < 1:
-                raise ValueError
-        except ValueError:
-            raise ConfigError("NUM_LEARNERS must be a positive integer") from None
-        if bool(get("DLAAS_CODE_BUCKET")) != bool(get("DLAAS_CODE_KEY")):
-            raise ConfigError("DLAAS_CODE_BUCKET and DLAAS_CODE_KEY must be set together")
-        code_store = ("DLAAS_CODE_ENDPOINT", "DLAAS_CODE_ACCESS_KEY", "DLAAS_CODE_SECRET_KEY")
-        if any(get(n) for n in code_store) and not all(get(n) for n in code_store):
-            raise ConfigError(f"{', '.join(code_store)} must be set together")
-        try:
-            interval = float(get(ENV_CHECKPOINT_INTERVAL) or "0")
-            if not interval >= 0:  # also refuses nan
-                raise ValueError
-        except ValueError:
-            raise ConfigError(
-                f"{ENV_CHECKPOINT_INTERVAL} must be a number of seconds >= 0"
-            ) from None
-        try:
-            learners = tuple(
-                int(x) for x in get(ENV_HELPER_LEARNERS).split(",") if x.strip()
-            ) or tuple(range(num_learners))
-            if any(not 0 <= i < num_learners for i in learners):
-                raise ValueError
-        except ValueError:
-            raise ConfigError(
-                f"{ENV_HELPER_LEARNERS} must list learner indices below NUM_LEARNERS"
-            ) from None
-        prefix = store.folder_prefix(get(ENV_CHECKPOINT_PREFIX) or checkpoint_prefix(get("JOB_ID")))
-        # The sync deletes below this prefix: it must never be the whole bucket.
-        if not prefix or ".." in prefix.split("/"):
-            raise ConfigError(f"{ENV_CHECKPOINT_PREFIX} must name a folder, without '..'")
-        return cls(
-            job_id=get("JOB_ID"),
-            num_learners=num_learners,
-            endpoint=get("DLAAS_S3_ENDPOINT"),
-            access_key=get("AWS_ACCESS_KEY_ID"),
-            secret_key=get("AWS_SECRET_ACCESS_KEY"),
-            region=get("AWS_DEFAULT_REGION") or "us-east-1",
-            data_bucket=get("DLAAS_DATA_BUCKET"),
-            data_prefix=get("DLAAS_DATA_PREFIX"),
-            results_bucket=get("DLAAS_RESULTS_BUCKET"),
-            code_bucket=get("DLAAS_CODE_BUCKET"),
-            code_key=get("DLAAS_CODE_KEY"),
-            code_endpoint=get("DLAAS_CODE_ENDPOINT"),
-            code_access_key=get("DLAAS_CODE_ACCESS_KEY"),
-            code_secret_key=get("DLAAS_CODE_SECRET_KEY"),
-            checkpoint_prefix=prefix,
-            checkpoint_interval_s=interval,
-            learners=learners,
-            primary=get(ENV_HELPER_PRIMARY) != "0",
-            finish_on_exit=get(ENV_HELPER_FINISH_ON_EXIT) == "1",
-            store_field=get(ENV_STORE_FIELD),
-        )
-
-
-def with_secret_file(env: dict[str, str]) -> dict[str, str]:
-    """`env` plus the NAME=value lines of the file ENV_SECRET_FILE names (an engine that
-    hands secrets over as files, e.g. a Swarm secret). Raise ConfigError if unreadable."""
-    path = (env.get(ENV_SECRET_FILE) or "").strip()
-    if not path:
-        return env
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{ENV_SECRET_FILE}: cannot read {path}: {exc.strerror}") from None
-    merged = dict(env)
-    for line in text.splitlines():
-        name, sep, value = line.partition("=")
-        if sep and name.strip():
-            merged[name.strip()] = value
-    return merged
+# How often CHECKPOINT_DIR is scanned for a new checkpoint (a local scan; S3 only on a change).
+CHECKPOINT_SCAN_S = 0.5
+# How often a helper that finishes by itself looks whether its learners have ended (a stat
+# and a lock try per learner): a restart's teardown waits for this helper to store, so
+# each look saved is taken off every gang restart (0.5 s cost 0.25 s on average).
+PRESENCE_POLL_S = 0.1
 
 
 class LearnerPresence:
@@ -276,6 +148,26 @@ def lock_held(path: Path) -> bool | None:
     return False
 
 
+class Steps:
+    """How long each step of the start took, for one line (where a restart's time goes)."""
+
+    def __init__(self, started: float | None):
+        self.started = time.monotonic() if started is None else started
+        self.at = self.started
+        self.took: list[tuple[str, float]] = []
+        if started is not None:
+            self.done("imports")
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.took.append((step, now - self.at))
+        self.at = now
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{step} {s:.2f}" for step, s in self.took)
+        return f"{self.at - self.started:.2f} s after the start ({parts} s)"
+
+
 def say(message: str) -> None:
     print(f"helper: {message}", flush=True)
 
@@ -308,7 +200,10 @@ def check_own_store(cfg: HelperConfig) -> str | None:
 
 
 def prepare(cfg: HelperConfig, client, paths: JobPaths, stop: threading.Event) -> None:
-    """Data and code into the volume. Raises store.StoreError, UnsafeArchive, store.Interrupted."""
+    """Data and code into the volume. Raises store.StoreError, UnsafeArchive, store.Interrupted.
+
+    The volume counts as prepared (resume.py's fast start) only once both are in place."""
+    resume.forget_prepared(paths)
     if cfg.data_bucket:
         say(f"downloading s3://{cfg.data_bucket}/{store.folder_prefix(cfg.data_prefix)}")
         count, size = store.download_prefix(
@@ -328,6 +223,7 @@ def prepare(cfg: HelperConfig, client, paths: JobPaths, stop: threading.Event) -
             store.download_object(code_client, cfg.code_bucket, cfg.code_key, archive, stop.is_set)
             files = safe_extract(archive, paths.code_dir)
         say(f"extracted {files} files of the code archive into {paths.code_dir}")
+    resume.mark_prepared(paths, cfg)
 
 
 def restore(
@@ -436,8 +332,17 @@ def finish(
     return HELPER_EXIT_OK
 
 
-def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
-    """The whole helper; `stop` is set by the finish signals (handlers installed if None)."""
+def run(
+    env: dict[str, str],
+    stop: threading.Event | None = None,
+    started: float | None = None,
+    resumed: bool = False,
+) -> int:
+    """The whole helper; `stop` is set by the finish signals (handlers installed if None);
+    `started`: the process's start (time.monotonic), for the line that says where the time
+    to data_ready went (a gang's restart waits for it); `resumed`: resume.fast_start already
+    released the learners on the volume as it was (adopted here, as a rejoin does)."""
+    steps = Steps(started)
     if stop is None:
         stop = threading.Event()
         for sig in (signal.SIGUSR1, signal.SIGTERM):
@@ -457,6 +362,7 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
     ):
         d.mkdir(parents=True, exist_ok=True)
     client = store.make_client(cfg.endpoint, cfg.access_key, cfg.secret_key, cfg.region)
+    steps.done("store client")
     ckpt = CheckpointSync(client, cfg.results_bucket, cfg.checkpoint_prefix, paths.checkpoint_dir)
     logs = LearnerLogs(client, cfg.results_bucket, cfg.job_id, paths.log_dir)
     metrics = MetricFiles(client, cfg.results_bucket, cfg.job_id, paths.log_dir, cfg.learners)
@@ -467,13 +373,18 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
             return fail(HELPER_EXIT_CONNECTION_UNREACHABLE, "store_unreachable", problem)
 
     try:
-        if rejoin:
+        if resumed:
+            logs.adopt(cfg.learners)
+            ckpt.adopt()
+        elif rejoin:
             say("data_ready mark found: rejoining running learners, the volume is up to date")
             logs.adopt(cfg.learners)
             ckpt.adopt()
         else:
             restore(cfg, paths, logs, ckpt, stop)
+            steps.done("restore")
             prepare(cfg, client, paths, stop)
+            steps.done("data and code")
     except store.Interrupted:
         say("finish signal while downloading: storing what there is")
         return finish(cfg, client, paths, ckpt, logs, metrics)
@@ -486,16 +397,20 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
         # A gang before this one on the same volume left its exit codes.
         for i in cfg.learners:
             paths.learner_exit(i).unlink(missing_ok=True)
-    paths.ready_mark.touch()
-    emit(EVENT_DATA_READY)
+    if not resumed:  # else fast_start did both
+        paths.ready_mark.touch()
+        say(f"data ready {steps.summary()}")
+        emit(EVENT_DATA_READY)
     interval = cfg.checkpoint_interval_s
     # A checkpoint goes to S3 as soon as the learner has written it (a local scan every
-    # 0.5 s finds it; an unchanged directory costs no S3 call), so a node that dies takes
-    # only the work done since the learner's last checkpoint. Logs go every interval_s.
+    # CHECKPOINT_SCAN_S finds it; an unchanged directory costs no S3 call), so a node that
+    # dies takes only the work done since the learner's last checkpoint. Logs go every
+    # interval_s.
     next_logs, next_try = time.monotonic() + interval, 0.0
     next_metrics = time.monotonic() + METRICS_SYNC_S
     presence = LearnerPresence(paths, cfg.learners)
-    while not stop.wait(0.5):
+    wake_s = PRESENCE_POLL_S if cfg.finish_on_exit else CHECKPOINT_SCAN_S
+    while not stop.wait(wake_s):
         if cfg.finish_on_exit and presence.all_ended():
             say("every learner of this node has exited")
             break
@@ -507,7 +422,8 @@ def run(env: dict[str, str], stop: threading.Event | None = None) -> int:
             continue
         logs_due = now >= next_logs
         ok = tick(cfg, ckpt, logs, with_logs=logs_due)
-        next_try = 0.0 if ok else now + interval  # S3 down: no retry storm
+        # S3 down: no retry storm; else the next scan after CHECKPOINT_SCAN_S.
+        next_try = now + (CHECKPOINT_SCAN_S if ok else interval)
         if logs_due:
             next_logs = now + interval
     say("finish signal received: storing checkpoints, results and logs")

@@ -26,6 +26,7 @@ from dlaas.domain.jobspec import (
     HELPER_EXIT_STORE_UNREACHABLE,
     HELPER_EXIT_UPLOAD_FAILED,
 )
+from services.learner_helper.config import folder_prefix
 
 # Not in dlaas.domain.jobspec (yet): the store could not be reached at all.
 CHUNK = 1 << 20
@@ -129,12 +130,6 @@ def make_client(endpoint: str, access_key: str, secret_key: str, region: str = "
     )
     client.meta.events.register("needs-retry.s3", retry_refusal)
     return client
-
-
-def folder_prefix(prefix: str) -> str:
-    """A data prefix names a folder: 'train' and 'train/' both mean 'train/'."""
-    prefix = prefix.strip().lstrip("/")
-    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
 
 
 def local_name(key: str, prefix: str) -> str | None:

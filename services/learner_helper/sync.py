@@ -47,16 +47,9 @@ from dlaas.domain.jobspec import (
 )
 from dlaas.learner.paths import RUN_START_META
 from services.learner_helper import store
-
-Stat = tuple[int, int]  # (size, mtime_ns): what "unchanged since last seen" compares
-
+from services.learner_helper.volume import Stat, count_lines, hidden, scan
 
 # --------------------------------------------------------------------------- pure
-
-
-def hidden(rel: str) -> bool:
-    """Temporary and half-written files: any path part that starts with a dot."""
-    return any(part.startswith(".") for part in rel.split("/"))
 
 
 @dataclass(frozen=True)
@@ -72,30 +65,7 @@ def plan_sync(local: dict[str, Stat], synced: dict[str, Stat], owned: set[str]) 
     return SyncPlan(uploads, deletes)
 
 
-def count_lines(data: bytes) -> int:
-    """Lines as dlaas.adapters.logs.split_lines counts them: a last line without newline counts."""
-    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-
-
 # --------------------------------------------------------------------------- adapters
-
-
-def scan(directory: Path) -> dict[str, Stat]:
-    """Every regular, non-hidden file below `directory` by relative path."""
-    found: dict[str, Stat] = {}
-    if not directory.is_dir():
-        return found
-    for path in directory.rglob("*"):
-        rel = path.relative_to(directory).as_posix()
-        if hidden(rel) or path.is_symlink():
-            continue
-        try:
-            st = path.stat()
-        except FileNotFoundError:  # deleted by the learner while we looked
-            continue
-        if path.is_file():
-            found[rel] = (st.st_size, st.st_mtime_ns)
-    return found
 
 
 def _stat(path: Path) -> Stat | None:

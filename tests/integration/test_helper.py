@@ -28,6 +28,7 @@ import pytest
 
 from dlaas.clients.client import pack_code
 from dlaas.domain import jobspec
+from dlaas.learner.paths import RUN_START_META
 from dlaas.local import images
 
 REPO = Path(__file__).resolve().parents[2]
@@ -433,3 +434,98 @@ def test_the_jobs_own_unreachable_store_exits_15_naming_host_and_field(tmp_path,
     assert f"127.0.0.1:{port}" in error["message"]
     assert error["message"].startswith(jobspec.STORE_ENDPOINT_FIELD)
     assert not (tmp_path / "job" / ".data_ready").exists()
+
+
+def _until_ready(proc: subprocess.Popen) -> str:
+    out = ""
+    while '"data_ready"' not in out:
+        line = proc.stdout.readline()
+        assert line, out  # it exited before data_ready
+        out += line
+    return out
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    return out
+
+
+def _first_run(tmp_path, s3_server, s3_client) -> tuple[dict, str]:
+    """One run of a job: its helper prepares, the 'learner' prints and checkpoints, the
+    helper stores. Returns the helper env and the log as stored."""
+    data, results = _bucket(s3_client), _bucket(s3_client)
+    s3_client.put_object(Bucket=data, Key="d.bin", Body=b"data")
+    env = {
+        "JOB_ID": "f" + uuid.uuid4().hex[:8],
+        "DLAAS_DATA_BUCKET": data,
+        "DLAAS_RESULTS_BUCKET": results,
+        jobspec.ENV_HELPER_FINISH_ON_EXIT: "0",
+    }
+    proc = _helper_process(tmp_path, s3_server, **env)
+    try:
+        _until_ready(proc)
+        job = tmp_path / "job"
+        (job / "logs" / "learner-0.log").write_text("epoch 1/3\nepoch 2/3\n")
+        (job / "checkpoints" / "ckpt-2.pkl").write_bytes(b"two")
+        out = _stop(proc)
+    finally:
+        proc.kill()
+    assert "fast start" not in out
+    return env, "epoch 1/3\nepoch 2/3\n"
+
+
+def test_a_restart_on_the_volume_its_last_run_stored_starts_without_restoring(
+    tmp_path, s3_server, s3_client
+):
+    env, log = _first_run(tmp_path, s3_server, s3_client)
+    s3_client.delete_object(Bucket=env["DLAAS_DATA_BUCKET"], Key="d.bin")  # not fetched again
+    proc = _helper_process(tmp_path, s3_server, **env)
+    try:
+        out = _until_ready(proc)
+        assert "fast start" in out and "downloading" not in out, out
+        key = jobspec.log_object_key(env["JOB_ID"], 0)
+        head = s3_client.head_object(Bucket=env["DLAAS_RESULTS_BUCKET"], Key=key)
+        # This run's start is in S3 before its learner may print (the log reader's contract).
+        assert head["Metadata"][RUN_START_META] == "2"
+        with open(tmp_path / "job" / "logs" / "learner-0.log", "a") as f:
+            f.write("resuming from the checkpoint of epoch 2\nepoch 3/3\n")
+        out = _stop(proc)
+    finally:
+        proc.kill()
+    assert [e["event"] for e in events(out)] == ["stored"]  # data_ready was printed above
+    stored = s3_client.get_object(Bucket=env["DLAAS_RESULTS_BUCKET"], Key=key)
+    assert (
+        stored["Body"].read().decode()
+        == log + "resuming from the checkpoint of epoch 2\nepoch 3/3\n"
+    )
+    assert stored["Metadata"][RUN_START_META] == "2"
+
+
+@pytest.mark.parametrize("elsewhere", ["log", "checkpoint"])
+def test_a_restart_after_a_run_elsewhere_restores_from_the_store(
+    tmp_path, s3_server, s3_client, elsewhere
+):
+    env, log = _first_run(tmp_path, s3_server, s3_client)
+    results, job_id = env["DLAAS_RESULTS_BUCKET"], env["JOB_ID"]
+    if elsewhere == "log":  # a run on another node printed a line and stored it
+        s3_client.put_object(
+            Bucket=results, Key=jobspec.log_object_key(job_id, 0), Body=log + "epoch 3/3\n"
+        )
+    else:  # ... or stored a checkpoint
+        s3_client.put_object(
+            Bucket=results, Key=jobspec.checkpoint_prefix(job_id) + "ckpt-3.pkl", Body=b"3"
+        )
+    proc = _helper_process(tmp_path, s3_server, **env)
+    try:
+        out = _until_ready(proc)
+        assert "fast start" not in out and "downloading" in out, out
+        job = tmp_path / "job"
+        if elsewhere == "log":
+            assert (job / "logs" / "learner-0.log").read_text().endswith("epoch 3/3\n")
+        else:
+            assert (job / "checkpoints" / "ckpt-3.pkl").read_bytes() == b"3"
+        _stop(proc)
+    finally:
+        proc.kill()
