@@ -397,10 +397,13 @@ def test_metric_files_below_log_dir_are_stored_while_training_and_at_the_end(
             out += proc.stdout.readline()
         # Written while the learners train: uploaded without waiting for the end.
         (logs / "evaluation-metrics.txt").write_text('{"step": 1, "acc": 0.5}\n')
+        # One scan uploads the files one after the other: wait for the whole set, not for
+        # the file written last (it may be uploaded first).
+        want = {"tb/events.out.tfevents.1.host", "evaluation-metrics.txt"}
         deadline = time.monotonic() + 30
-        while "evaluation-metrics.txt" not in stored() and time.monotonic() < deadline:
+        while not want <= stored() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert stored() == {"tb/events.out.tfevents.1.host", "evaluation-metrics.txt"}
+        assert stored() == want
         (logs / "evaluation-metrics.txt").write_text(
             '{"step": 1, "acc": 0.5}\n{"step": 2, "acc": 0.6}\n'
         )
