@@ -69,20 +69,14 @@ class Elastic:
             if found is None:
                 continue
             shrinks, allocs = found
-            for r, taken in shrinks:
-                self.touched.add(r.job_id)
-                if self.quotas:
-                    self._account(r.team, taken, -1.0, r.job_id in self.borrowed)
-                self.decisions.append(
-                    Decision(
-                        r.job_id,
-                        "shrink",
-                        f"gave back {len(taken)} lent learner(s) (to {r.learners - len(taken)}, "
-                        f"its target {r.target}) for {j.job_id}: learners above the target are "
-                        "lent, not owned",
-                        taken,
-                    )
-                )
+            self.record_shrinks(
+                shrinks,
+                lambda r, taken: (
+                    f"gave back {len(taken)} lent learner(s) (to {r.learners - len(taken)}, "
+                    f"its target {r.target}) for {j.job_id}: learners above the target are "
+                    "lent, not owned"
+                ),
+            )
             self.start(
                 j,
                 allocs,

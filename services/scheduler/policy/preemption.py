@@ -176,20 +176,14 @@ class Preemption:
         )  # fmt: skip
         if freed is not None:
             shrinks, allocs = freed
-            for r, taken in shrinks:
-                self.touched.add(r.job_id)
-                if self.quotas:
-                    self._account(r.team, taken, -1.0, r.job_id in self.borrowed)
-                self.decisions.append(
-                    Decision(
-                        r.job_id,
-                        "shrink",
-                        f"shrunk by {len(taken)} learner(s) (to {r.learners - len(taken)}, min "
-                        f"{r.min_gang}) to admit {j.job_id} (class {cause_cls} beats "
-                        f"{self.policy.running_class(r, self.cfg)})",
-                        taken,
-                    )
-                )
+            self.record_shrinks(
+                shrinks,
+                lambda r, taken: (
+                    f"shrunk by {len(taken)} learner(s) (to {r.learners - len(taken)}, min "
+                    f"{r.min_gang}) to admit {j.job_id} (class {cause_cls} beats "
+                    f"{self.policy.running_class(r, self.cfg)})"
+                ),
+            )
             self.start(j, allocs, f"started after shrinking elastic jobs ({gang_shape(j)})")
             return True
 

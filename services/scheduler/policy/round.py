@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -136,6 +136,19 @@ class Round(FairShare, Elastic, Preemption, Reservation):
                     taken.remove(a)
         allocs = self.place(j, want)
         return [(r, t) for r, t in shrinks if t], allocs
+
+    def record_shrinks(
+        self,
+        shrinks: list[tuple[RunningJob, list[Allocation]]],
+        reason: Callable[[RunningJob, list[Allocation]], str],
+    ) -> None:
+        """Book what `free_learners_for` took: each job touched, its team's use lowered, a
+        "shrink" decision with `reason(job, taken)`."""
+        for r, taken in shrinks:
+            self.touched.add(r.job_id)
+            if self.quotas:
+                self._account(r.team, taken, -1.0, r.job_id in self.borrowed)
+            self.decisions.append(Decision(r.job_id, "shrink", reason(r, taken), taken))
 
     def try_start(self, j: QueuedJob) -> list[Allocation] | None:
         allocs = self.place(j, j.learners)
