@@ -87,7 +87,12 @@ from dlaas.domain.jobspec import (
 from dlaas.learner.paths import JobPaths
 from services.learner_helper import probe, resume, store
 from services.learner_helper.archive import UnsafeArchive, safe_extract
-from services.learner_helper.config import ConfigError, HelperConfig, with_secret_file
+from services.learner_helper.config import (
+    ConfigError,
+    HelperConfig,
+    folder_prefix,
+    with_secret_file,
+)
 from services.learner_helper.sync import CheckpointSync, LearnerLogs, MetricFiles
 
 EXIT_BAD_CONFIG = 2
@@ -205,7 +210,7 @@ def prepare(cfg: HelperConfig, client, paths: JobPaths, stop: threading.Event) -
     The volume counts as prepared (resume.py's fast start) only once both are in place."""
     resume.forget_prepared(paths)
     if cfg.data_bucket:
-        say(f"downloading s3://{cfg.data_bucket}/{store.folder_prefix(cfg.data_prefix)}")
+        say(f"downloading s3://{cfg.data_bucket}/{folder_prefix(cfg.data_prefix)}")
         count, size = store.download_prefix(
             client, cfg.data_bucket, cfg.data_prefix, paths.data_dir, stop.is_set, say
         )

@@ -47,6 +47,7 @@ from dlaas.domain.jobspec import (
 )
 from dlaas.learner.paths import RUN_START_META
 from services.learner_helper import store
+from services.learner_helper.config import folder_prefix
 from services.learner_helper.volume import Stat, count_lines, hidden, scan
 
 # --------------------------------------------------------------------------- pure
@@ -104,7 +105,7 @@ class CheckpointSync:
 
     def __init__(self, client, bucket: str, prefix: str, directory: Path):
         self.client, self.bucket, self.directory = client, bucket, directory
-        self.prefix = store.folder_prefix(prefix)
+        self.prefix = folder_prefix(prefix)
         self.synced: dict[str, Stat] = {}  # local files known to equal their S3 object
         self.owned: set[str] = set()  # S3 objects this helper may delete
 

@@ -16,9 +16,9 @@ from dlaas.learner import checkpoint
 from dlaas.learner.paths import JobPaths
 from dlaas.learner.run import exit_code, parse_command
 from dlaas.local import images
-from services.learner_helper import store, sync
+from services.learner_helper import config, store, sync, volume
 from services.learner_helper.archive import UnsafeArchive, check_members, safe_extract
-from services.learner_helper.main import ConfigError, HelperConfig
+from services.learner_helper.config import ConfigError, HelperConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -203,7 +203,7 @@ def test_helper_config_names_what_is_missing_and_hides_the_secret():
 
 
 def test_object_keys_map_inside_the_data_dir():
-    assert store.folder_prefix("train") == "train/" and store.folder_prefix("") == ""
+    assert config.folder_prefix("train") == "train/" and config.folder_prefix("") == ""
     assert store.local_name("train/a/b.npz", "train/") == "a/b.npz"
     assert store.local_name("train/", "train/") is None
     assert store.local_name("train/../../etc/x", "train/") is None
@@ -287,11 +287,11 @@ def test_sync_skips_temporary_names_and_counts_lines(tmp_path):
     (tmp_path / "sub").mkdir()
     for name in ("ckpt-1.pkl", ".tmp-ckpt-2.pkl-7", "sub/model.pt", ".part-x", "sub/.hid"):
         (tmp_path / name).write_bytes(b"x")
-    assert sorted(sync.scan(tmp_path)) == ["ckpt-1.pkl", "sub/model.pt"]
-    assert sync.hidden(".tmp-a") and sync.hidden("d/.part-b") and not sync.hidden("d/a.b")
-    assert sync.count_lines(b"") == 0 and sync.count_lines(b"a\nb\n") == 2
+    assert sorted(volume.scan(tmp_path)) == ["ckpt-1.pkl", "sub/model.pt"]
+    assert volume.hidden(".tmp-a") and volume.hidden("d/.part-b") and not volume.hidden("d/a.b")
+    assert volume.count_lines(b"") == 0 and volume.count_lines(b"a\nb\n") == 2
     assert (
-        sync.count_lines(b"a\nb") == 2
+        volume.count_lines(b"a\nb") == 2
     )  # a last line without newline counts, as in dlaas.adapters.logs
 
 
