@@ -38,8 +38,8 @@ from .model import QueuedJob, RunningJob
 # storm guard and no victim cap).
 _UNCAPPED = 1 << 30
 
-# (running job, its class, its GPUs) -> where it ranks among victims of its class
-VictimKey = Callable[[RunningJob, tuple, int], tuple]
+# (running job, its GPUs) -> where it ranks among the victims of its class
+VictimKey = Callable[[RunningJob, int], tuple]
 
 
 def las_level(attained: float, thresholds: Sequence[float]) -> int:
@@ -106,11 +106,11 @@ class Policy:
         return self.queued_class(j, now, cfg)
 
     def victim_key(self, now: float, cfg: PolicyConfig) -> VictimKey:
-        """How running jobs of one class are ranked as victims, given (job, its class, its
-        GPUs): the first is preempted first. Here: the least work lost since the job's last
+        """How running jobs of one class are ranked as victims, given (job, its GPUs): the
+        first is preempted first. Here: the least work lost since the job's last
         checkpoint (or start), then the latest (re)started."""
 
-        def key(r: RunningJob, cls: tuple, gpus: int) -> tuple:
+        def key(r: RunningJob, gpus: int) -> tuple:
             start = r.start_time
             ck = r.last_checkpoint_time
             lost = now - (start if ck is None or ck < start else ck)
@@ -282,7 +282,7 @@ class Default(_Leveled):
         p99 1,017,086 -> 794,185 s (see PolicyConfig.starve_after_s)."""
         bound = cfg.starve_after_s
 
-        def key(r: RunningJob, cls: tuple, gpus: int) -> tuple:
+        def key(r: RunningJob, gpus: int) -> tuple:
             size = gpus or r.learners or 1
             waited = now - r.submit_time - r.attained_service / size
             return (waited >= bound, -size, -r.submit_time, r.job_id)

@@ -48,10 +48,10 @@ class Preemption:
                         service = policy.service(service, gpus, self.cfg)
                     lvl = bisect_right(th, service)  # = las_level (thresholds ascend)
                     cls: tuple = (-r.priority, lvl)
-                    key = (r.priority, -lvl, *victim_key(r, cls, gpus))
+                    key = (r.priority, -lvl, *victim_key(r, gpus))
                 else:
                     cls = policy.running_class(r, self.cfg)
-                    key = (*(-x for x in cls), *victim_key(r, cls, gpus))
+                    key = (*(-x for x in cls), *victim_key(r, gpus))
                 rows.append((key, cls, r))
             rows.sort(key=itemgetter(0))
             self._ranked_cache = [(cls, r) for _, cls, r in rows]
