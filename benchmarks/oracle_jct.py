@@ -4,7 +4,7 @@
 
 Replays a Philly window (A: VC 6c71a0 on 16x4 GPUs, B: VC 6214e9 on 24x4, submits in
 [2017-10-09, 2017-10-23); by default A and B; any window of `policy_table.py`, e.g. C8 on
-14 x 8 GPUs, with --window) through the simulator and the SAME `schedule()` core, but with an
+14 x 8 GPUs or the production-shaped P1..P6, with --window) through the simulator and the SAME `schedule()` core, but with an
 order no real policy may use: it READS each job's duration. Jobs go shortest remaining
 GPU-time first (SRGT, remaining seconds x GPUs), and a queued job preempts a running one whose
 remaining GPU-time is at least `--base` times longer (log-`base` classes: a finer base only adds
@@ -27,22 +27,19 @@ import argparse
 import json
 import math
 import time
-from datetime import datetime
 
 from services.scheduler.policy import DEFAULT_CONFIG
 from services.scheduler.policy.policies import Priority
-from services.scheduler.simulator import load_trace, simulate
+from services.scheduler.simulator import simulate
 
 try:  # run as a script: benchmarks/ is on the path
-    from policy_table import TRACE, WINDOWS
+    from policy_table import TRACE, load_window, window_names
 except ImportError:  # imported as benchmarks.oracle_jct
-    from benchmarks.policy_table import TRACE, WINDOWS
+    from benchmarks.policy_table import TRACE, load_window, window_names
 
 
 def run(trace: str, window: str, base: float) -> dict:
-    vc, start, end, nodes, gpn = WINDOWS[window]
-    day = "%Y-%m-%d"
-    jobs = load_trace(trace, vc, datetime.strptime(start, day), datetime.strptime(end, day))
+    jobs, nodes, gpn = load_window(window, trace)
     duration = {j.job_id: j.duration for j in jobs}
 
     def remaining_gpu_s(job_id: str, attained: float, gpus: int) -> float:
@@ -78,7 +75,7 @@ def run(trace: str, window: str, base: float) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--trace", default=TRACE)
-    p.add_argument("--window", choices=sorted(WINDOWS), action="append")
+    p.add_argument("--window", choices=window_names(), action="append")
     p.add_argument("--base", type=float, default=2.0, help="preemption class ratio (> 1)")
     p.add_argument("--json", action="store_true", help="last line: window -> metrics")
     a = p.parse_args()
