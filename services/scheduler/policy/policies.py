@@ -20,7 +20,9 @@ policy never sees how long a job will run.
              first at equal level, starvation promotion, reservation + backfill for a blocked
              gang, MOVES of a few small jobs when a gang's free GPUs are scattered over nodes,
              a thrash guard and caps on victims per preemption and per round; victims in the
-             reverse of the queue's order, sparing long waiters (victim_key). See PolicyConfig.
+             reverse of the queue's order, sparing long waiters (victim_key); a job that waited
+             `evict_after_s` (6 h) evicts the fewest jobs off the nodes cheapest to clear
+             (try_evict). See PolicyConfig.
 
 A class is a tuple compared as tuples are: smaller is more important; a queued job may preempt
 a running one only if its class is strictly smaller.
@@ -133,6 +135,11 @@ class Policy:
     def preempt_margin(self, cfg: PolicyConfig) -> float:
         """A victim must have attained this many GPU-seconds more than the waiting job."""
         return 0.0
+
+    def evict_after(self, cfg: PolicyConfig) -> float | None:
+        """How long a job waits before it may evict jobs of any class off the nodes cheapest
+        to clear (`Preemption.try_evict`); None: never."""
+        return None
 
     def reserves(self, cfg: PolicyConfig) -> bool:
         """Whether a blocked gang gets a reservation under this policy."""
@@ -291,6 +298,9 @@ class Default(_Leveled):
 
     def max_victims(self, cfg: PolicyConfig) -> int:
         return cfg.default_max_victims
+
+    def evict_after(self, cfg: PolicyConfig) -> float | None:
+        return cfg.evict_after_s or None
 
 
 # The one table of policies, in the order `dlaas simulate --policy` lists them.

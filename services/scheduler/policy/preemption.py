@@ -20,6 +20,7 @@ from operator import itemgetter
 from . import quota as qt
 from .feasibility import gang_shape
 from .model import Allocation, Decision, QueuedJob, RunningJob
+from .policies import wait_since
 
 
 class Preemption:
@@ -240,6 +241,54 @@ class Preemption:
         self.start(j, allocs, f"started by preempting {', '.join(r.job_id for r in chosen)}")
         return True
 
+    # -- eviction by a job that waited too long -------------------------------------------
+    def try_evict(self, j: QueuedJob) -> bool:
+        """Start a job that has waited the policy's `evict_after` by preempting the fewest
+        running jobs on the nodes cheapest to clear, whatever their class. Spared: jobs of a
+        higher priority, jobs inside the thrash guard, jobs that waited `starve_after_s` in
+        all themselves; at most `max_victims`. See PolicyConfig.evict_after_s for why."""
+        now, bound = self.now, self.cfg.starve_after_s
+        min_run = self.policy.min_run_s(self.cfg)
+        candidates: dict[str, list[tuple[RunningJob, int]]] = {}
+        for r in self.snapshot.running:
+            if r.job_id in self.touched or r.priority > j.priority or not r.allocations:
+                continue
+            if now - max(r.start_time, r.last_resize_time or r.start_time) < min_run:
+                continue  # thrash guard
+            if now - r.submit_time - r.attained_service / max(r.gpus, 1) >= bound:
+                continue  # it starved too: not taken for another
+            for a in r.allocations:
+                candidates.setdefault(a.node, []).append((r, len(a.gpu_indices)))
+        for cands in candidates.values():
+            # jobs wholly on the node first (nothing freed elsewhere for nothing), biggest first
+            cands.sort(key=lambda x: (x[0].gpus - x[1], -x[1], x[0].job_id))
+        victims = self._nodes_to_clear(j, candidates)
+        if not victims or len(victims) > self.cfg.max_victims:
+            return False
+        for r in victims:
+            self.idx.give(r.allocations)
+        allocs = self.place(j, j.min_gang)
+        if allocs is None:  # CPUs or memory still short
+            for r in victims:
+                self.idx.take(r.allocations)
+            return False
+        waited = (now - wait_since(j)) / 3600
+        for r in victims:
+            self.touched.add(r.job_id)
+            if self.quotas:
+                self._account(r.team, r.allocations, -1.0, r.job_id in self.borrowed)
+            self.decisions.append(
+                Decision(
+                    r.job_id,
+                    "preempt",
+                    f"evicted for {j.job_id}, which has waited {waited:.1f} h "
+                    f"({len(victims)} victim(s) on the nodes cheapest to clear)",
+                    list(r.allocations),
+                )
+            )
+        self.start(j, allocs, f"started by evicting {', '.join(r.job_id for r in victims)}")
+        return True
+
     # -- moves (defragmentation) ---------------------------------------------------------
     def _movable_by_node(self) -> dict[str, list[RunningJob]]:
         """Running single-node GPU jobs past the thrash guard, by node; computed once a round."""
@@ -257,13 +306,15 @@ class Preemption:
                 self._movable.setdefault(node, []).append(r)
         return self._movable
 
-    def try_move(self, j: QueuedJob) -> bool:
-        """Start a gang that the free GPUs could hold, were they not scattered over nodes, by
-        moving a few small jobs off the nodes it needs (each restarts elsewhere at once).
-        The caller checked that the gang needs GPUs and that enough are free in total."""
+    def _nodes_to_clear(
+        self, j: QueuedJob, candidates: dict[str, list[tuple[RunningJob, int]]]
+    ) -> list[RunningJob] | None:
+        """The jobs to take off the nodes cheapest to clear for j's gang: fewest jobs per learner
+        slot first (nodes that need none lead). `candidates`: per node, the jobs that may go and
+        the GPUs each frees there, in the order to take them. None if even all of them leave
+        too few slots."""
         g, need = j.gpus_per_learner, j.min_gang
-        movable = self._movable_by_node()
-        options = []  # (moves per learner slot, moves, slots, node name, jobs to move)
+        options = []  # (jobs per learner slot, jobs, -slots, node name, jobs to take off)
         for nf in self.idx.nodes.values():
             n = nf.node
             if nf.reserved_for not in (None, j.job_id) or n.gpus < g:
@@ -271,32 +322,41 @@ class Preemption:
             if j.gpu_type and n.gpu_type != j.gpu_type:
                 continue
             free = len(nf.free)
-            movers = sorted(
-                (
-                    r
-                    for r in movable.get(n.name, ())
-                    if r.job_id not in self.touched and r.priority <= j.priority
-                ),
-                key=lambda r: (-r.gpus, r.job_id),
-            )
-            slots = min((free + sum(r.gpus for r in movers)) // g, need)
+            cands = candidates.get(n.name, ())
+            slots = min((free + sum(k for _, k in cands)) // g, need)
             if slots == 0:
                 continue
             chosen = []
             while free < slots * g:
-                r = movers[len(chosen)]
+                r, k = cands[len(chosen)]
                 chosen.append(r)
-                free += r.gpus
-            # fewest moves per learner slot first (nodes that need none lead)
+                free += k
             options.append((len(chosen) / slots, len(chosen), -slots, n.name, chosen))
         options.sort(key=lambda o: o[:4])
-        movers, slots = [], 0
+        out: dict[str, RunningJob] = {}  # a gang over several nodes is taken once
+        slots = 0
         for *_, neg_slots, _, chosen in options:
             if slots >= need:
                 break
-            movers += chosen
+            out.update((r.job_id, r) for r in chosen)
             slots -= neg_slots
-        if slots < need or not movers or len(movers) > self.cfg.max_moves:
+        return list(out.values()) if slots >= need else None
+
+    def try_move(self, j: QueuedJob) -> bool:
+        """Start a gang that the free GPUs could hold, were they not scattered over nodes, by
+        moving a few small jobs off the nodes it needs (each restarts elsewhere at once).
+        The caller checked that the gang needs GPUs and that enough are free in total."""
+        need = j.min_gang
+        candidates = {
+            node: [
+                (r, r.gpus)
+                for r in sorted(jobs, key=lambda r: (-r.gpus, r.job_id))
+                if r.job_id not in self.touched and r.priority <= j.priority
+            ]
+            for node, jobs in self._movable_by_node().items()
+        }
+        movers = self._nodes_to_clear(j, candidates)
+        if not movers or len(movers) > self.cfg.max_moves:
             return False
         for r in movers:
             self.idx.give(r.allocations)
