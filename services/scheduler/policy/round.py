@@ -327,14 +327,10 @@ class Round(FairShare, Elastic, Preemption, Reservation):
                 continue
             n_before = len(self.decisions)
             reclaim = guaranteed and can_reclaim
-            if (can_preempt or reclaim) and self.try_preempt(j, can_preempt, reclaim):
-                preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
-                if preempted >= max_pre:
-                    # storm guard: the rest waits for the next round
-                    can_preempt = can_reclaim = False
-                continue
+            made_room = (can_preempt or reclaim) and self.try_preempt(j, can_preempt, reclaim)
             if (
-                move_tries
+                not made_room
+                and move_tries
                 and self.policy.moves(self.cfg)
                 and preempted < max_pre
                 and j.gpus_per_learner
@@ -342,19 +338,17 @@ class Round(FairShare, Elastic, Preemption, Reservation):
             ):
                 # one O(nodes) attempt per round at most: a long queue stays O(queue)
                 move_tries -= 1
-                if self.try_move(j):
-                    preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
-                    if preempted >= max_pre:
-                        can_preempt = can_reclaim = False
-                    continue
-            if may_evict and can_preempt:  # (a preemption above may have used up the storm guard)
+                made_room = self.try_move(j)
+            if not made_room and may_evict and can_preempt:
                 # each attempt is O(running + nodes): a few per round keep a long queue O(queue)
                 evict_tries -= 1
-                if self.try_evict(j):
-                    preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
-                    if preempted >= max_pre:
-                        can_preempt = can_reclaim = False
-                    continue
+                made_room = self.try_evict(j)
+            if made_room:
+                preempted += sum(d.action == "preempt" for d in self.decisions[n_before:])
+                if preempted >= max_pre:
+                    # storm guard: the rest waits for the next round
+                    can_preempt = can_reclaim = False
+                continue
             why = self.why_not(j) if self.include_waits else ""
             if self.reserved_for is None:
                 self.try_reserve(j)
