@@ -109,25 +109,46 @@ def _parse_date(s: str, field: str) -> datetime:
     raise SystemExit(f"error: --{field}: expected YYYY-MM-DD[ HH:MM:SS], got {s!r}")
 
 
-def load_trace(path: str, vc: str, start: datetime, end: datetime) -> list[TraceJob]:
-    """Jobs of one virtual cluster submitted in [start, end), times in seconds since `start`."""
-    out = []
-    lo, hi = start.strftime("%Y-%m-%d %H:%M:%S"), end.strftime("%Y-%m-%d %H:%M:%S")
+def load_trace(
+    path: str, vc: str | None = None, start: datetime | None = None, end: datetime | None = None
+) -> list[TraceJob]:
+    """Jobs submitted in [start, end) (either bound may be open), of virtual cluster `vc` (None:
+    every job; the trace then needs no `cluster` column). Times are seconds since `start`, or,
+    without one, since the first job kept."""
+    lo = start.strftime("%Y-%m-%d %H:%M:%S") if start else ""
+    hi = end.strftime("%Y-%m-%d %H:%M:%S") if end else "~"  # "~" sorts after any timestamp
     try:
         fh = open(path, newline="")  # noqa: SIM115 - opened here so the error names the flag
     except OSError as e:
         raise SystemExit(f"error: --trace: cannot read {path}: {e.strerror}") from None
+    rows: list[tuple[int, datetime, float, int]] = []
     with fh:
         reader = csv.DictReader(fh)
-        missing = {"timestamp", "duration", "num_gpus", "cluster"} - set(reader.fieldnames or [])
+        need = {"timestamp", "duration", "num_gpus"} | ({"cluster"} if vc is not None else set())
+        missing = need - set(reader.fieldnames or [])
         if missing:
             raise SystemExit(f"error: --trace: missing column(s) {', '.join(sorted(missing))}")
-        for i, row in enumerate(reader):
+        for i, row in enumerate(reader, 2):  # line numbers as an editor shows them
             ts = row["timestamp"]
-            if row["cluster"] != vc or not (lo <= ts < hi):  # ISO strings sort as times
-                continue
-            t = (datetime.strptime(ts, "%Y-%m-%d %H:%M:%S") - start).total_seconds()
-            out.append(TraceJob(f"j{i}", t, float(row["duration"]), int(float(row["num_gpus"]))))
+            if (vc is not None and row["cluster"] != vc) or not (lo <= ts < hi):
+                continue  # ISO strings sort as times
+            try:
+                rows.append(
+                    (
+                        i,
+                        datetime.strptime(ts, "%Y-%m-%d %H:%M:%S"),
+                        float(row["duration"]),
+                        int(float(row["num_gpus"])),
+                    )
+                )
+            except (TypeError, ValueError):
+                raise SystemExit(
+                    f"error: --trace: line {i}: expected timestamp YYYY-MM-DD HH:MM:SS and "
+                    f"numbers for duration and num_gpus, got {ts!r}, {row['duration']!r}, "
+                    f"{row['num_gpus']!r}"
+                ) from None
+    t0 = start or min((r[1] for r in rows), default=None)
+    out = [TraceJob(f"j{i - 2}", (ts - t0).total_seconds(), d, n) for i, ts, d, n in rows]
     out.sort(key=lambda j: (j.submit, j.job_id))
     return out
 
@@ -498,10 +519,15 @@ KEYS = (
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="dlaas simulate", description=__doc__.split("\n")[0])
-    p.add_argument("--trace", required=True, help="CSV: timestamp,duration,num_gpus,...,cluster")
-    p.add_argument("--vc", required=True, help="virtual cluster to replay, e.g. 6c71a0")
-    p.add_argument("--start", required=True, help="first submit day, YYYY-MM-DD")
-    p.add_argument("--end", required=True, help="end of submits (exclusive), YYYY-MM-DD")
+    p.add_argument(
+        "--trace",
+        required=True,
+        help="CSV with columns timestamp (YYYY-MM-DD HH:MM:SS), duration (s), num_gpus and, "
+        "for --vc, cluster",
+    )
+    p.add_argument("--vc", help="virtual cluster to replay, e.g. 6c71a0 (default: every job)")
+    p.add_argument("--start", help="first submit day, YYYY-MM-DD (default: the trace's first)")
+    p.add_argument("--end", help="end of submits (exclusive), YYYY-MM-DD (default: none)")
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--gpus-per-node", type=int, required=True)
     p.add_argument("--policy", default=DEFAULT_POLICY, choices=POLICIES)
@@ -530,11 +556,18 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("checkpoint_save_s", "restore_s"):
         if getattr(a, name) < 0:
             p.error(f"--{name.replace('_', '-')}: must not be negative")
-    start, end = _parse_date(a.start, "start"), _parse_date(a.end, "end")
-    if end <= start:
+    start = _parse_date(a.start, "start") if a.start else None
+    end = _parse_date(a.end, "end") if a.end else None
+    if start and end and end <= start:
         p.error("--end: must be after --start")
     t0 = time.perf_counter()
     jobs = load_trace(a.trace, a.vc, start, end)
+    if not jobs:
+        chosen = [f"--{k} {v}" for k, v in (("vc", a.vc), ("start", a.start), ("end", a.end)) if v]
+        raise SystemExit(
+            f"error: --trace: no job in {a.trace}"
+            + (f" matches {', '.join(chosen)}" if chosen else "")
+        )
     m = simulate(
         jobs,
         a.nodes,
@@ -546,9 +579,10 @@ def main(argv: list[str] | None = None) -> int:
         gpu_count=a.gpu_count,
     )
     wall = time.perf_counter() - t0
+    span = f"[{a.start or 'first'}, " + (f"{a.end})" if a.end else "last]")
     print(
-        f"policy {a.policy}  VC {a.vc}  {a.nodes}x{a.gpus_per_node} GPUs  "
-        f"submits [{a.start}, {a.end})  replayed in {wall:.1f} s"
+        f"policy {a.policy}  VC {a.vc or 'all'}  {a.nodes}x{a.gpus_per_node} GPUs  "
+        f"submits {span}  replayed in {wall:.1f} s"
     )
     rows = [
         ("jobs (finished)", f"{m['jobs']:,}"),

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 
 import pytest
 
-from services.scheduler.simulator import KEYS, TraceJob, _gang, main, simulate, team_of
+from services.scheduler.simulator import (
+    KEYS,
+    TraceJob,
+    _gang,
+    load_trace,
+    main,
+    simulate,
+    team_of,
+)
 
 TRACE = "/work/shared/traces/philly.csv"
 
@@ -154,3 +163,47 @@ def test_cli_refuses_bad_arguments_by_name(capsys):
             + ["--nodes", "1", "--gpus-per-node", "4", "--teams", "-1"]
         )
     assert "--teams: must not be negative" in capsys.readouterr().err
+
+
+def _csv(tmp_path, text: str) -> str:
+    path = tmp_path / "trace.csv"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_trace_without_virtual_clusters_replays_whole(tmp_path, capsys):
+    # any trace of timestamp, duration and gang size: no cluster column, no dates given
+    trace = _csv(
+        tmp_path,
+        "timestamp,duration,num_gpus\n"
+        "2017-10-09 00:00:10,100.0,8\n"
+        "2017-10-09 00:00:00,50.0,16\n"
+        "2017-10-10 00:00:00,20.0,1\n",
+    )
+    jobs = load_trace(trace)
+    # times from the first submit, sorted; ids the rows' order in the file
+    assert [(j.job_id, j.submit, j.gpus) for j in jobs] == [
+        ("j1", 0.0, 16),
+        ("j0", 10.0, 8),
+        ("j2", 86_400.0, 1),
+    ]
+    assert load_trace(trace, start=datetime(2017, 10, 9, 0, 0, 5))[0].submit == 5.0
+    assert [j.job_id for j in load_trace(trace, end=datetime(2017, 10, 10))] == ["j1", "j0"]
+    assert main(["--trace", trace, "--nodes", "2", "--gpus-per-node", "8", "--json"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("policy default  VC all  2x8 GPUs  submits [first, last]")
+    m = json.loads(out[-1])
+    # the 16-GPU gang first (it came first), the 8-GPU job after it, the last alone
+    assert m["jobs"] == 3 and m["avg_jct"] == pytest.approx((50 + (50 + 100 - 10) + 20) / 3)
+
+
+def test_a_trace_that_matches_nothing_or_is_malformed_is_refused_by_name(tmp_path):
+    args = ["--nodes", "1", "--gpus-per-node", "8"]
+    no_vc = _csv(tmp_path, "timestamp,duration,num_gpus\n2017-10-09 00:00:00,5,1\n")
+    with pytest.raises(SystemExit, match="missing column.s. cluster"):
+        main(["--trace", no_vc, "--vc", "6c71a0", *args])
+    with pytest.raises(SystemExit, match="no job in .* matches --start 2018-01-01"):
+        main(["--trace", no_vc, "--start", "2018-01-01", *args])
+    bad = _csv(tmp_path, "timestamp,duration,num_gpus\n2017-10-09 00:00:00,5,1\n2017-10-09,x,1\n")
+    with pytest.raises(SystemExit, match="line 3: expected timestamp .* got '2017-10-09', 'x'"):
+        main(["--trace", bad, *args])
