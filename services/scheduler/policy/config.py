@@ -42,6 +42,14 @@ class PolicyConfig:
     # scaling the thresholds up with the queue's depth, or preempting only while the queue
     # holds fewer than 2x the cluster's GPUs, still costs B 700-1,200 s and p99 > 127k s.
     # Thresholds must ascend (the level is a bisection).
+    # A third level was measured (2026-11-24, with eviction) and is NOT here: (prior, 2e5, 2e6)
+    # wins avg JCT vs tiresias-las on the 8-GPU windows (P4 0.726, H4 0.778, P3 0.879; twelve-window
+    # geometric mean 0.865 vs 0.894) but its p99 is 1.10-1.47x the peer's on 8 of 12 windows:
+    # 8-GPU jobs of 3-6e5 s in the last level were preempted 30-56 times each (P4 p99 1,641,839
+    # vs 1,310,961 s). With 1e6 instead of 2e6 the gain is gone (0.893). Bounding the damage
+    # costs the whole gain: a starvation bound of 12 h (p99 still 1.15-1.46x), never preempting
+    # a job that has waited 1 day / 2 days in all (mean 1.095 / 1.053), a thrash guard of a
+    # quarter of the time it waited (0.988).
     # The first one is a PRIOR: once `demote_ratio` > 0 and 50 jobs finished, the first
     # threshold is learned from their GPU-seconds (eta.learned_config), the others stay.
     default_thresholds: tuple[float, ...] = (20_000.0, 200_000.0)
@@ -147,6 +155,13 @@ class PolicyConfig:
     # 16; 2: A 12,266 but C8 109,350 vs 108,748: 64-GPU gangs need more). `las` and `priority`
     # keep 16 (las on A: 13,817 s with 4, 13,503 with 16).
     default_max_victims: int = 4
+    # Victim orders measured again with eviction on (2026-11-24, geometric mean of the avg JCT
+    # ratio to tiresias-las over P1-P6, C8, H1, H4, A8x8, A, B): the default's biggest gang
+    # first 0.894; latest submitted first with no size rule 0.906; smallest first 0.922; least
+    # waited in all first 0.910; latest (re)started first 0.901; in the first class, the
+    # smallest job that alone frees enough GPUs (best fit) 0.915. A longer thrash guard after
+    # a long wait (1 h / 3 h / 6 h for jobs that waited 6 h in all) 0.897 / 0.912 / 0.938; 3 or
+    # 10 move attempts per round instead of 1, 0.895 / 0.896.
     # Measured on 8-GPU nodes and NOT here: at equal level, smaller victims first (a preempted
     # 8-GPU gang must find a whole empty node to come back): Philly VC ee9e8c on 14 x 8 (C8)
     # 108,748 -> 104,491 s, its October weeks 219,738 -> 210,765, but window A's jobs on 8 x 8
