@@ -355,7 +355,7 @@ def validate(
     console.print(f"[green]valid[/green]: {file}")
     for w in warnings:
         err.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
-    console.print(yaml.safe_dump(normalized, sort_keys=False), markup=False, end="")
+    console.print(yaml.safe_dump(normalized, sort_keys=False), markup=False, end="", soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- jobs
@@ -496,7 +496,9 @@ def show(
         console.print(learners_table(data["learners"]))
     if data.get("manifest"):
         console.print("manifest:", markup=False)
-        console.print(yaml.safe_dump(data["manifest"], sort_keys=False), markup=False, end="")
+        console.print(
+            yaml.safe_dump(data["manifest"], sort_keys=False), markup=False, end="", soft_wrap=True
+        )
 
 
 @app.command()
@@ -544,7 +546,7 @@ def scale(
     learners, unless it runs with that many already (then nothing restarts)."""
     reply = ctx.obj.client().scale(job, learners)
     console.print(
-        f"{reply['job_id']}: {_status(reply['status'])}, scaling to {reply['learners']} learners"
+        f"{reply['job_id']}: {_status(reply['status'])}, target {reply['learners']} learners"
     )
 
 

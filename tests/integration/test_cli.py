@@ -219,7 +219,7 @@ def test_resume_and_scale(server, manifest_file, tmp_path):
     job_id = server.cli("submit", str(elastic)).stdout.strip()
     r = server.cli("scale", job_id, "3")
     assert r.exit_code == 0, r.output
-    assert r.stdout.strip() == f"{job_id}: QUEUED, scaling to 3 learners"
+    assert r.stdout.strip() == f"{job_id}: QUEUED, target 3 learners"
     assert scaled(server.lcm) == [(job_id, 3, "alice")]
     r = server.cli("scale", job_id, "9")
     assert r.exit_code == 1 and "allowed 1 to 4" in r.output

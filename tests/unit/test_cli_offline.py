@@ -13,6 +13,7 @@ import json
 import tarfile
 
 import pytest
+import yaml
 from sample_manifests import MANIFEST
 from typer.testing import CliRunner
 
@@ -37,6 +38,17 @@ def test_validate_prints_the_normalized_manifest(tmp_path):
     assert r.exit_code == 0, r.output
     assert "valid" in r.output and "memory_mb: 512" in r.output
     assert "s3cr3t-never-shown" not in r.output
+
+
+def test_validate_prints_yaml_that_reads_back_however_long_its_lines(tmp_path):
+    # A terminal-wide wrap would break a long line into YAML that no longer parses.
+    path = tmp_path / "m.yml"
+    words = " ".join(f"word{i}" for i in range(40))
+    path.write_text(MANIFEST.format(learners=2, results="r") + f"description: {words}\n")
+    r = runner.invoke(app, ["validate", str(path)], terminal_width=60)
+    assert r.exit_code == 0, r.output
+    printed = yaml.safe_load(r.stdout.split("\n", 1)[1])
+    assert printed["description"] == words and printed["learners"] == 2
 
 
 def test_validate_json(tmp_path):
