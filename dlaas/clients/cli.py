@@ -113,6 +113,17 @@ def _when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _when_short(ts: float | None, now: float | None = None) -> str:
+    """A time for a table column: the clock time today, the day and minute this year."""
+    if not ts:
+        return "-"
+    at = datetime.fromtimestamp(ts, UTC).astimezone()
+    today = datetime.fromtimestamp(time.time() if now is None else now, UTC).astimezone()
+    if at.date() == today.date():
+        return at.strftime("%H:%M:%S")
+    return at.strftime("%b %d %H:%M" if at.year == today.year else "%Y-%m-%d")
+
+
 _STATUS_STYLE = {
     "COMPLETED": "green",
     "FAILED": "red",
@@ -453,11 +464,19 @@ def list_jobs(
     page = ctx.obj.client().list_jobs(status, offset, limit)
     if as_json:
         return _json(page)
-    table = Table(_id_column(), "name", _status_column(), "user", "created", "updated", "reason")
+    # Only an admin's page has other users' jobs: a column of one name is left out.
+    users = len({j["user"] for j in page["jobs"]}) > 1
+    # `since`: when the job took its status (its creation is in `dlaas show`, and --json).
+    table = Table(_id_column(), Column("name", min_width=8), _status_column())
+    if users:
+        table.add_column("user")
+    table.add_column("since", no_wrap=True)
+    table.add_column("reason", ratio=1)
     for j in page["jobs"]:
+        who = [j["user"]] if users else []
         table.add_row(
-            j["job_id"], j["name"], _status(j["status"]), j["user"],
-            _when(j["created_at"]), _when(j["updated_at"]), j["reason"],
+            j["job_id"], j["name"], _status(j["status"]), *who,
+            _when_short(j["updated_at"]), j["reason"],
         )  # fmt: skip
     console.print(table)
     shown = len(page["jobs"])

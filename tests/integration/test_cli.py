@@ -99,6 +99,7 @@ def test_submit_list_show(server, manifest_file, tmp_path):
 
     r = server.cli("list")
     assert r.exit_code == 0 and job_id in r.output and "QUEUED" in r.output
+    assert "since" in r.output and "alice" not in r.output  # one user's page: no user column
     r = server.cli("list", "--json")
     page = json.loads(r.stdout)
     assert page["total"] == 1 and page["jobs"][0]["job_id"] == job_id

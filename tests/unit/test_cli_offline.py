@@ -11,13 +11,14 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from datetime import datetime
 
 import pytest
 import yaml
 from sample_manifests import MANIFEST
 from typer.testing import CliRunner
 
-from dlaas.clients.cli import app, eta_text, queue_reason
+from dlaas.clients.cli import _when_short, app, eta_text, queue_reason
 
 runner = CliRunner()
 
@@ -49,6 +50,14 @@ def test_validate_prints_yaml_that_reads_back_however_long_its_lines(tmp_path):
     assert r.exit_code == 0, r.output
     printed = yaml.safe_load(r.stdout.split("\n", 1)[1])
     assert printed["description"] == words and printed["learners"] == 2
+
+
+def test_table_times_are_short_and_say_the_day_when_it_is_not_today():
+    now = datetime(2026, 11, 24, 15, 5, 26).timestamp()  # local time, as the CLI prints
+    assert _when_short(now - 60, now) == "15:04:26"
+    assert _when_short(datetime(2026, 11, 23, 23, 59).timestamp(), now) == "Nov 23 23:59"
+    assert _when_short(datetime(2025, 12, 31, 12, 0).timestamp(), now) == "2025-12-31"
+    assert _when_short(None, now) == "-"
 
 
 def test_validate_json(tmp_path):
