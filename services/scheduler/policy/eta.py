@@ -28,7 +28,7 @@ from dataclasses import replace
 from .config import DEFAULT_CONFIG, PolicyConfig
 from .feasibility import gang_shape as _shape
 from .model import QueuedJob, QueueEntry, RunningJob, Snapshot
-from .policies import order_key
+from .policies import DEFAULT_POLICY, order_key
 from .quota import guaranteed_first
 from .round import Round as _Round
 
@@ -360,7 +360,7 @@ def _counterfactual(rnd: _Round, j: QueuedJob) -> str:
 def queue_report(
     snapshot: Snapshot,
     now: float,
-    policy: str = "default",
+    policy: str = DEFAULT_POLICY,
     model: DurationModel | None = None,
     config: PolicyConfig | None = None,
 ) -> list[QueueEntry]:
