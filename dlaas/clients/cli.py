@@ -324,8 +324,10 @@ def simulate(ctx: typer.Context) -> None:
 def _read_manifest(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        _fail(f"cannot read {path}: {exc}")
+    except OSError as exc:
+        _fail(f"cannot read {path}: {(exc.strerror or str(exc)).lower()}")
+    except UnicodeDecodeError as exc:
+        _fail(f"cannot read {path}: not UTF-8 text (byte {exc.start})")
 
 
 @app.command()

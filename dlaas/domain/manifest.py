@@ -325,6 +325,8 @@ class Manifest(_Model):
     @model_validator(mode="after")
     def _elastic_range(self) -> Manifest:
         lo, hi = self.elastic_range
+        if self.min_learners is not None and self.max_learners is not None and lo > hi:
+            raise ValueError(f"min_learners ({lo}) is above max_learners ({hi})")
         problem = elastic_range_problem(self.learners, lo, hi)
         if problem:
             raise ValueError(problem)

@@ -90,7 +90,12 @@ def test_validate_refuses_a_framework_without_an_image(tmp_path):
 def test_validate_missing_file_is_a_clear_error(tmp_path):
     r = runner.invoke(app, ["validate", str(tmp_path / "nope.yml")])
     assert r.exit_code == 1
-    assert "cannot read" in r.output
+    assert f"cannot read {tmp_path / 'nope.yml'}: no such file or directory" in r.output
+    assert "Errno" not in r.output
+    binary = tmp_path / "m.yml"
+    binary.write_bytes(b"name: \xff\xfe")
+    r = runner.invoke(app, ["validate", str(binary)])
+    assert r.exit_code == 1 and "not UTF-8 text (byte 6)" in r.output
 
 
 # --------------------------------------------------------------------------- queue wording

@@ -424,6 +424,11 @@ def test_the_one_elastic_range_rule_and_its_message():
         )
 
 
+def test_a_range_whose_ends_are_swapped_is_named_as_such():
+    found = problems(with_lines("learners: 2", "min_learners: 3", "max_learners: 1"))
+    assert found == ["(manifest): min_learners (3) is above max_learners (1)"]
+
+
 def test_scaling_asks_the_same_rule_and_refuses_a_fixed_size_job():
     elastic = parse_manifest(with_lines("learners: 2", "min_learners: 1", "max_learners: 4"))
     assert elastic.elastic_range == (1, 4)
