@@ -37,6 +37,14 @@ def user_bucket(team: str, bucket: str) -> str:
     return bucket[len(prefix) :] if team and bucket.startswith(prefix) else bucket
 
 
+def user_text(team: str, text: str) -> str:
+    """`text` (a helper's error, say) with the team's real bucket names as its members see
+    them: each `team--` that starts a name (no name character before it) goes."""
+    if not team:
+        return text
+    return re.sub(rf"(?<![a-z0-9.-]){re.escape(team + SEPARATOR)}", "", text)
+
+
 def check_bucket(team: str, name: str) -> str:
     """`name` if a member of `team` may use it; else NamespaceError saying why."""
     if SEPARATOR in name:

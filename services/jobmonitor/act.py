@@ -45,6 +45,24 @@ _WALKED = between(Status.PROCESSING, Status.COMPLETED)
 Requeue = Callable[..., object]
 
 
+# Container states after which a learner is over (Docker's words); any other state a
+# learner was last seen in is over too once the cleanup removed its container.
+_ENDED = frozenset({"exited", "dead", "removed"})
+
+
+def removed_learners(entries: object) -> list[dict] | None:
+    """The job's mirrored learners as the cleanup leaves them: one last seen running (the
+    job ended by its helper, or was stopped and removed in one pass) is now `removed`, not
+    shown as running for ever. None when nothing changes."""
+    if not isinstance(entries, list):
+        return None
+    out = [
+        {**e, "state": "removed"} if isinstance(e, dict) and e.get("state") not in _ENDED else e
+        for e in entries
+    ]
+    return out if out != entries else None
+
+
 class Actor:
     """Applies decisions for one monitor."""
 
@@ -113,6 +131,9 @@ class Actor:
             elif isinstance(action, d.Cleanup):
                 self.remove_resources(job_id)
                 facts: dict[str, Any] = {INFO_CLEANED_UP: True}
+                removed = removed_learners(info.info.get("learners"))
+                if removed is not None:
+                    facts["learners"] = removed
                 if action.logs_incomplete:
                     facts[INFO_LOGS_INCOMPLETE] = True
                     facts[INFO_LOGS_NOTE] = action.reason

@@ -24,6 +24,7 @@ from dlaas.adapters.store.base import JobRecord, JobStore
 from dlaas.domain import jobspec
 from dlaas.domain.errors import JobNotFound
 from dlaas.domain.jobspec import EVENT_DATA_READY, EVENT_ERROR
+from dlaas.domain.namespace import user_text
 from dlaas.domain.ports import Container, EngineUnreachable, JobContainers, StatusRepo
 from dlaas.domain.status import Status, between
 from dlaas.domain.stored import stored_manifest_or_none
@@ -221,6 +222,14 @@ class Observer:
         per_helper = [self.helper_events(job_id, state, h, where[h.id]) for h in helpers]
         helper = helpers[0] if helpers else None
         events = fold_events(per_helper)
+        if record is not None and record.team:
+            # Its messages name the team's real buckets; the user knows them without prefix.
+            events = [
+                {**e, "message": user_text(record.team, e["message"])}
+                if isinstance(e.get("message"), str)
+                else e
+                for e in events
+            ]
         judged = containers
         if len(helpers) > 1:
             others = [c for c in containers if c.role != jobspec.ROLE_HELPER]
@@ -417,6 +426,7 @@ class Observer:
         if entries != self._learner_info.get(job_id) and entries != info.get("learners"):
             update_info(self.store, job_id, {"learners": entries})
         self._learner_info[job_id] = entries
+        info["learners"] = entries  # what this pass acts on (the cleanup) sees them too
 
     def forget(self, job_id: str) -> None:
         """Drop what was learned about the job (it is cleaned up)."""

@@ -9,6 +9,7 @@ tests/integration/test_monitor.py.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -51,9 +52,10 @@ class World:
             requeue=lambda job_id, reason, is_restart=False: self.requeued.append((job_id, reason)),
         )
 
-    def running_job(self, job_id: str, learners: int = 2, node: str = "local"):
+    def running_job(self, job_id: str, learners: int = 2, node: str = "local", team: str = ""):
         """A job as the LCM leaves it once deployed: DOWNLOADING, helper and learners up."""
-        self.store.create(JobRecord(job_id, "alice", "fast", manifest(learners), self.now))
+        record = JobRecord(job_id, "alice", "fast", manifest(learners), self.now, team=team)
+        self.store.create(record)
         self.repo.create(job_id)
         self.repo.transition(job_id, Status.PENDING, "placed")
         self.repo.set_placement(
@@ -130,6 +132,28 @@ def test_a_learner_exiting_non_zero_fails_the_job_with_its_code_and_last_lines(w
     # The other learner is stopped, the helper told to store the logs.
     wait_for("stop of learner 0", lambda: engine.stopped_containers == [first.name])
     assert engine.signals == [(helper.name, jobspec.HELPER_FINISH_SIGNAL)]
+
+
+def test_learners_removed_by_the_cleanup_of_a_job_its_helper_failed_are_not_shown_running(world):
+    engine = world.engines["local"]
+    helper, learners = world.running_job("job-nodata", team="vision")
+    world.monitor.reconcile_job("job-nodata")  # the learners are mirrored as running
+    assert [e["state"] for e in world.store.get("job-nodata").info["learners"]] == ["running"] * 2
+    missing = "bucket 'vision--no-such' does not exist"  # the helper knows the real bucket
+    event = {"event": "error", "code": "data_not_found", "message": missing}
+    engine.print(helper, f"DLAAS-EVENT {json.dumps(event)}\n")
+    engine.set_state(helper, "exited", jobspec.HELPER_EXIT_DATA_NOT_FOUND)
+    engine.set_state(learners[1], "exited", 0)
+
+    world.monitor.reconcile_job("job-nodata")
+    record = world.store.get("job-nodata")
+    assert record.status == Status.FAILED and record.info["cleaned_up"] is True
+    assert record.reason.endswith(": bucket 'no-such' does not exist"), record.reason
+    assert engine.job_containers("job-nodata") == []
+    assert [(e["id"], e["state"]) for e in record.info["learners"]] == [
+        (0, "removed"),
+        (1, "exited"),
+    ]
 
 
 def test_a_node_that_does_not_answer_leaves_its_job_alone_until_it_is_back(world):

@@ -1,0 +1,24 @@
+"""Team namespaces (dlaas.domain.namespace): what a member is shown of the team's buckets."""
+
+from __future__ import annotations
+
+from dlaas.domain.namespace import team_bucket, user_bucket, user_text
+
+
+def test_a_message_names_the_teams_buckets_as_its_members_know_them():
+    real = team_bucket("vision", "digits-data")
+    assert user_bucket("vision", real) == "digits-data"
+    assert (
+        user_text("vision", f"training data not found: bucket {real!r} does not exist")
+        == "training data not found: bucket 'digits-data' does not exist"
+    )
+    assert user_text("vision", f"s3://{real}/x and s3://vision--results/y") == (
+        "s3://digits-data/x and s3://results/y"
+    )
+
+
+def test_only_a_prefix_that_starts_a_name_goes():
+    # "supervision--x" is no bucket of team "vision"; "--" inside a key is the user's own.
+    text = "s3://supervision--x/model--vision--v1.pt"
+    assert user_text("vision", text) == text
+    assert user_text("", "default--x") == "default--x"  # jobs from before teams
