@@ -502,14 +502,16 @@ def show(
         line = queued_line(data.get("queue"), data.get("queue_note", ""))
         console.print(line, markup=False, soft_wrap=True)
     if data.get("exit_code") is not None or data.get("error_code"):
-        console.print(
-            f"error: {data.get('error_code') or '-'}, exit code {data.get('exit_code')}",
-            markup=False,
-        )
-    history = Table("at", _status_column(), "reason", "error", "exit", title="history")
+        line = f"error: {data.get('error_code') or '-'}"
+        if data.get("exit_code") is not None:
+            line += f", exit code {data['exit_code']}"
+        console.print(line, markup=False)
+    history = Table(
+        Column("at", no_wrap=True), _status_column(), "reason", "error", "exit", title="history"
+    )
     for h in data["history"]:
         history.add_row(
-            _when(h["at"]), _status(h["status"]), h["reason"], h["error_code"],
+            _when_short(h["at"]), _status(h["status"]), h["reason"], h["error_code"],
             "" if h["exit_code"] is None else str(h["exit_code"]),
         )  # fmt: skip
     console.print(history)

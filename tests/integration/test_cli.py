@@ -9,6 +9,7 @@ wording, the code archive) is in tests/unit/test_cli_offline.py.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -291,6 +292,21 @@ def test_list_never_cuts_a_status_short_on_a_narrow_terminal(server, manifest_fi
     assert "DOWNLOADING" in rows[ids[0]] and "PROCESSING" in rows[ids[1]]
     r = server.cli("show", ids[1])
     assert r.output.count("PROCESSING") == 2  # the header line and the history table
+
+
+def test_show_of_a_failed_job_names_its_error_without_an_empty_exit_code(
+    server, manifest_file, narrow
+):
+    job_id = server.cli("submit", str(manifest_file)).stdout.strip()
+    server.finish(
+        job_id, Status.FAILED, reason="training data not found", error_code="data_not_found"
+    )
+    r = server.cli("show", job_id)
+    assert r.exit_code == 0, r.output
+    assert "error: data_not_found\n" in r.output and "None" not in r.output
+    # At 60 columns each history row still keeps its time on its first line.
+    rows = [line for line in r.output.splitlines() if "QUEUED" in line or "FAILED" in line]
+    assert all(re.search(r"\d\d:\d\d", line) for line in rows[1:]), rows
 
 
 LEARNERS = [
