@@ -603,10 +603,13 @@ def delete(
     if not force:
         status = str(client.get_job(job)["status"])
         if status not in {s.value for s in FINAL}:
-            what = (
-                f"{job} is {status}: deleting it stops its learners at once; work since its "
-                "last checkpoint is lost"
-            )
+            if status == Status.QUEUED.value:  # nothing of it runs: no work is lost
+                what = f"{job} is QUEUED: deleting it takes it out of the queue for good"
+            else:
+                what = (
+                    f"{job} is {status}: deleting it stops its learners at once; work since "
+                    "its last checkpoint is lost"
+                )
             if not _interactive():
                 _fail(f"{what}. Add --force to delete it, or `dlaas halt {job}` to keep it")
             if not typer.confirm(f"{what}. Delete it?", default=False):

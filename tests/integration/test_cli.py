@@ -443,6 +443,7 @@ def test_deleting_a_job_that_has_not_ended_asks_or_needs_force(server, manifest_
     job_id = server.cli("submit", str(manifest_file)).stdout.strip()
     r = server.cli("delete", job_id)  # no terminal to ask on
     assert r.exit_code == 1 and "--force" in r.output and "QUEUED" in r.output
+    assert "takes it out of the queue" in r.output and "learners" not in r.output
     assert server.cli("show", job_id).exit_code == 0  # still there
 
     monkeypatch.setattr(cli, "_interactive", lambda: True)
