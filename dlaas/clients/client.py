@@ -34,6 +34,18 @@ FOLLOW_MAX_BARREN_BREAKS = 5
 _SKIP_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", ".venv", ".mypy_cache"})
 
 
+def _seg(value: str) -> str:
+    """`value` as one URL path segment: '/', '?', '#' and '%' escaped, and '.' or '..'
+    spelled out, so no id or name can reach another route (`dlaas show ../users`)."""
+    out = quote(str(value), safe="")
+    return out.replace(".", "%2E") if out in (".", "..") else out
+
+
+def _path(value: str) -> str:
+    """A key of several segments ('dir/file'), each one escaped as `_seg` does."""
+    return "/".join(_seg(part) for part in value.split("/"))
+
+
 class ClientError(Exception):
     """Anything the CLI reports as one line."""
 
@@ -205,21 +217,23 @@ class DlaasClient:
         return self._request("GET", "/v1/jobs", params=params).json()
 
     def get_job(self, job_id: str) -> dict:
-        return self._request("GET", f"/v1/jobs/{job_id}").json()
+        return self._request("GET", f"/v1/jobs/{_seg(job_id)}").json()
 
     def halt(self, job_id: str) -> dict:
-        return self._request("POST", f"/v1/jobs/{job_id}/halt").json()
+        return self._request("POST", f"/v1/jobs/{_seg(job_id)}/halt").json()
 
     def resume(self, job_id: str) -> dict:
-        return self._request("POST", f"/v1/jobs/{job_id}/resume").json()
+        return self._request("POST", f"/v1/jobs/{_seg(job_id)}/resume").json()
 
     def scale(self, job_id: str, learners: int) -> dict:
-        return self._request("POST", f"/v1/jobs/{job_id}/scale", json={"learners": learners}).json()
+        return self._request(
+            "POST", f"/v1/jobs/{_seg(job_id)}/scale", json={"learners": learners}
+        ).json()
 
     def delete(self, job_id: str, purge: bool = False) -> dict:
         """Delete the job; the reply says where its results stay, or that a purge is queued."""
         params = {"purge": "true"} if purge else {}
-        return self._request("DELETE", f"/v1/jobs/{job_id}", params=params).json()
+        return self._request("DELETE", f"/v1/jobs/{_seg(job_id)}", params=params).json()
 
     # --- accounts (administrators) and data ----------------------------------------
 
@@ -232,7 +246,7 @@ class DlaasClient:
 
     def issue_token(self, name: str, expires_days: float = 0) -> dict:
         return self._request(
-            "POST", f"/v1/users/{name}/tokens", json={"expires_days": expires_days}
+            "POST", f"/v1/users/{_seg(name)}/tokens", json={"expires_days": expires_days}
         ).json()
 
     def users(self) -> list[dict]:
@@ -250,14 +264,14 @@ class DlaasClient:
 
     def set_quota(self, name: str, gpus: int, cpus: float, memory_mb: int) -> dict:
         body = {"gpus": gpus, "cpus": cpus, "memory_mb": memory_mb}
-        return self._request("PUT", f"/v1/teams/{name}/quota", json=body).json()
+        return self._request("PUT", f"/v1/teams/{_seg(name)}/quota", json=body).json()
 
     def nodes(self) -> dict:
         return self._request("GET", "/v1/nodes").json()
 
     def set_node_availability(self, name: str, availability: str) -> dict:
         body = {"availability": availability}
-        return self._request("PUT", f"/v1/nodes/{name}/availability", json=body).json()
+        return self._request("PUT", f"/v1/nodes/{_seg(name)}/availability", json=body).json()
 
     def audit(self, offset: int = 0, limit: int = 100) -> dict:
         return self._request("GET", "/v1/audit", params={"offset": offset, "limit": limit}).json()
@@ -269,11 +283,11 @@ class DlaasClient:
         return self._request("GET", "/v1/hooks").json()
 
     def delete_hook(self, hook_id: str) -> None:
-        self._request("DELETE", f"/v1/hooks/{quote(hook_id, safe='')}")
+        self._request("DELETE", f"/v1/hooks/{_seg(hook_id)}")
 
     def hook_deliveries(self, hook_id: str, offset: int = 0, limit: int = 50) -> dict:
         return self._request(
-            "GET", f"/v1/hooks/{quote(hook_id, safe='')}/deliveries",
+            "GET", f"/v1/hooks/{_seg(hook_id)}/deliveries",
             params={"offset": offset, "limit": limit},
         ).json()  # fmt: skip
 
@@ -281,11 +295,11 @@ class DlaasClient:
         return self._request("GET", "/v1/data").json()
 
     def data_list(self, bucket: str, prefix: str = "") -> dict:
-        return self._request("GET", f"/v1/data/{bucket}", params={"prefix": prefix}).json()
+        return self._request("GET", f"/v1/data/{_seg(bucket)}", params={"prefix": prefix}).json()
 
     def data_upload(self, bucket: str, key: str, path: Path) -> dict:
         with open(path, "rb") as f:
-            return self._request("PUT", f"/v1/data/{bucket}/{key}", content=f).json()
+            return self._request("PUT", f"/v1/data/{_seg(bucket)}/{_path(key)}", content=f).json()
 
     def queue(self) -> dict:
         return self._request("GET", "/v1/queue").json()
@@ -300,7 +314,7 @@ class DlaasClient:
             reached = seen
             try:
                 for line in self._stream(
-                    f"/v1/jobs/{job_id}/logs", params, httpx.Response.iter_lines
+                    f"/v1/jobs/{_seg(job_id)}/logs", params, httpx.Response.iter_lines
                 ):
                     seen += 1
                     yield line
@@ -316,7 +330,7 @@ class DlaasClient:
     def metrics(self, job_id: str, learner: int = 0) -> dict:
         """A learner's series: {"job_id", "learner", "series": {name: [[step, value], ...]}}."""
         return self._request(
-            "GET", f"/v1/jobs/{job_id}/metrics", params={"learner": learner}
+            "GET", f"/v1/jobs/{_seg(job_id)}/metrics", params={"learner": learner}
         ).json()
 
     def follow_metrics(self, job_id: str, learner: int = 0) -> Iterator[dict]:
@@ -328,7 +342,7 @@ class DlaasClient:
                 if line:
                     yield json.loads(line)
 
-        return self._stream(f"/v1/jobs/{job_id}/metrics", params, read)
+        return self._stream(f"/v1/jobs/{_seg(job_id)}/metrics", params, read)
 
     def follow_learners(
         self, job_id: str, learners: Sequence[int], offset: int = 0
@@ -379,4 +393,4 @@ class DlaasClient:
                 pause = min(pause * 2, 1.0)
 
     def download(self, job_id: str) -> Iterator[bytes]:
-        yield from self._stream(f"/v1/jobs/{job_id}/results", {}, httpx.Response.iter_bytes)
+        yield from self._stream(f"/v1/jobs/{_seg(job_id)}/results", {}, httpx.Response.iter_bytes)

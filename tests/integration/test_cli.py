@@ -309,6 +309,16 @@ def test_show_of_a_failed_job_names_its_error_without_an_empty_exit_code(
     assert all(re.search(r"\d\d:\d\d", line) for line in rows[1:]), rows
 
 
+def test_an_id_is_one_path_segment_and_never_reaches_another_route(server):
+    # Unescaped, `../users` went to the administrators' route and `?y=1` became a query.
+    r = server.cli("show", "../users")
+    assert r.exit_code == 1 and "HTTP 404" in r.output and "administrators" not in r.output
+    r = server.cli("show", "job-x?y=1")
+    assert r.exit_code == 1 and "job job-x?y=1 not found" in r.output
+    r = server.cli("halt", "..")
+    assert r.exit_code == 1 and "HTTP 404" in r.output
+
+
 LEARNERS = [
     {"id": 0, "node": "local", "container": "job-x-learner-0", "state": "running"},
     {"id": 1, "node": "node-2", "container": "job-x-learner-1", "state": "exited",
