@@ -94,7 +94,12 @@ def reports_errors(fn):
             return fn(*args, **kwargs)
         except ApiError as exc:
             problems = [p for p in exc.problems if p != exc.message]
-            _fail(f"{exc.message} ({exc.code}, HTTP {exc.status})", problems)
+            message = exc.message
+            joined = "; ".join(problems)
+            if problems and message.endswith(joined) and len(message) > len(joined):
+                # "invalid manifest: a; b": the list below says a and b, once.
+                message = message[: -len(joined)].rstrip(": ")
+            _fail(f"{message} ({exc.code}, HTTP {exc.status})", problems)
         except (Unreachable, NotConfigured) as exc:
             _fail(str(exc), code=EXIT_UNREACHABLE)
         except ClientError as exc:

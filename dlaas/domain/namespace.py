@@ -49,9 +49,13 @@ def check_bucket(team: str, name: str) -> str:
     """`name` if a member of `team` may use it; else NamespaceError saying why."""
     if SEPARATOR in name:
         owner = name.split(SEPARATOR, 1)[0]
-        whose = "your own team's" if owner == team else f"team {owner!r}'s"
+        whose = (
+            "your own team's bucket by its full name"
+            if owner == team
+            else f"a bucket of team {owner!r}"
+        )
         raise NamespaceError(
-            f"{name!r} names {whose} namespace: '--' is reserved; give the bucket's name "
+            f"{name!r} names {whose}: '--' is reserved; give the bucket's name "
             "without a team prefix (buckets resolve inside your team's namespace)"
         )
     full = team_bucket(team, name)

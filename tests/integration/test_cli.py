@@ -349,6 +349,9 @@ def test_submit_refused_prints_the_problems(server, tmp_path):
     r = server.cli("submit", str(path))
     assert r.exit_code == 1
     assert "cpus:" in r.output and "HTTP 422" in r.output
+    # The problem is listed once, under the one-line verdict.
+    assert r.output.count("cpus:") == 1, r.output
+    assert r.output.startswith("error: invalid manifest (invalid_manifest, HTTP 422)\n  - cpus:")
 
 
 def test_admin_flag_uses_the_admin_token(server, manifest_file):

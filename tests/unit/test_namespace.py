@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from dlaas.domain.namespace import team_bucket, user_bucket, user_text
+import pytest
+
+from dlaas.domain.namespace import (
+    NamespaceError,
+    check_bucket,
+    team_bucket,
+    user_bucket,
+    user_text,
+)
 
 
 def test_a_message_names_the_teams_buckets_as_its_members_know_them():
@@ -22,3 +30,16 @@ def test_only_a_prefix_that_starts_a_name_goes():
     text = "s3://supervision--x/model--vision--v1.pt"
     assert user_text("vision", text) == text
     assert user_text("", "default--x") == "default--x"  # jobs from before teams
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("default--x", "'default--x' names a bucket of team 'default': '--' is reserved"),
+        ("vision--x", "'vision--x' names your own team's bucket by its full name"),
+    ],
+)
+def test_a_name_with_a_team_prefix_is_refused_saying_whose_it_is(name, words):
+    with pytest.raises(NamespaceError) as refused:
+        check_bucket("vision", name)
+    assert str(refused.value).startswith(words)
