@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -23,6 +23,8 @@ from pydantic_settings import (
     SecretsSettingsSource,
     SettingsConfigDict,
 )
+
+from dlaas.domain.hooks import allowed_networks
 
 SECRETS_DIR = "/run/secrets"
 
@@ -110,6 +112,15 @@ class PlatformSettings(_Settings):
     # A task a worker took but never acknowledged (it died) is handed out again after
     # this long. Purges are idempotent, so a task redelivered while still running is safe.
     worker_visibility_timeout_s: float = Field(300, gt=0)
+    # Webhooks go to public addresses only; these networks ("127.0.0.0/8,10.0.0.0/8") are
+    # allowed too, for receivers the operator runs inside (dlaas.domain.hooks).
+    hooks_allow_networks: str = ""
+
+    @field_validator("hooks_allow_networks")
+    @classmethod
+    def _networks(cls, v: str) -> str:
+        allowed_networks(v)  # ValueError names the entry
+        return v
 
     def etcd_hostports(self) -> list[tuple[str, int]]:
         out = []

@@ -13,10 +13,13 @@ it was registered.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -26,13 +29,54 @@ from dlaas.domain import hooks
 log = logging.getLogger(__name__)
 
 MAX_ERROR = 300
-# (url, body, headers, timeout_s) -> the receiver's status; raises httpx.HTTPError.
+# (url, body, headers, timeout_s) -> the receiver's status; raises httpx.HTTPError, or Refused.
 Post = Callable[[str, bytes, dict[str, str], float], int]
 
 
 def http_post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> int:
     r = httpx.post(url, content=body, headers=headers, timeout=timeout_s, follow_redirects=False)
     return r.status_code
+
+
+class Refused(Exception):
+    """The hook's destination is not one the platform posts to (the message says why);
+    `final` unless the host resolved to nothing (a DNS outage passes: tried again)."""
+
+    def __init__(self, message: str, final: bool = True):
+        super().__init__(message)
+        self.final = final
+
+
+def resolve(host: str, port: int) -> list[str]:
+    """Every address `host` resolves to; [] when it resolves to none."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return []
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def guarded_post(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    timeout_s: float,
+    *,
+    allowed: Sequence[ipaddress._BaseNetwork] = (),
+    resolve: Callable[[str, int], list[str]] = resolve,
+) -> int:
+    """`http_post`, once every address of the URL's host is one a hook may go to
+    (`hooks.destination_problem`); else Refused. A user names the URL and the worker runs
+    inside the platform: unchecked, a hook could probe its etcd, S3 or a cloud's metadata.
+    (A name that resolves differently between this check and the POST is not caught.)"""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    addresses = resolve(host, port)
+    problem = hooks.destination_problem(host, addresses, allowed)
+    if problem:
+        raise Refused(problem, final=bool(addresses))
+    return http_post(url, body, headers, timeout_s)
 
 
 @dataclass(frozen=True)
@@ -64,6 +108,7 @@ def attempt(
         return Outcome(before.state)
     attempts = (before.attempts if before else 0) + 1
     status: int | None = None
+    refused = False  # a destination no retry will make one a hook may go to
     secret = hooks.hook_secret(platform_key, hook_id)
     if not secret:
         error, state = "the platform has no key to sign with (DLAAS_SECRETS_KEY)", hooks.GAVE_UP
@@ -82,8 +127,12 @@ def attempt(
         except httpx.HTTPError as exc:
             # The class says what happened (ConnectError, ReadTimeout); the URL is the user's.
             error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR]
+        except Refused as exc:
+            error, refused = str(exc)[:MAX_ERROR], exc.final
         if status is not None and 200 <= status < 300:
             state = hooks.DELIVERED
+        elif refused:
+            state = hooks.GAVE_UP
         elif hooks.retryable(status) and attempts < max_attempts:
             state = hooks.PENDING
         else:

@@ -14,6 +14,7 @@ delete is in progress), are retried with exponential backoff, up to MAX_RETRIES 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -93,6 +94,8 @@ def make_app(
         return sweep_retention(settings, store, s3, clock())
 
     platform_key = settings.secrets_key.get_secret_value()
+    allowed = hooks.allowed_networks(settings.hooks_allow_networks)
+    post = functools.partial(hook_delivery.guarded_post, allowed=allowed)
 
     @app.task(
         name=hooks.DELIVER_TASK,
@@ -106,7 +109,7 @@ def make_app(
         """POST one event to one hook, signed; retried with backoff while it may succeed."""
         outcome = hook_delivery.attempt(
             hook_id, body, key, store, platform_key, clock(),
-            backoff_cap_s=purge.retry_backoff_max(vt),
+            backoff_cap_s=purge.retry_backoff_max(vt), post=post,
         )  # fmt: skip
         if outcome.state == hooks.PENDING:
             raise self.retry(countdown=outcome.retry_in_s)

@@ -101,6 +101,9 @@ class Worker:
             "DLAAS_STORE_URL": settings.store_url,
             "DLAAS_SECRETS_KEY": settings.secrets_key.get_secret_value(),
             "DLAAS_WORKER_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
+            # The test's receivers listen on loopback, which hooks may not reach unless
+            # the operator allows it (test_a_hook_to_the_platforms_own_host_is_refused).
+            "DLAAS_HOOKS_ALLOW_NETWORKS": "127.0.0.0/8",
         }
         self.log = workdir / "worker.log"
         self.workdir = workdir
@@ -190,6 +193,30 @@ def test_transitions_reach_the_owners_hook_signed_with_their_idempotency_key(env
         assert not hooks.verify(
             other, receiver.requests[0][1], receiver.requests[0][0]["x-dlaas-signature"]
         )
+    finally:
+        receiver.close()
+
+
+def test_a_hook_to_the_platforms_own_host_is_refused(env):
+    # As an attacker would: a hook at the host's loopback, where the platform's etcd, S3
+    # and Redis listen. The worker as deployed (no allowance) posts nothing there.
+    _settings, store, keeper, worker = env
+    del worker.env["DLAAS_HOOKS_ALLOW_NETWORKS"]
+    receiver = Receiver(free_port())
+    try:
+        hook = add_hook(store, receiver.url.replace("127.0.0.1", "localhost"), (hooks.QUEUED,))
+        worker.start()
+        submit(store, keeper, "job-1")
+
+        def given_up() -> list[hooks.Delivery]:
+            return [d for d in store.list_deliveries(hook.hook_id)[0] if d.state == hooks.GAVE_UP]
+
+        processes.wait_until(given_up, WAIT_S, "the refusal", log=worker.log)
+        (refusal,) = given_up()
+        assert refusal.attempts == 1 and refusal.last_status is None
+        assert "not a public address" in refusal.last_error
+        assert "DLAAS_HOOKS_ALLOW_NETWORKS" in refusal.last_error
+        assert receiver.requests == []
     finally:
         receiver.close()
 

@@ -15,6 +15,7 @@ from dlaas.adapters.store.sqlite import SqliteJobStore
 from dlaas.domain import hooks
 from dlaas.domain.errors import InvalidRequest
 from dlaas.domain.status import TRANSITIONS, Status, Transition
+from services.worker import hooks as delivery
 from services.worker.hooks import attempt
 
 S = Status
@@ -226,3 +227,64 @@ def test_no_key_to_sign_with_or_a_deleted_hook_sends_nothing(store):
     store.delete_hook("hook-1")
     assert run(store, post).state == hooks.GAVE_UP
     assert post.calls == []
+
+
+# --------------------------------------------------------------------------- destinations
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["127.0.0.1", "10.1.2.3", "172.17.0.1", "192.168.1.1", "169.254.169.254", "::1",
+     "fe80::1%eth0", "0.0.0.0", "100.64.0.1", "fc00::1"],
+)  # fmt: skip
+def test_the_hosts_and_the_platforms_own_networks_are_no_destination(address):
+    problem = hooks.destination_problem("h.example", [address])
+    assert problem.startswith(f"h.example is {address.split('%')[0]}, not a public address")
+    assert "DLAAS_HOOKS_ALLOW_NETWORKS" in problem
+
+
+def test_a_public_address_or_an_allowed_network_is_a_destination():
+    assert hooks.destination_problem("h.example", ["93.184.216.34", "2606:2800::1"]) == ""
+    allowed = hooks.allowed_networks(" 127.0.0.0/8, 10.1.0.0/16 ,")
+    assert hooks.destination_problem("localhost", ["127.0.0.1"], allowed) == ""
+    assert hooks.destination_problem("h", ["10.1.9.9"], allowed) == ""
+    # Every address counts: one public answer does not cover a private one beside it.
+    assert hooks.destination_problem("h", ["93.184.216.34", "10.2.0.1"], allowed) != ""
+    assert hooks.destination_problem("h", []) == "h resolves to no address"
+
+
+def test_an_allowed_network_that_is_not_one_is_named():
+    with pytest.raises(ValueError, match="'10.0.0.300/8' is not a network"):
+        hooks.allowed_networks("127.0.0.0/8,10.0.0.300/8")
+
+
+def test_a_hook_to_a_private_address_is_refused_before_any_post(monkeypatch):
+    posted = []
+    monkeypatch.setattr(delivery, "http_post", lambda *a: posted.append(a) or 204)
+    with pytest.raises(delivery.Refused) as refused:
+        delivery.guarded_post("http://meta.test/latest", b"{}", {}, 1.0,
+                              resolve=lambda host, port: ["169.254.169.254"])  # fmt: skip
+    assert refused.value.final and "169.254.169.254, not a public address" in str(refused.value)
+    with pytest.raises(delivery.Refused) as unresolved:
+        delivery.guarded_post("http://gone.test/", b"{}", {}, 1.0, resolve=lambda h, p: [])
+    assert not unresolved.value.final  # a DNS outage passes: tried again
+    asked = []
+    assert delivery.guarded_post(
+        "https://hooks.test:8443/x", b"{}", {}, 1.0,
+        allowed=hooks.allowed_networks("10.0.0.0/8"),
+        resolve=lambda host, port: asked.append((host, port)) or ["10.0.0.5"],
+    ) == 204  # fmt: skip
+    assert asked == [("hooks.test", 8443)] and len(posted) == 1
+
+
+def test_a_refused_destination_gives_up_at_once_and_says_why(store):
+    refused = delivery.Refused("receiver.test is 127.0.0.1, not a public address: ...")
+    assert run(store, Receiver(refused)).state == hooks.GAVE_UP
+    d = store.get_delivery(KEY)
+    assert (d.attempts, d.last_status) == (1, None)
+    assert d.last_error.startswith("receiver.test is 127.0.0.1, not a public address")
+    other = "hook-1.job-1.6"
+    unresolved = delivery.Refused("receiver.test resolves to no address", final=False)
+    out = attempt("hook-1", BODY, other, store, "k", 1.0, backoff_cap_s=1,
+                  post=Receiver(unresolved))  # fmt: skip
+    assert out.state == hooks.PENDING
