@@ -151,8 +151,9 @@ def destination_problem(
         ip = ipaddress.ip_address(a.split("%", 1)[0])  # an IPv6 zone is not part of it
         if ip.is_global or any(ip in net for net in allowed):
             continue
+        what = f"{ip} is" if host.strip("[]") == str(ip) else f"{host} is {ip},"
         return (
-            f"{host} is {ip}, not a public address: hooks are posted only to public "
+            f"{what} not a public address: hooks are posted only to public "
             "addresses, or to networks the operator allows (DLAAS_HOOKS_ALLOW_NETWORKS)"
         )
     return ""

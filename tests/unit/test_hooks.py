@@ -243,6 +243,12 @@ def test_the_hosts_and_the_platforms_own_networks_are_no_destination(address):
     assert "DLAAS_HOOKS_ALLOW_NETWORKS" in problem
 
 
+def test_an_address_given_as_the_host_is_named_once():
+    assert hooks.destination_problem("169.254.169.254", ["169.254.169.254"]).startswith(
+        "169.254.169.254 is not a public address"
+    )
+
+
 def test_a_public_address_or_an_allowed_network_is_a_destination():
     assert hooks.destination_problem("h.example", ["93.184.216.34", "2606:2800::1"]) == ""
     allowed = hooks.allowed_networks(" 127.0.0.0/8, 10.1.0.0/16 ,")
