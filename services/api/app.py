@@ -142,6 +142,10 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []
         for err in exc.errors():
+            if err.get("type") == "json_invalid":  # its loc is ("body", character offset)
+                at = err.get("loc", ())[-1]
+                problems.append(f"body: malformed JSON at character {at}")
+                continue
             loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
             problems.append(f"{'.'.join(loc) or 'request'}: {err.get('msg', 'invalid')}")
         return JSONResponse(

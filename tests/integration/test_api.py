@@ -707,6 +707,16 @@ def test_scale_body_errors_name_the_field(env, body, problem):
     assert problem in r.json()["problems"], r.json()
 
 
+def test_a_malformed_json_body_is_named_with_where_it_breaks(env):
+    job_id = env.submit(manifest=env.manifest(learners=2, elastic=(1, 4))).json()["job_id"]
+    r = env.client.post(
+        f"/v1/jobs/{job_id}/scale", content=b'{"learners": 2',
+        headers={**auth(ALICE), "Content-Type": "application/json"},
+    )  # fmt: skip
+    assert r.status_code == 422
+    assert r.json()["problems"] == ["body: malformed JSON at character 14"]
+
+
 def test_scale_refusals_of_the_lcm_are_mapped(env):
     job_id = env.submit(manifest=env.manifest(learners=2, elastic=(1, 4))).json()["job_id"]
     # A refusal from inside the LCM's scale (here its scheduler port's) reaches the user.
