@@ -19,7 +19,7 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -33,8 +33,13 @@ MAX_ERROR = 300
 Post = Callable[[str, bytes, dict[str, str], float], int]
 
 
-def http_post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> int:
-    r = httpx.post(url, content=body, headers=headers, timeout=timeout_s, follow_redirects=False)
+def http_post(
+    url: str, body: bytes, headers: dict[str, str], timeout_s: float, sni: str | None = None
+) -> int:
+    """POST; `sni`: the name to present and verify over TLS when `url` names an address."""
+    extensions = {"sni_hostname": sni} if sni else None
+    with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
+        r = client.post(url, content=body, headers=headers, extensions=extensions)
     return r.status_code
 
 
@@ -64,11 +69,14 @@ def guarded_post(
     *,
     allowed: Sequence[ipaddress._BaseNetwork] = (),
     resolve: Callable[[str, int], list[str]] = resolve,
+    send: Callable[..., int] = http_post,
 ) -> int:
-    """`http_post`, once every address of the URL's host is one a hook may go to
-    (`hooks.destination_problem`); else Refused. A user names the URL and the worker runs
-    inside the platform: unchecked, a hook could probe its etcd, S3 or a cloud's metadata.
-    (A name that resolves differently between this check and the POST is not caught.)"""
+    """`http_post` to an address the URL's host resolves to, once every one of them is an
+    address a hook may go to (`hooks.destination_problem`); else Refused. A user names the
+    URL and the worker runs inside the platform: unchecked, a hook could probe its etcd, S3
+    or a cloud's metadata. The POST goes to the address checked (the name in the Host
+    header and, over TLS, as the name presented and verified), so a name that resolves
+    elsewhere a moment later (DNS rebinding) changes nothing."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -76,7 +84,11 @@ def guarded_post(
     problem = hooks.destination_problem(host, addresses, allowed)
     if problem:
         raise Refused(problem, final=bool(addresses))
-    return http_post(url, body, headers, timeout_s)
+    ip = ipaddress.ip_address(addresses[0].split("%", 1)[0])
+    literal = f"[{ip}]" if ip.version == 6 else str(ip)
+    pinned = urlunsplit(parts._replace(netloc=f"{literal}:{port}"))
+    named = {**headers, "Host": parts.netloc}
+    return send(pinned, body, named, timeout_s, host if parts.scheme == "https" else None)
 
 
 @dataclass(frozen=True)

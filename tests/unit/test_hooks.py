@@ -264,23 +264,47 @@ def test_an_allowed_network_that_is_not_one_is_named():
         hooks.allowed_networks("127.0.0.0/8,10.0.0.300/8")
 
 
-def test_a_hook_to_a_private_address_is_refused_before_any_post(monkeypatch):
+def test_a_hook_to_a_private_address_is_refused_before_any_post():
     posted = []
-    monkeypatch.setattr(delivery, "http_post", lambda *a: posted.append(a) or 204)
+
+    def send(url, body, headers, timeout_s, sni):
+        posted.append((url, headers, sni))
+        return 204
+
     with pytest.raises(delivery.Refused) as refused:
-        delivery.guarded_post("http://meta.test/latest", b"{}", {}, 1.0,
+        delivery.guarded_post("http://meta.test/latest", b"{}", {}, 1.0, send=send,
                               resolve=lambda host, port: ["169.254.169.254"])  # fmt: skip
     assert refused.value.final and "169.254.169.254, not a public address" in str(refused.value)
     with pytest.raises(delivery.Refused) as unresolved:
-        delivery.guarded_post("http://gone.test/", b"{}", {}, 1.0, resolve=lambda h, p: [])
+        delivery.guarded_post("http://gone.test/", b"{}", {}, 1.0, send=send,
+                              resolve=lambda h, p: [])  # fmt: skip
     assert not unresolved.value.final  # a DNS outage passes: tried again
-    asked = []
-    assert delivery.guarded_post(
-        "https://hooks.test:8443/x", b"{}", {}, 1.0,
-        allowed=hooks.allowed_networks("10.0.0.0/8"),
-        resolve=lambda host, port: asked.append((host, port)) or ["10.0.0.5"],
-    ) == 204  # fmt: skip
-    assert asked == [("hooks.test", 8443)] and len(posted) == 1
+    assert posted == []
+
+
+def test_the_post_goes_to_the_address_checked_not_to_the_name_again():
+    # DNS rebinding: a name that answers a public address to the check and a private one
+    # to the POST. The POST goes to the checked address, the name in Host and over TLS.
+    posted, asked = [], []
+
+    def send(url, body, headers, timeout_s, sni):
+        posted.append((url, headers["Host"], headers["X"], sni))
+        return 204
+
+    def resolve(host, port):
+        asked.append((host, port))
+        return ["10.0.0.5", "10.0.0.6"]
+
+    allowed = hooks.allowed_networks("10.0.0.0/8")
+    url = "https://hooks.test:8443/x?a=1"
+    assert delivery.guarded_post(url, b"{}", {"X": "1"}, 1.0, allowed=allowed,
+                                 resolve=resolve, send=send) == 204  # fmt: skip
+    assert asked == [("hooks.test", 8443)]
+    assert posted == [("https://10.0.0.5:8443/x?a=1", "hooks.test:8443", "1", "hooks.test")]
+    posted.clear()
+    delivery.guarded_post("http://[2606:2800::1]/h", b"{}", {"X": "2"}, 1.0, send=send,
+                          resolve=lambda host, port: ["2606:2800::1"])  # fmt: skip
+    assert posted == [("http://[2606:2800::1]:80/h", "[2606:2800::1]", "2", None)]
 
 
 def test_a_refused_destination_gives_up_at_once_and_says_why(store):
