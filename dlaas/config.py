@@ -100,7 +100,7 @@ class PlatformSettings(_Settings):
     node_gpu_type: str = ""
     # The Docker Swarm manager's API (a Docker host URL, e.g. unix:///.../manager.sock):
     # set, the platform deploys on the swarm's nodes through that API alone
-    # (services/lcm/swarm.py) and gangs may span nodes; empty, on the one engine above.
+    # (dlaas/adapters/engines/swarm_engine.py) and gangs may span nodes; empty, on the one engine above.
     swarm_manager: str = ""
     # The broker of the asynchronous work (services/worker): result purges, retention.
     redis_url: str = "redis://127.0.0.1:6379/0"

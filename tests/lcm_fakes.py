@@ -2,7 +2,7 @@
 the real LCM or the real JobMonitor without etcd, Docker, the scheduler service or the S3
 IAM API.
 
-Each subclasses the port it stands in for (services/lcm/ports.py, dlaas.domain.ports), so a port
+Each subclasses the port it stands in for (dlaas/domain/ports.py, dlaas.domain.ports), so a port
 that grows a method breaks them at construction, not in a test far away. They keep the
 adapters' rules where the LCM relies on them: status changes follow dlaas.domain.status's table
 and are mirrored into the job store like StatusKeeper's; `delete` forgets the placement
@@ -27,10 +27,16 @@ from dlaas.adapters.store.base import JobStore
 from dlaas.config import PlatformSettings
 from dlaas.domain import jobspec
 from dlaas.domain.errors import JobNotFound
-from dlaas.domain.ports import Container, EngineUnreachable, EventStream, SchedulerPort, StatusRepo
+from dlaas.domain.plan import DeploymentPlan
+from dlaas.domain.ports import (
+    Container,
+    ContainerEngine,
+    EngineUnreachable,
+    EventStream,
+    SchedulerPort,
+    StatusRepo,
+)
 from dlaas.domain.status import JobState, advance, initial
-from services.lcm.plan import DeploymentPlan
-from services.lcm.ports import ContainerEngine
 from services.lcm.service import Lcm
 
 

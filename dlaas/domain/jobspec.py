@@ -212,7 +212,7 @@ def metric_file_learner(rel: str) -> int:
 # DLAAS_CHECKPOINT_INTERVAL_S seconds (0: only at the end) and once more on the finish signal.
 ENV_CHECKPOINT_INTERVAL = "DLAAS_CHECKPOINT_INTERVAL_S"
 ENV_CHECKPOINT_PREFIX = "DLAAS_CHECKPOINT_PREFIX"
-# A gang on several nodes has a helper per node (services/lcm/plan.py): which learners are
+# A gang on several nodes has a helper per node (dlaas/domain/plan.py): which learners are
 # on its node (comma-separated indices), and whether it is the job's helper ("1": it
 # mirrors the checkpoints and prints the events; "0": it only restores them).
 ENV_HELPER_LEARNERS = "DLAAS_HELPER_LEARNERS"

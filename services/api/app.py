@@ -226,9 +226,9 @@ def _node_views(settings: PlatformSettings) -> dict[str, Any]:
     answer now (log lines then come from S3 only)."""
     import docker as docker_sdk
 
+    from dlaas.adapters.engines.docker_engine import Deployer
+    from dlaas.adapters.engines.swarm_engine import SwarmEngine
     from dlaas.adapters.nodes import NodesError, configured_nodes
-    from services.lcm.deployer import Deployer
-    from services.lcm.swarm import SwarmEngine
 
     host = settings.swarm_manager or settings.docker_host
     try:

@@ -18,6 +18,8 @@ import docker.errors
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from dlaas.adapters.engines.docker_engine import Deployer
+from dlaas.adapters.engines.swarm_engine import SwarmEngine
 from dlaas.adapters.etcd_status import StatusKeeper, connect
 from dlaas.adapters.grpc_server import configure_logging
 from dlaas.adapters.nodes import nodes_or_exit
@@ -31,8 +33,6 @@ from services.jobmonitor.decide import (
     DEFAULT_STORE_TIMEOUT_S,
 )
 from services.jobmonitor.monitor import JobMonitor
-from services.lcm.deployer import Deployer
-from services.lcm.swarm import SwarmEngine
 
 # The API version to speak to an engine that does not answer at start (the oldest the
 # platform supports); an engine that answers is asked for its own.

@@ -15,7 +15,7 @@ A reconcile observes the job (observe.py: status, placement, its containers on t
 of its placement, helper events, log tails, the run's bookkeeping), calls the pure
 `decide()` (decide.py), then performs the actions (act.py). Engines are reached only
 through the port `JobContainers`, one per node (the Docker adapter is
-services.lcm.deployer.Deployer). An engine that does not answer is marked down and the
+dlaas.adapters.engines.docker_engine.Deployer). An engine that does not answer is marked down and the
 jobs on it are left alone, because node health is the LCM's call (it marks the node and
 requeues the job); when the engine answers again every job is looked at.
 

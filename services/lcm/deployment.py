@@ -23,11 +23,11 @@ from dlaas.domain import errors, jobspec
 from dlaas.domain.locations import S3Location, job_locations
 from dlaas.domain.manifest import Manifest, resolve_image
 from dlaas.domain.namespace import job_policy
+from dlaas.domain.plan import deployment_plan
+from dlaas.domain.ports import ContainerEngine
 from dlaas.domain.status import Status
 from dlaas.domain.steps import run_step
 from dlaas.domain.stored import stored_manifest
-from services.lcm.plan import deployment_plan
-from services.lcm.ports import ContainerEngine
 
 log = logging.getLogger(__name__)
 

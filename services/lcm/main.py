@@ -13,6 +13,8 @@ import docker
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from dlaas.adapters.engines.docker_engine import Deployer
+from dlaas.adapters.engines.swarm_engine import SwarmEngine
 from dlaas.adapters.etcd_status import StatusKeeper, connect
 from dlaas.adapters.grpc_server import configure_logging, start_server, wait_for_termination
 from dlaas.adapters.leader import LeaderElection
@@ -22,12 +24,10 @@ from dlaas.adapters.store import open_store
 from dlaas.clients.sdk import SchedulerClient
 from dlaas.config import PlatformSettings
 from dlaas.domain.keys import EtcdKeys
+from dlaas.domain.ports import ContainerEngine
 from dlaas.v1 import lcm_pb2_grpc
-from services.lcm.deployer import Deployer
 from services.lcm.grpc_api import LcmServicer
-from services.lcm.ports import ContainerEngine
 from services.lcm.service import Lcm
-from services.lcm.swarm import SwarmEngine
 from services.lcm.usage_docker import DockerUsage
 from services.lcm.utilization import UsageSource, UtilizationSampler
 

@@ -31,10 +31,9 @@ from dataclasses import dataclass
 
 from dlaas.adapters.nodes import NodeSpec
 from dlaas.domain import errors
-from dlaas.domain.ports import EngineUnreachable
+from dlaas.domain.ports import ContainerEngine, EngineUnreachable
 from dlaas.domain.status import DEPLOYED, REQUEUEABLE, RESTARTABLE, Status
 from dlaas.domain.stored import stored_manifest
-from services.lcm.ports import ContainerEngine
 
 log = logging.getLogger(__name__)
 

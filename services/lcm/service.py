@@ -22,10 +22,10 @@ from dlaas.adapters.job_identities import JobIdentities
 from dlaas.adapters.nodes import NodeSpec
 from dlaas.adapters.store.base import JobStore
 from dlaas.config import PlatformSettings
+from dlaas.domain.ports import ContainerEngine, SchedulerPort, StatusRepo
 from dlaas.domain.secretbox import SecretBox
 from services.lcm.deployment import Deployment
 from services.lcm.node_health import NodeHealth
-from services.lcm.ports import ContainerEngine, SchedulerPort, StatusRepo
 from services.lcm.reconciler import Reconciler
 from services.lcm.use_cases import JobUseCases
 

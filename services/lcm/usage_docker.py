@@ -15,9 +15,9 @@ from typing import Any
 import docker
 
 from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet
+from dlaas.adapters.engines.docker_engine import epoch
 from dlaas.domain import jobspec
 from dlaas.domain.ports import EngineUnreachable
-from services.lcm.deployer import epoch
 from services.lcm.utilization import ContainerStats, UsageSource
 
 

@@ -9,6 +9,7 @@ import time
 import pyetcd
 import pytest
 
+from dlaas.adapters.engines.docker_engine import Deployer
 from dlaas.adapters.etcd_status import StatusKeeper
 from dlaas.adapters.grpc_server import start_server
 from dlaas.adapters.nodes import NodeSpec
@@ -17,7 +18,6 @@ from dlaas.config import PlatformSettings
 from dlaas.local.processes import free_port
 from dlaas.local.swarm import SwarmLab, SwarmLabError, check_requirements
 from dlaas.v1 import scheduler_pb2_grpc
-from services.lcm.deployer import Deployer
 from services.lcm.service import Lcm
 from services.scheduler.service import SchedulerService, SchedulerState
 

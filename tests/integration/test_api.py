@@ -963,8 +963,8 @@ def test_follow_hands_over_from_the_container_to_s3_without_gaps(env, docker_cli
 
     import docker.errors
 
+    from dlaas.adapters.engines.docker_engine import Deployer
     from dlaas.adapters.logs import LogReader
-    from services.lcm.deployer import Deployer
 
     job_id = env.submit().json()["job_id"]
     lines = [f"line {i}" for i in range(10)]

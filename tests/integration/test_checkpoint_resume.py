@@ -31,12 +31,12 @@ from urllib.parse import urlparse
 import docker.errors
 import pytest
 
+from dlaas.adapters.engines.docker_engine import Deployer
 from dlaas.adapters.logs import LogReader
 from dlaas.clients.client import pack_code
 from dlaas.domain import jobspec
 from dlaas.domain.locations import S3Location
 from dlaas.learner.paths import RUN_START_META
-from services.lcm.deployer import Deployer
 
 REPO = Path(__file__).resolve().parents[2]
 LABEL = "test-checkpoint-resume"  # our own LABEL_MANAGED value: we only ever touch these

@@ -12,11 +12,11 @@ import time
 import docker.errors
 import pytest
 
+from dlaas.adapters.engines.docker_engine import Deployer
 from dlaas.adapters.logs import LogReader
 from dlaas.domain import jobspec
 from dlaas.domain.locations import S3Location
 from dlaas.learner.paths import RUN_START_META
-from services.lcm.deployer import Deployer
 
 RUN1 = [f"run1 line {i}" for i in range(5)]
 RUN2 = [f"run2 line {i}" for i in range(4)]

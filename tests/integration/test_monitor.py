@@ -25,12 +25,12 @@ import docker.errors
 import pytest
 from engine_proxy import EngineProxy
 
+from dlaas.adapters.engines.docker_engine import Deployer
 from dlaas.adapters.etcd_status import StatusKeeper
 from dlaas.adapters.store.base import JobRecord
 from dlaas.domain import jobspec
 from dlaas.domain.status import Status
 from services.jobmonitor.monitor import JobMonitor
-from services.lcm.deployer import Deployer
 
 pytestmark = pytest.mark.docker
 
@@ -80,7 +80,7 @@ import docker
 from dlaas.adapters.etcd_status import StatusKeeper, connect
 from dlaas.adapters.store import open_store
 from services.jobmonitor.monitor import JobMonitor
-from services.lcm.deployer import Deployer
+from dlaas.adapters.engines.docker_engine import Deployer
 
 docker_host, etcd, prefix, store_path, platform, jobs = sys.argv[1:7]
 host, _, port = etcd.rpartition(":")

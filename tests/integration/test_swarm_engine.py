@@ -1,4 +1,4 @@
-"""The Swarm engine (services/lcm/swarm.py) on a real 2-node swarm (the `swarm_lab` fixture):
+"""The Swarm engine (dlaas/adapters/engines/swarm_engine.py) on a real 2-node swarm (the `swarm_lab` fixture):
 a gang spanning both nodes, reached only through the manager's API.
 
 The containers here run small shell commands instead of the platform's helper and learner
@@ -15,11 +15,11 @@ from dataclasses import replace
 
 import pytest
 
+from dlaas.adapters.engines.swarm_engine import SECRET_PATH, SwarmEngine
 from dlaas.adapters.nodes import LABEL_NODE
 from dlaas.domain import jobspec
 from dlaas.domain.errors import TemporaryError
-from services.lcm.plan import ContainerSpec, DeploymentPlan, job_labels
-from services.lcm.swarm import SECRET_PATH, SwarmEngine
+from dlaas.domain.plan import ContainerSpec, DeploymentPlan, job_labels
 
 pytestmark = pytest.mark.docker
 

@@ -14,11 +14,11 @@ import uuid
 import pytest
 from security_support import MANIFEST, SLEEP
 
+from dlaas.adapters.engines.docker_engine import Deployer
 from dlaas.domain.locations import S3Location
 from dlaas.domain.manifest import parse_manifest
+from dlaas.domain.plan import DeploymentPlan, deployment_plan
 from dlaas.local import firewall
-from services.lcm.deployer import Deployer
-from services.lcm.plan import DeploymentPlan, deployment_plan
 
 
 @pytest.fixture(scope="session")

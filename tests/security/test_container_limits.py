@@ -12,7 +12,7 @@ import pytest
 from security_support import python, result_of
 
 from dlaas.domain import jobspec
-from services.lcm import plan as plans
+from dlaas.domain import plan as plans
 
 pytestmark = pytest.mark.docker
 

@@ -28,7 +28,7 @@ PURE_FILES = [
     "dlaas/domain/status.py",
     "dlaas/domain/jobspec.py",
     "dlaas/domain/errors.py",
-    "services/lcm/plan.py",
+    "dlaas/domain/plan.py",
     "services/jobmonitor/decide.py",
     "services/jobmonitor/workqueue.py",
     "dlaas/domain/ports.py",

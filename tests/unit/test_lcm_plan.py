@@ -6,7 +6,7 @@ from dlaas.domain import jobspec
 from dlaas.domain.errors import ImageUnavailable
 from dlaas.domain.locations import S3Location
 from dlaas.domain.manifest import parse_manifest, resolve_image
-from services.lcm.plan import deployment_plan
+from dlaas.domain.plan import deployment_plan
 
 MANIFEST = """
 name: mnist

@@ -15,9 +15,8 @@ from lcm_fakes import FakeEngine, FakeScheduler, InMemoryStatusRepo, fake_lcm
 
 from dlaas.adapters.nodes import NodeSpec
 from dlaas.domain.errors import CapacityExceeded, ImageUnavailable, InvalidTransition
-from dlaas.domain.ports import SchedulerPort, StatusRepo
+from dlaas.domain.ports import ContainerEngine, SchedulerPort, StatusRepo
 from dlaas.domain.status import DEPLOYED, HAPPY_PATH, Status
-from services.lcm.ports import ContainerEngine
 from services.lcm.restart_policy import MAX_BACKOFF_S, backoff_s
 
 MANIFEST = "name: j\nframework: {name: python, command: python3 train.py}\n"

@@ -1,4 +1,4 @@
-"""The Docker adapter of JobContainers (services/lcm/deployer.py) meets a container that is
+"""The Docker adapter of JobContainers (dlaas/adapters/engines/docker_engine.py) meets a container that is
 being removed: one log line, no traceback; and its other translations (Docker's inspect
 data to a Container, "no answer" to EngineUnreachable).
 
@@ -17,10 +17,10 @@ import docker.errors
 import pytest
 import requests
 
+from dlaas.adapters.engines.docker_engine import Deployer, container_of, epoch
 from dlaas.domain import jobspec
 from dlaas.domain.ports import Container, EngineUnreachable
 from services.jobmonitor.monitor import JobMonitor
-from services.lcm.deployer import Deployer, container_of, epoch
 
 REMOVING = "can not get logs from container which is dead or marked for removal"
 HELPER = Container("c0ffee", "job-x-helper", "job-x", jobspec.ROLE_HELPER, None, "running")

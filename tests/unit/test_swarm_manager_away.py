@@ -14,9 +14,9 @@ import pytest
 import requests.exceptions
 from lcm_fakes import fake_lcm
 
+from dlaas.adapters.engines.swarm_engine import SwarmNodeView
 from dlaas.adapters.nodes import NodeSpec, SwarmNode
 from dlaas.domain.status import Status
-from services.lcm.swarm import SwarmNodeView
 
 FIXED = "name: j\nframework: {name: python, command: python3 train.py}\n"
 

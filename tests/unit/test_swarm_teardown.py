@@ -1,4 +1,4 @@
-"""The Swarm adapter's teardown and change polling (services/lcm/swarm.py) against a FAKE
+"""The Swarm adapter's teardown and change polling (dlaas/adapters/engines/swarm_engine.py) against a FAKE
 manager API (services and tasks as the Docker API returns them, counted calls): a helper
 that finishes by itself is not signalled (a signal costs the engine's 2 s delay); one that
 does not is; every node's event stream shares one listing of the manager's tasks."""
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from dlaas.adapters.engines import swarm_engine as swarm
+from dlaas.adapters.engines.swarm_engine import SwarmEngine
 from dlaas.domain import jobspec
-from services.lcm import swarm
-from services.lcm.swarm import SwarmEngine
 
 JOB = "job-1"
 

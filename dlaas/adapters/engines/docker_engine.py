@@ -43,9 +43,14 @@ from docker.types import DeviceRequest
 from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet
 from dlaas.domain import jobspec
 from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError
-from dlaas.domain.ports import EXITED_STATES, Container, EngineUnreachable, EventStream
-from services.lcm.plan import ContainerSpec, DeploymentPlan
-from services.lcm.ports import ContainerEngine
+from dlaas.domain.plan import ContainerSpec, DeploymentPlan
+from dlaas.domain.ports import (
+    EXITED_STATES,
+    Container,
+    ContainerEngine,
+    EngineUnreachable,
+    EventStream,
+)
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +162,7 @@ class DockerEvents(EventStream):
 
 
 class Deployer(ContainerEngine):
-    """The Docker adapter of ContainerEngine (services/lcm/ports.py) and of JobContainers
+    """The Docker adapter of ContainerEngine (dlaas/domain/ports.py) and of JobContainers
     (dlaas.domain.ports). `platform_id` scopes the label filters to this platform's objects (one
     engine may serve several platforms); `node` names the node in Containers and errors."""
 

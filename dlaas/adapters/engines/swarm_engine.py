@@ -43,13 +43,12 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from dlaas.adapters.engines.docker_engine import MAX_REASON_CHARS, SECRET_ENV_NAME, epoch, redact
 from dlaas.adapters.nodes import LABEL_NODE, SwarmNode, node_of
 from dlaas.domain import jobspec
 from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError
-from dlaas.domain.ports import Container, EngineUnreachable, EventStream
-from services.lcm.deployer import MAX_REASON_CHARS, SECRET_ENV_NAME, epoch, redact
-from services.lcm.plan import ContainerSpec, DeploymentPlan
-from services.lcm.ports import ContainerEngine
+from dlaas.domain.plan import ContainerSpec, DeploymentPlan
+from dlaas.domain.ports import Container, ContainerEngine, EngineUnreachable, EventStream
 
 log = logging.getLogger(__name__)
 
