@@ -20,6 +20,8 @@ import requests
 from dlaas.adapters.store.base import JobRecord
 from dlaas.config import PlatformSettings
 from dlaas.domain import errors, jobspec
+from dlaas.domain.job_keys import ssh_private_key
+from dlaas.domain.launch import LAUNCHER_MPI
 from dlaas.domain.locations import S3Location, job_locations
 from dlaas.domain.manifest import Manifest, resolve_image
 from dlaas.domain.namespace import job_policy
@@ -109,6 +111,11 @@ class Deployment:
                 results=results,
                 code=code,
                 nodes=[p["node"] for p in placement],
+                ssh_key=ssh_private_key(
+                    self.settings.s3_secret_key.get_secret_value().encode(), job_id
+                )
+                if manifest.framework.launcher == LAUNCHER_MPI
+                else b"",
             )
             names = deployer.deploy(plan)
         except errors.ImageUnavailable as exc:

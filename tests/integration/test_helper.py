@@ -27,7 +27,7 @@ import docker.errors
 import pytest
 
 from dlaas.clients.client import pack_code
-from dlaas.domain import jobspec
+from dlaas.domain import jobspec, launch
 from dlaas.learner.paths import RUN_START_META
 from dlaas.local import images
 
@@ -138,7 +138,7 @@ class Job:
         return self.start(
             jobspec.learner_name(self.id, index),
             learner_cmd(command),
-            jobspec.learner_env(self.id, index, num),
+            launch.learner_env(self.id, index, num),
             jobspec.ROLE_LEARNER,
             alias=jobspec.learner_alias(index),
         )

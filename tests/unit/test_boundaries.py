@@ -29,6 +29,8 @@ PURE_FILES = [
     "dlaas/domain/jobspec.py",
     "dlaas/domain/errors.py",
     "dlaas/domain/plan.py",
+    "dlaas/domain/launch.py",
+    "dlaas/domain/job_keys.py",
     "services/jobmonitor/decide.py",
     "services/jobmonitor/workqueue.py",
     "dlaas/domain/ports.py",

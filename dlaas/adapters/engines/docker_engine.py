@@ -29,11 +29,14 @@ answering, a 5xx of its own) propagates for the caller to retry.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import re
+import tarfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from pathlib import PurePosixPath
 
 import docker
 import docker.errors
@@ -103,6 +106,23 @@ def redact(text: str, plan: DeploymentPlan) -> str:
             if value and len(value) >= 4 and SECRET_ENV_NAME.search(name):
                 text = text.replace(value, "<hidden>")
     return text[:MAX_REASON_CHARS]
+
+
+def secret_files_tar(files: tuple[tuple[str, bytes], ...]) -> bytes:
+    """A tar of the secret files (mode 0400, root's) and their folders, to unpack at /."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        folders = sorted({str(parent) for path, _ in files for parent in PurePosixPath(path).parents}
+                         - {"/"})  # fmt: skip
+        for folder in folders:
+            info = tarfile.TarInfo(folder.lstrip("/"))
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for path, content in files:
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(content), 0o400
+            tar.addfile(info, io.BytesIO(content))
+    return buf.getvalue()
 
 
 def epoch(stamp: str) -> float | None:
@@ -358,7 +378,7 @@ class Deployer(ContainerEngine):
         networking = api.create_networking_config(
             {plan.network: api.create_endpoint_config(aliases=list(spec.aliases))}
         )
-        return api.create_container(
+        cid = api.create_container(
             image=spec.image,
             command=spec.command,
             name=spec.name,
@@ -368,6 +388,11 @@ class Deployer(ContainerEngine):
             networking_config=networking,
             hostname=spec.aliases[0] if spec.aliases else None,
         )["Id"]
+        if spec.files:
+            # Before the start, so the job never runs without them; a failure removes the
+            # gang's containers like a failed create.
+            api.put_archive(cid, "/", secret_files_tar(spec.files))
+        return cid
 
     def _try_create(self, spec: ContainerSpec, plan: DeploymentPlan) -> str | Exception:
         """The new container's id, or what stopped its creation."""

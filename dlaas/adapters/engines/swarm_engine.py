@@ -165,10 +165,22 @@ def secret_env(spec: ContainerSpec) -> tuple[dict[str, str], dict[str, str]]:
     return plain, secret
 
 
+def file_secret_name(plan: DeploymentPlan, content: bytes) -> str:
+    """The Swarm secret of one secret file (ContainerSpec.files), named by its content."""
+    return f"{plan.network}-file-{hashlib.sha256(content).hexdigest()[:12]}"
+
+
 def service_spec(
-    spec: ContainerSpec, plan: DeploymentPlan, node_id: str, secret: dict | None
+    spec: ContainerSpec,
+    plan: DeploymentPlan,
+    node_id: str,
+    secret: dict | None,
+    file_secrets: dict[str, dict] | None = None,
 ) -> dict:
-    """The Swarm service of one container (the API's ServiceSpec as a dict). Pure."""
+    """The Swarm service of one container (the API's ServiceSpec as a dict). Pure.
+
+    `file_secrets` are the Swarm secrets of the spec's secret files, by secret name
+    (file_secret_name); a file is mounted at its path, which lies under /run/secrets."""
     env, _ = secret_env(spec)
     helper = spec.role == jobspec.ROLE_HELPER
     container = {
@@ -204,6 +216,20 @@ def service_spec(
                 "File": {"Name": SECRET_FILE, "UID": "0", "GID": "0", "Mode": 0o400},
             }
         ]
+    for path, content in spec.files:
+        made = (file_secrets or {})[file_secret_name(plan, content)]
+        container.setdefault("Secrets", []).append(
+            {
+                "SecretID": made["ID"],
+                "SecretName": made["Spec"]["Name"],
+                "File": {
+                    "Name": path.removeprefix("/run/secrets/"),
+                    "UID": "0",
+                    "GID": "0",
+                    "Mode": 0o400,
+                },
+            }
+        )
     limits: dict = {"Pids": spec.pids_limit}
     if spec.nano_cpus:
         limits["NanoCPUs"] = spec.nano_cpus
@@ -348,6 +374,22 @@ class SwarmEngine:
         created = self.api.create_secret(name, data.encode(), labels=plan.labels)
         return self.api.inspect_secret(created["ID"])
 
+    def _file_secrets(self, plan: DeploymentPlan) -> dict[str, dict]:
+        """A Swarm secret for each distinct secret file of the plan, by name."""
+        made: dict[str, dict] = {}
+        for spec in plan.containers:
+            for _path, content in spec.files:
+                name = file_secret_name(plan, content)
+                if name in made:
+                    continue
+                found = [s for s in self.api.secrets(filters={"name": name})
+                         if s["Spec"]["Name"] == name]  # fmt: skip
+                if not found:
+                    created = self.api.create_secret(name, content, labels=plan.labels)
+                    found = [self.api.inspect_secret(created["ID"])]
+                made[name] = found[0]
+        return made
+
     def deploy(self, plan: DeploymentPlan) -> list[str]:
         ids = {n.name: n.id for n in self.nodes(max_age_s=0).values()}
         unknown = sorted({c.node for c in plan.containers} - set(ids))
@@ -356,6 +398,7 @@ class SwarmEngine:
         try:
             self._network(plan)
             secret = self._secret(plan)
+            files = self._file_secrets(plan)
             existing = {s["Spec"]["Name"] for s in self.services(plan.job_id)}
             created: list[str] = []
             try:
@@ -364,7 +407,7 @@ class SwarmEngine:
                 for spec in [*plan.learners, *plan.helpers]:
                     if spec.name in existing:
                         continue
-                    body = service_spec(spec, plan, ids[spec.node], secret)
+                    body = service_spec(spec, plan, ids[spec.node], secret, files)
                     created.append(self._create(body)["ID"])
             except BaseException:  # broad: all or none, Ctrl-C too; re-raised
                 # All or none: the gang's services made in this attempt go again.
