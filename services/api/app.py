@@ -224,23 +224,16 @@ def _node_views(settings: PlatformSettings) -> dict[str, Any]:
     """One JobContainers per node, where the learners' live log lines are read: the swarm's
     nodes through its manager, or the machine's one engine. None when the engine does not
     answer now (log lines then come from S3 only)."""
-    import docker as docker_sdk
-
-    from dlaas.adapters.engines.docker_engine import Deployer
-    from dlaas.adapters.engines.swarm_engine import SwarmEngine
+    from dlaas.adapters.engines.connect import engines_for_nodes
     from dlaas.adapters.nodes import NodesError, configured_nodes
 
-    host = settings.swarm_manager or settings.docker_host
     try:
         names = [n.name for n in configured_nodes(settings)]
-        client = docker_sdk.DockerClient(base_url=host)
-    except (NodesError, docker_sdk.errors.DockerException) as exc:
+        return dict(engines_for_nodes(settings, names, down_ok=False))
+    except (NodesError, errors.DlaasError) as exc:
+        host = settings.swarm_manager or settings.docker_host
         log.warning("Docker engine at %s not reachable (%s); logs from S3 only", host, exc)
         return {}
-    if settings.swarm_manager:
-        swarm = SwarmEngine(client, settings.platform_id)
-        return {name: swarm.node(name) for name in names}
-    return {name: Deployer(client, platform_id=settings.platform_id, node=name) for name in names}
 
 
 def create_app(
