@@ -8,13 +8,11 @@ every node's utilization is unknown).
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
 from dlaas.adapters import grpc_errors
 from dlaas.domain.metric_query import MetricQuery, metric_query
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc
-from services.lcm.deployment import INFRASTRUCTURE_ERRORS
 from services.lcm.metrics import MetricsQueries
 from services.lcm.utilization import UNKNOWN, Utilization
 
@@ -24,12 +22,10 @@ if TYPE_CHECKING:
     from services.lcm.utilization import UtilizationSampler
 
 
-# etcd, the job store, the engine or S3 away: UNAVAILABLE (a 503 at the API), which clients
-# retry, instead of an internal error.
-translate_errors = functools.partial(grpc_errors.translate_errors, temporary=INFRASTRUCTURE_ERRORS)
-translate_stream_errors = functools.partial(
-    grpc_errors.translate_stream_errors, temporary=INFRASTRUCTURE_ERRORS
-)
+# etcd, the job store, the engine or S3 away: each adapter raises TemporaryError, which
+# goes out as UNAVAILABLE (a 503 at the API) and clients retry; nothing to name here.
+translate_errors = grpc_errors.translate_errors
+translate_stream_errors = grpc_errors.translate_stream_errors
 
 
 class LcmServicer(lcm_pb2_grpc.LifecycleManagerServicer):

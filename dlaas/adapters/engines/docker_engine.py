@@ -22,8 +22,9 @@ EngineUnreachable when the engine does not answer (refused, broken, timed out).
 Errors: an engine that refuses a container for the job's own reason (a 4xx; the OCI
 runtime failing to create or start it) raises DeployRefused, with the engine's reason
 with env values hidden: deploying again would be refused again. A name conflict is a
-TemporaryError; a missing image ImageUnavailable; anything else (the engine not
-answering, a 5xx of its own) propagates for the caller to retry.
+TemporaryError; a missing image ImageUnavailable; the engine not answering, or failing
+on its own account (a 5xx), a TemporaryError too (`ENGINE_OUTAGES`): the LCM's calls raise
+no Docker or requests error, so that no caller imports either to classify it.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from docker.types import DeviceRequest
 
 from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet
 from dlaas.domain import jobspec
-from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError
+from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError, temporary_on
 from dlaas.domain.plan import ContainerSpec, DeploymentPlan
 from dlaas.domain.ports import (
     EXITED_STATES,
@@ -78,6 +79,11 @@ NO_ANSWER = (
     requests.exceptions.ChunkedEncodingError,
     ConnectionError,
 )
+
+# What the LCM's calls (ContainerEngine) raise as TemporaryError: the engine not answering,
+# or an API error not mapped to the job's own fault (docker's APIError is a requests error).
+ENGINE_OUTAGES = (requests.exceptions.RequestException, OSError)
+engine_outage = temporary_on(ENGINE_OUTAGES, "the container engine")
 
 
 def refusal(exc: docker.errors.APIError) -> bool:
@@ -266,6 +272,7 @@ class Deployer(ContainerEngine):
 
     # ---- the LCM's own (ContainerEngine) ----------------------------------------------
 
+    @engine_outage
     def image_present(self, image: str) -> bool:
         try:
             self.client.images.get(image)
@@ -388,6 +395,7 @@ class Deployer(ContainerEngine):
             ]
         return [DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])]
 
+    @engine_outage
     def deploy(self, plan: DeploymentPlan) -> list[str]:
         """Create what is missing and start what is not running; return the container names.
 
@@ -436,6 +444,7 @@ class Deployer(ContainerEngine):
             except docker.errors.NotFound:
                 pass
 
+    @engine_outage
     def containers(self, job_id: str, role: str | None = None) -> list:
         label = [f"{jobspec.LABEL_JOB}={job_id}"]
         if role:
@@ -444,17 +453,20 @@ class Deployer(ContainerEngine):
         # container's id for stop/kill/wait/remove/start, its name in "Names") is in it.
         return self.client.containers.list(all=True, filters={"label": label}, sparse=True)
 
+    @engine_outage
     def stop_learners(self, job_id: str, timeout: int = 10) -> None:
         running = [
             c for c in self.containers(job_id, jobspec.ROLE_LEARNER) if c.status == "running"
         ]
         list(self._pool.map(lambda c: quiet(c.stop, timeout=timeout), running))
 
+    @engine_outage
     def signal_helper(self, job_id: str) -> None:
         for c in self.containers(job_id, jobspec.ROLE_HELPER):
             if c.status == "running":
                 quiet(c.kill, signal=jobspec.HELPER_FINISH_SIGNAL)
 
+    @engine_outage
     def wait_helper(self, job_id: str, timeout_s: float) -> bool:
         """Wait until the job's helper has exited (stored what it must); False on timeout."""
         for c in self.containers(job_id, jobspec.ROLE_HELPER):
@@ -467,6 +479,7 @@ class Deployer(ContainerEngine):
                 return False
         return True
 
+    @engine_outage
     def remove_job(self, job_id: str) -> None:
         """Remove every container, the network and the volume of a job (missing ones are fine)."""
         list(self._pool.map(lambda c: quiet(c.remove, force=True), self.containers(job_id)))

@@ -43,7 +43,13 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from dlaas.adapters.engines.docker_engine import MAX_REASON_CHARS, SECRET_ENV_NAME, epoch, redact
+from dlaas.adapters.engines.docker_engine import (
+    MAX_REASON_CHARS,
+    SECRET_ENV_NAME,
+    engine_outage,
+    epoch,
+    redact,
+)
 from dlaas.adapters.nodes import LABEL_NODE, SwarmNode, node_of
 from dlaas.domain import jobspec
 from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError
@@ -602,6 +608,7 @@ class SwarmNodeView(ContainerEngine):
     def managed_jobs(self, platform_id: str) -> set[str]:
         return self.engine.jobs(self.name)
 
+    @engine_outage
     def image_present(self, image: str) -> bool:
         # Only the manager's own images are visible here; a node without the image rejects
         # its task, which the monitor reports.
@@ -611,13 +618,16 @@ class SwarmNodeView(ContainerEngine):
         except docker.errors.ImageNotFound:
             return False
 
+    @engine_outage
     def deploy(self, plan: DeploymentPlan) -> list[str]:
         return self.engine.deploy(plan)
 
+    @engine_outage
     def containers(self, job_id: str, role: str | None = None) -> list[Container]:
         found = self.engine.job_containers(job_id)
         return [c for c in found if role is None or c.role == role]
 
+    @engine_outage
     def stop_learners(self, job_id: str, timeout: int = 10) -> None:
         """Scale the learners' services to 0 (SIGTERM, after the engine's 2 s delay for a
         task on an overlay network) and wait until they have stopped.
@@ -640,6 +650,7 @@ class SwarmNodeView(ContainerEngine):
                  "stopped" if stopped else "NOT stopped", time.monotonic() - t0,
                  running or "none")  # fmt: skip
 
+    @engine_outage
     def signal_helper(self, job_id: str) -> None:
         """Let the helpers store and finish (called once the learners are stopped).
 
@@ -658,6 +669,7 @@ class SwarmNodeView(ContainerEngine):
             if not c.exited:
                 self.engine.scale(c.name, 0)
 
+    @engine_outage
     def wait_helper(self, job_id: str, timeout_s: float) -> bool:
         t0 = time.monotonic()
         done = self.engine.wait_stopped(job_id, jobspec.ROLE_HELPER, timeout_s)
@@ -665,9 +677,11 @@ class SwarmNodeView(ContainerEngine):
                  time.monotonic() - t0)  # fmt: skip
         return done
 
+    @engine_outage
     def remove_job(self, job_id: str) -> None:
         self.engine.remove_job(job_id)
 
+    @engine_outage
     def remove_job_here(self, job_id: str) -> None:
         # The manager removes swarm-wide: only this node's services, or a requeued job's
         # new run on other nodes would go with its leftovers here.
