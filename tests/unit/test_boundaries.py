@@ -39,6 +39,8 @@ PURE_FILES = [
     "dlaas/domain/metric_query.py",
     "services/lcm/utilization.py",
     "dlaas/domain/hooks.py",
+    "dlaas/adapters/engines/swarm_spec.py",
+    "dlaas/adapters/engines/reports.py",
 ]
 PURE_GLOBS = ["services/scheduler/policy/**/*.py"]
 

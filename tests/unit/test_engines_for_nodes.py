@@ -13,7 +13,7 @@ import pytest
 
 from dlaas.adapters.engines import connect
 from dlaas.adapters.engines.docker_engine import Deployer
-from dlaas.adapters.engines.swarm_engine import SwarmNodeView
+from dlaas.adapters.engines.swarm_node import SwarmNodeView
 from dlaas.domain.errors import PermanentError, TemporaryError
 
 

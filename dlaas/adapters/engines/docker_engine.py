@@ -34,7 +34,6 @@ import logging
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 
 import docker
 import docker.errors
@@ -42,6 +41,7 @@ import requests.exceptions
 from docker.types import DeviceRequest
 
 from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet
+from dlaas.adapters.engines.reports import epoch, redact
 from dlaas.domain import jobspec
 from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError, temporary_on
 from dlaas.domain.plan import ContainerSpec, DeploymentPlan
@@ -65,10 +65,6 @@ _NODE_TROUBLE = re.compile(
     r"|cannot allocate memory|resource temporarily unavailable|too many open files",
     re.IGNORECASE,
 )
-# runc quotes a bad env entry whole ("NAME=value"); values may hold secrets.
-_QUOTED_ENV = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)=(?:[^"\\]|\\.)*"')
-SECRET_ENV_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
-MAX_REASON_CHARS = 500
 
 # What a call raises when the engine itself does not answer (as opposed to an API error
 # about one object): the connection was refused, broke or timed out. (An event stream
@@ -99,28 +95,6 @@ def refusal(exc: docker.errors.APIError) -> bool:
         and bool(_RUNTIME_REFUSED.search(explanation))
         and not _NODE_TROUBLE.search(explanation)
     )
-
-
-def redact(text: str, plan: DeploymentPlan) -> str:
-    """The engine's message fit for the job's status: env values out, bounded length."""
-    text = _QUOTED_ENV.sub(r'"\1=<hidden>"', text)
-    for spec in plan.containers:
-        for name, value in spec.env.items():
-            if value and len(value) >= 4 and SECRET_ENV_NAME.search(name):
-                text = text.replace(value, "<hidden>")
-    return text[:MAX_REASON_CHARS]
-
-
-def epoch(stamp: str) -> float | None:
-    """Docker's RFC 3339 time with nanoseconds as seconds; None for its zero time."""
-    if not stamp or stamp.startswith("0001-"):
-        return None
-    head, _, frac = stamp.rstrip("Z").partition(".")
-    try:
-        t = datetime.fromisoformat(head + "+00:00").timestamp()
-    except ValueError:
-        return None
-    return t + (float("0." + frac) if frac.isdigit() else 0.0)
 
 
 def container_of(c, node: str = "") -> Container:
