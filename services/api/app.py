@@ -12,7 +12,6 @@ import json
 import logging
 import socket
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,12 +21,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlaas.adapters.logs import LogReader
-from dlaas.adapters.s3 import client_for_location, platform_client
+from dlaas.adapters.s3 import platform_client
 from dlaas.adapters.store.base import JobStore, open_store
 from dlaas.config import ApiSettings, PlatformSettings
 from dlaas.domain import errors
-from dlaas.domain.locations import S3Location
 from services.api.auth import Authenticator
+from services.api.deps import Deps
 from services.api.errors import Forbidden, HookNotFound, NoResults, Unauthorized
 from services.api.models import ERROR_MEANINGS, error_responses, manifest_schemas
 
@@ -98,25 +97,6 @@ class Metrics:
         from services.api.opmetrics import PlatformCollector
 
         self.registry.register(PlatformCollector(store, lcm, self.replica))
-
-
-@dataclass
-class Deps:
-    """The adapters every route uses, built once per app."""
-
-    settings: PlatformSettings
-    api: ApiSettings
-    store: JobStore
-    lcm: Any  # dlaas.clients.sdk.LcmClient or anything with submit/halt/resume/scale/delete
-    s3: Any  # boto3 client for the platform's S3
-    scheduler: Any  # dlaas.clients.sdk.SchedulerClient
-    tokens: Authenticator
-    logs: LogReader
-    metrics: Metrics
-    tasks: Any = None  # services.api.tasks.TaskQueue: work queued for the worker
-
-    def s3_for(self, loc: S3Location):
-        return client_for_location(loc, lambda: self.s3)
 
 
 def error_body(code: str, message: str, problems: list[str] | None = None) -> dict[str, Any]:
