@@ -1,5 +1,7 @@
 """The LifecycleManager gRPC service: each call to one LCM use case, errors mapped once
-(dlaas.adapters.grpc_errors.translate_errors; translate_stream_errors for a stream).
+(dlaas.adapters.grpc_errors.translate_errors; translate_stream_errors for a stream). etcd,
+the job store, an engine or S3 away is the TemporaryError its adapter raised: UNAVAILABLE
+(a 503 at the API), which clients retry; this module names no library's errors.
 
 Besides the job use cases of `Lcm`: training metrics (metrics.py's `MetricsQueries`) and
 each node's measured utilization in `Cluster` (utilization.py's sampler; without one,
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dlaas.adapters import grpc_errors
+from dlaas.adapters.grpc_errors import translate_errors, translate_stream_errors
 from dlaas.domain.metric_query import MetricQuery, metric_query
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc
 from services.lcm.metrics import MetricsQueries
@@ -20,12 +22,6 @@ if TYPE_CHECKING:
     from services.lcm.node_health import NodeRow
     from services.lcm.service import Lcm
     from services.lcm.utilization import UtilizationSampler
-
-
-# etcd, the job store, the engine or S3 away: each adapter raises TemporaryError, which
-# goes out as UNAVAILABLE (a 503 at the API) and clients retry; nothing to name here.
-translate_errors = grpc_errors.translate_errors
-translate_stream_errors = grpc_errors.translate_stream_errors
 
 
 class LcmServicer(lcm_pb2_grpc.LifecycleManagerServicer):
