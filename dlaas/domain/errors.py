@@ -4,6 +4,9 @@
 `TemporaryError`s are infrastructure trouble and may be retried after `delay_s`.
 Every class has its own `code`: it names the error on the wire (`by_code` finds the class
 again), so the codes on these classes are the one table of error codes.
+
+Adapters turn their library's outage errors into TemporaryError at their boundary
+(`temporary_on`, `temporary_on_all`), so no caller imports a driver to classify an error.
 """
 
 from __future__ import annotations
