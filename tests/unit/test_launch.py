@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from dlaas.adapters.engines.docker_engine import Deployer, secret_files_tar
-from dlaas.adapters.engines.swarm_engine import file_secret_name, service_spec
+from dlaas.adapters.engines.swarm_spec import file_secret_name, service_spec
 from dlaas.domain import launch
 from dlaas.domain.errors import InvalidManifest
 from dlaas.domain.job_keys import ssh_private_key
