@@ -470,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         chosen = [] if args.learner_only else chosen_frameworks(args.framework)
     except ImageUnavailable as exc:
-        parser.error(exc.message)
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
     try:
         client = docker.from_env(timeout=900)
         client.ping()
