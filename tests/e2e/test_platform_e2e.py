@@ -187,13 +187,13 @@ def test_an_ffdl_pytorch_model_runs_to_completed_on_the_pytorch_image(
     job = wait_final(http, job_id, timeout=240)
     assert job["status"] == "COMPLETED", [(h["status"], h["reason"]) for h in job["history"]]
     lines = logs(http, job_id)
-    assert any(line.startswith("torch 1.13") for line in lines), lines[-20:]
+    assert any(line.startswith("torch 2.13.0") for line in lines), lines[-20:]
     assert any(line.startswith("epoch 8/8 loss=") for line in lines), lines[-20:]
     stored = {o["Key"] for o in s3.list_objects_v2(Bucket=model_bucket)["Contents"]}
     assert {f"{job_id}/model.pt", f"{job_id}/metrics.json"} <= stored
     body = s3.get_object(Bucket=model_bucket, Key=f"{job_id}/metrics.json")["Body"].read()
     metrics = json.loads(body)
-    assert metrics["framework"].startswith("torch 1.13") and metrics["test_accuracy"] > 0.9
+    assert metrics["framework"].startswith("torch 2.13.0") and metrics["test_accuracy"] > 0.9
     model = s3.get_object(Bucket=model_bucket, Key=f"{job_id}/model.pt")["Body"].read()
     assert model[:2] == b"PK"  # torch.save's zip format
     wait_cleaned(docker_client, job_id)
