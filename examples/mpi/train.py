@@ -176,10 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         probs = forward(unflatten(weights), x_test)[1]
         acc = float((probs.argmax(axis=1) == y_test).mean())
         history.append({"epoch": epoch, "loss": loss_total / seen, "accuracy": acc})
-        if rank == 0:
+        if rank == 0:  # the checkpoint first: a line in the log is an epoch kept
+            save_checkpoint({"weights": weights, "history": history}, epoch, ckpt_dir)
             print(f"epoch {epoch}/{args.epochs} loss={loss_total / seen:.4f} acc={acc:.4f}")
             sys.stdout.flush()
-            save_checkpoint({"weights": weights, "history": history}, epoch, ckpt_dir)
 
     if rank == 0:
         result_dir.mkdir(parents=True, exist_ok=True)

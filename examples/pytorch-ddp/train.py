@@ -224,13 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         acc = accuracy(model, x_test, y_test)
         seconds = time.monotonic() - epoch_started
         history.append({"epoch": epoch, "loss": loss_avg, "accuracy": acc, "seconds": seconds})
+        save(epoch)  # before the epoch's line: a line in the log is an epoch kept
         if rank == 0:
             print(
                 f"epoch {epoch}/{args.epochs} loss={loss_avg:.4f} acc={acc:.4f} "
                 f"epoch_s={seconds:.3f}",
                 flush=True,
             )
-        save(epoch)
         if args.max_steps and steps_done >= args.max_steps:
             break
 
