@@ -6,8 +6,8 @@ gradients of its shard's mini-batch and comm.Allreduce sums them, so every rank 
 same update and the weights stay identical. Rank 0 prints `epoch E/N loss=... acc=...`,
 saves a checkpoint every epoch (dlaas.learner.checkpoint where the platform has it, else
 an .npz under CHECKPOINT_DIR) and broadcasts the newest one when the job starts again; it
-writes model.npz and metrics.json to RESULT_DIR. Every rank ends with
-`rank R weights_sha256=<hex>`.
+writes model.npz and metrics.json to RESULT_DIR, and at the end one line
+`rank R weights_sha256=<hex>` per rank, of the weights that rank holds.
 
 Locally, with the digits in ./data (../digits/prepare.py --out data):
     DATA_DIR=data mpirun -np 2 python train.py --epochs 10
@@ -193,9 +193,12 @@ def main(argv: list[str] | None = None) -> int:
         }
         (result_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         print(f"done: model.npz and metrics.json in {result_dir}", flush=True)
-    comm.Barrier()
-    print(f"rank {rank} weights_sha256={hashlib.sha256(weights.tobytes()).hexdigest()}")
-    sys.stdout.flush()
+    # Each rank hashes its own weights; rank 0 prints them, one line per rank (mpirun mixes
+    # lines that several ranks print at once).
+    digests = comm.gather(hashlib.sha256(weights.tobytes()).hexdigest(), root=0)
+    if rank == 0:
+        print("\n".join(f"rank {r} weights_sha256={d}" for r, d in enumerate(digests)))
+        sys.stdout.flush()
     return 0
 
 
