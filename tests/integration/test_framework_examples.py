@@ -3,7 +3,8 @@ examples/pytorch-ddp under torchrun (2 nodes x 2 processes, the way the platform
 it) and as 2 plain processes with RANK/WORLD_SIZE set by hand, examples/mpi under mpirun,
 examples/keras as 2 workers with TF_CONFIG. Every rank must end with the same weights, the
 DDP example must resume after a kill (SIGKILL: from its last epoch; SIGTERM: from the step
-the ranks agreed to stop at), and the MPI example from its last epoch.
+the ranks agreed to stop at), and the MPI example from its last epoch. FfDL's examples
+(tests/fixtures/ffdl) run their manifests' commands as written, under `sh -c`.
 
 The project's virtualenv has none of torch, mpi4py or TensorFlow: the tests run the examples
 with $DLAAS_EXAMPLES_PYTHON (an interpreter that has them, e.g. /work/venv-ex/bin/python)
@@ -297,3 +298,74 @@ def test_keras_multi_worker_mirrored_two_workers_agree(tmp_path, data_dir):
     # The chief keeps the model; the other worker's copy went to a temporary directory.
     assert (tmp_path / "worker0" / "results" / "model.keras").is_file()
     assert not (tmp_path / "worker1" / "results").exists()
+
+
+# --------------------------------------------------------------------------- FfDL's examples
+# tests/fixtures/ffdl: each manifest's command, as written, through `sh -c` in a copy of its
+# directory (the learner's working directory), with the env a learner gets.
+
+FFDL = REPO / "tests" / "fixtures" / "ffdl"
+
+
+def ffdl_learner(name: str, tmp: Path, data_dir: Path, **extra: str) -> subprocess.Popen:
+    from dlaas.domain.manifest import parse_manifest
+
+    command = parse_manifest((FFDL / name / "manifest.yml").read_text()).framework.command
+    if "MASTER_PORT" in extra:  # FfDL's fixed 1234 may be taken on a shared host
+        command = command.replace("--master_port=1234", f"--master_port={extra['MASTER_PORT']}")
+    code = tmp / "code"
+    shutil.copytree(FFDL / name, code)
+    env = learner_env(tmp, data_dir, **extra)
+    env["PATH"] = f"{Path(PYTHON).parent}{os.pathsep}{env['PATH']}"  # python, python3, pip
+    return subprocess.Popen(
+        ["sh", "-c", command],
+        cwd=code,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@needs("torch")
+def test_ffdl_pytorch_model_runs_its_command(tmp_path, data_dir):
+    ((rc, out),) = finish([ffdl_learner("pytorch-model", tmp_path, data_dir)])
+    assert rc == 0, out
+    tests = re.findall(r"Test set: Average loss: [\d.]+, Accuracy: \d+/\d+ \((\d+)%\)", out)
+    assert len(tests) == 5 and int(tests[-1]) > 60, out
+    assert (tmp_path / "results" / "model" / "model.dat").is_file()
+    assert (tmp_path / "results" / "saved_model.tar.gz").is_file()
+
+
+@needs("tensorflow", "keras")
+def test_ffdl_keras_test_runs_its_command(tmp_path, data_dir):
+    ((rc, out),) = finish([ffdl_learner("keras-test", tmp_path, data_dir)])
+    assert rc == 0, out
+    assert float(re.search(r"^Test accuracy: ([\d.]+)$", out, re.MULTILINE)[1]) > 0.7, out
+    assert (tmp_path / "results" / "keras_mnist_cnn.hdf5").is_file()
+
+
+@needs("torch")
+def test_ffdl_pytorch_launch_dist_runs_on_two_learners_and_agrees(tmp_path, data_dir):
+    port = str(free_port())
+    procs = [
+        ffdl_learner(
+            "pytorch-launch-dist",
+            tmp_path / f"learner{i}",
+            data_dir,
+            LEARNER_ID=str(i),
+            NUM_LEARNERS="2",
+            RANK=str(i),
+            WORLD_SIZE="2",
+            NODE_RANK=str(i),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+            GPU_COUNT="0",
+        )
+        for i in range(2)
+    ]
+    (rc0, out0), (rc1, out1) = finish(procs)
+    assert (rc0, rc1) == (0, 0), out0 + out1
+    assert "Process  0 , epoch  9 :" in out0 and "Process  1 , epoch  9 :" in out1
+    by_rank = hashes(out0, out1)
+    assert sorted(by_rank) == [0, 1] and by_rank[0] == by_rank[1]
