@@ -4,8 +4,10 @@ The shape of TensorFlow's "Multi-worker training with Keras" tutorial: the clust
 from TF_CONFIG (the platform sets it for framework tensorflow: every learner is a worker,
 learner-0 the chief), the model is built and compiled inside `strategy.scope()`, and
 `model.fit` trains it with the global batch split across the workers, whose gradients the
-strategy all-reduces. BackupAndRestore keeps the training state under CHECKPOINT_DIR, so a
-restarted job goes on from the last epoch it finished. The chief saves the model as
+strategy all-reduces. No BackupAndRestore: its backup is written by the chief alone and
+must be read by every worker on a restart, and the learners share no file system, so the
+workers would start from different epochs; a restarted job trains from the start (a few
+seconds here). The chief saves the model as
 RESULT_DIR/model.keras (the other workers save to a temporary directory and delete it, as
 the tutorial does); every worker ends with `worker I weights_sha256=<hex>`.
 
@@ -79,7 +81,6 @@ def main(argv: list[str] | None = None) -> int:
     is_chief = task["type"] == "chief" or (task["type"] == "worker" and task["index"] == 0)
     data_dir = Path(os.environ.get("DATA_DIR", "data"))
     result_dir = Path(os.environ.get("RESULT_DIR", "results"))
-    ckpt_dir = Path(os.environ.get("CHECKPOINT_DIR", "checkpoints"))
 
     keras_3_default = tuple(int(n) for n in tf.__version__.split(".")[:2]) >= (2, 16)
     if keras_3_default and importlib.util.find_spec("tf_keras") is None:
@@ -120,14 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     with strategy.scope():
         model = build_and_compile_model(args.lr)
 
-    callbacks = [tf.keras.callbacks.BackupAndRestore(backup_dir=str(ckpt_dir / "backup"))]
-    model.fit(
-        train,
-        epochs=args.epochs,
-        steps_per_epoch=len(x_train) // global_batch,
-        callbacks=callbacks,
-        verbose=2,
-    )
+    model.fit(train, epochs=args.epochs, steps_per_epoch=len(x_train) // global_batch, verbose=2)
     loss, acc = model.evaluate(x_test, y_test, verbose=0, batch_size=256)
     print(f"test loss={loss:.4f} accuracy={acc:.4f}", flush=True)
 
