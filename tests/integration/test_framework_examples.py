@@ -7,9 +7,10 @@ the ranks agreed to stop at), and the MPI example from its last epoch. FfDL's ex
 (tests/fixtures/ffdl) run their manifests' commands as written, under `sh -c`.
 
 The project's virtualenv has none of torch, mpi4py or TensorFlow: the tests run the examples
-with $DLAAS_EXAMPLES_PYTHON (an interpreter that has them, e.g. /work/venv-ex/bin/python)
-or else this interpreter, and are skipped, saying what is missing, where it lacks them. The
-platform runs the same examples end to end in tests/e2e.
+with $DLAAS_EXAMPLES_PYTHON (an interpreter that has them: a virtualenv with torch, mpi4py,
+tensorflow-cpu and tf_keras; mpirun from OpenMPI on PATH) or else this interpreter, and are
+skipped, saying what is missing, where it lacks them. The platform runs the same examples
+end to end in tests/e2e.
 """
 
 from __future__ import annotations
