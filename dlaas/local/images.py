@@ -87,7 +87,9 @@ FRAMEWORK_LAYERS = {
     ("tensorflow", "2.21"): FrameworkLayer(
         "Dockerfile.tensorflow",
         "pip, tensorflow-cpu 2.21.0, about 4 minutes",
-        wheels=("tensorflow-cpu==2.21.0",),
+        # Keras 2 beside Keras 3: MultiWorkerMirroredStrategy fits with it (TF_USE_LEGACY_KERAS=1,
+        # examples/keras); Keras 3 cannot (keras-team/keras#20585).
+        wheels=("tensorflow-cpu==2.21.0", "tf_keras==2.21.0"),
     ),
     ("mpi", "4.1"): FrameworkLayer(
         "Dockerfile.mpi",
