@@ -244,11 +244,6 @@ def test_a_sealed_ffdl_manifest_keeps_its_folded_command_on_one_line():
 # tests/integration/test_framework_examples.py.
 
 FFDL = FIXTURES.parent / "ffdl"
-# Remove when the framework images land (issue 23 item 3): until then the platform has no
-# TensorFlow or MPI image, so `dlaas validate` refuses framework tensorflow and mpi.
-IMAGES_PENDING = pytest.mark.xfail(
-    strict=True, reason="the TensorFlow and MPI images (issue 23 item 3) have not landed yet"
-)
 
 
 def ffdl(name: str) -> str:
@@ -260,7 +255,7 @@ def ffdl(name: str) -> str:
     [
         ("pytorch-model", "dlaas/learner-pytorch:"),
         ("pytorch-launch-dist", "dlaas/learner-pytorch:"),
-        pytest.param("keras-test", "dlaas/learner-tensorflow:2.21", marks=IMAGES_PENDING),
+        ("keras-test", "dlaas/learner-tensorflow:2.21"),
     ],
 )
 def test_each_ffdl_fixture_validates_as_written_and_selects_its_framework_image(
@@ -324,8 +319,8 @@ def test_the_distributed_ffdl_fixture_has_two_learners_on_cpus():
     [
         ("pytorch-ddp/manifest.yaml", "none", None),
         ("pytorch-ddp/manifest-torchrun.yaml", "torchrun", 2),
-        pytest.param("mpi/manifest.yaml", "mpi", None, marks=IMAGES_PENDING),
-        pytest.param("keras/manifest.yaml", "none", None, marks=IMAGES_PENDING),
+        ("mpi/manifest.yaml", "mpi", None),
+        ("keras/manifest.yaml", "none", None),
     ],
 )
 def test_each_framework_example_validates_with_two_learners(tmp_path, path, launcher, processes):
