@@ -126,6 +126,7 @@ def export_image(root: Path) -> Path:
     """The PyTorch learner image's file system, for the bare runs (same binaries)."""
     import docker
 
+    root.mkdir(parents=True, exist_ok=True)
     api = docker.from_env(timeout=600)
     made = api.containers.create(IMAGE, command=["true"])
     try:
@@ -139,7 +140,15 @@ def export_image(root: Path) -> Path:
         made.remove(force=True)
         api.close()
     (root / "etc" / "resolv.conf").write_text("")
+    # As a container has them: /proc, /dev (and its /dev/shm) of the host.
+    subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
+    subprocess.run(["mount", "--bind", "/dev", str(root / "dev")], check=True)
     return root
+
+
+def release_image(root: Path) -> None:
+    for mount in ("dev", "proc"):
+        subprocess.run(["umount", "-l", str(root / mount)], check=False)
 
 
 def bare(rootfs: Path, data: bytes, learners: int, epochs: int) -> float:
@@ -218,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 platform.down(swarm_home, progress=lambda line: None)
     finally:
+        release_image(tmp / "rootfs")
         shutil.rmtree(tmp, ignore_errors=True)
     result = {"epochs": args.epochs, "shapes": shapes}
     if args.json:
