@@ -146,9 +146,13 @@ def export_image(root: Path) -> Path:
     return root
 
 
-def release_image(root: Path) -> None:
+def release_image(root: Path) -> bool:
+    """Unmount what export_image mounted; whether nothing of the host is mounted there now
+    (only then may the folder be deleted: a bound /dev would go with it)."""
     for mount in ("dev", "proc"):
-        subprocess.run(["umount", "-l", str(root / mount)], check=False)
+        if os.path.ismount(root / mount):
+            subprocess.run(["umount", "-l", str(root / mount)], check=False)
+    return not any(os.path.ismount(root / m) for m in ("dev", "proc"))
 
 
 def bare(rootfs: Path, data: bytes, learners: int, epochs: int) -> float:
@@ -227,8 +231,10 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 platform.down(swarm_home, progress=lambda line: None)
     finally:
-        release_image(tmp / "rootfs")
-        shutil.rmtree(tmp, ignore_errors=True)
+        if release_image(tmp / "rootfs"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"left {tmp} in place: its /dev or /proc is still mounted", file=sys.stderr)
     result = {"epochs": args.epochs, "shapes": shapes}
     if args.json:
         print(json.dumps(result))
