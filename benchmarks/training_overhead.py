@@ -47,6 +47,7 @@ from dlaas.local import platform
 
 EXAMPLE = REPO / "examples" / "pytorch-ddp"
 IMAGE = "dlaas/learner-pytorch:2.13"
+CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
 EPOCH_S = re.compile(r"^epoch \d+/\d+ .*epoch_s=([0-9.]+)")
 
 
@@ -172,7 +173,7 @@ def bare(rootfs: Path, data: bytes, learners: int, epochs: int) -> float:
             "DATA_DIR": "/bench/data", "RESULT_DIR": f"/bench/results-{rank}",
             "CHECKPOINT_DIR": f"/bench/checkpoints-{rank}",
         }  # fmt: skip
-        cmd = ["chroot", str(rootfs), "sh", "-c", f"cd /bench && python train.py --epochs {epochs}"]
+        cmd = [CHROOT, str(rootfs), "sh", "-c", f"cd /bench && python train.py --epochs {epochs}"]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))  # fmt: skip
     outputs = [p.communicate(timeout=900)[0] for p in procs]
