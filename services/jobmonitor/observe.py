@@ -216,8 +216,9 @@ class Observer:
         self._exited_events: dict[str, list[dict]] = {}  # helper container id -> its events
         self._learner_info: dict[str, list[dict]] = {}  # job -> last learners info written
         self._manifests: dict[str, Manifest | None] = {}
-        # job -> learner container id -> (its last lines, the activity they show)
-        self._activity: dict[str, dict[str, tuple[bytes, Activity]]] = {}
+        # job -> learner container id -> (its last lines, the activity they show, whether
+        # read after it exited: then never again)
+        self._activity: dict[str, dict[str, tuple[bytes, Activity, bool]]] = {}
         self._waiting: set[str] = set()  # jobs left alone while a node is down (logged once)
 
     def observe(self, job_id: str) -> Seen | NoStatus | None:
@@ -480,7 +481,7 @@ class Observer:
         """Each learner's log activity: when its last lines last changed, as seen here.
 
         A running learner's last lines are read at each look (one small call), a learner
-        that exited once. A learner first seen counts as active now, unless the stall
+        that exited once more. A learner first seen counts as active now, unless the stall
         already marked shows the same last line (a restarted monitor): then since then."""
         if status != Status.PROCESSING:
             return {}
@@ -496,7 +497,7 @@ class Observer:
             if c.role != jobspec.ROLE_LEARNER or c.learner is None:
                 continue
             seen = known.get(c.id)
-            if seen is None or c.running:
+            if seen is None or not seen[2]:
                 raw = self.reach.call(
                     where[c.id], self.engines[where[c.id]].logs, c, tail=ACTIVITY_TAIL_LINES
                 )
@@ -508,8 +509,8 @@ class Observer:
                     at = now
                     if seen is None and isinstance(old, dict) and old.get("last_line") == line:
                         at = float(old.get("last_line_at") or now)
-                    seen = (raw, Activity(at, line))
-                    known[c.id] = seen
+                    seen = (raw, Activity(at, line), c.exited)
+                known[c.id] = seen = (seen[0], seen[1], c.exited)
             out[c.learner] = seen[1]
         return out
 
