@@ -6,7 +6,7 @@ A stall: a PROCESSING job none of whose learners wrote a new log line for its `s
 seconds (the manifest's, else the platform's default; at most the platform's maximum) while
 one still runs: a deadlock, a peer that died inside a collective, a data read that hangs.
 "Log activity" is what the monitor sees of each learner: the time its log's last lines
-last changed (observe.py polls the last lines of running learners, at most `poll_s`
+last changed (activity.py polls the last lines of running learners, at most `poll_s`
 apart, so a stall is seen within stall_after + poll_s), and, for a learner that exited,
 when it exited. The job's manifest says what then (`on_stall`): `notify` (the default:
 marked in the job's info with the evidence and a `stalled` webhook event), `fail`

@@ -30,6 +30,7 @@ from dlaas.adapters.store import open_store
 from dlaas.config import PlatformSettings
 from dlaas.domain.ports import JobContainers
 from dlaas.domain.triage import Rule, operator_rules
+from services.jobmonitor.activity import Limits
 from services.jobmonitor.decide import (
     DEFAULT_HELPER_TIMEOUT_S,
     DEFAULT_REQUEUE_RETRY_S,
@@ -37,7 +38,6 @@ from services.jobmonitor.decide import (
 )
 from services.jobmonitor.limits import DEFAULT_POLL_S, DEFAULT_STALL_AFTER_S, MAX_STALL_AFTER_S
 from services.jobmonitor.monitor import JobMonitor
-from services.jobmonitor.observe import Limits
 
 # The API version to speak to an engine that does not answer at start (the oldest the
 # platform supports); an engine that answers is asked for its own.

@@ -37,7 +37,8 @@ from dlaas.adapters.store.base import JobStore
 from dlaas.domain.ports import EngineUnreachable, JobContainers, StatusRepo
 from services.jobmonitor import decide as d
 from services.jobmonitor.act import Actor, Requeue
-from services.jobmonitor.observe import Limits, NoStatus, Observer, Seen
+from services.jobmonitor.activity import Limits
+from services.jobmonitor.observe import NoStatus, Observer, Seen
 from services.jobmonitor.watchers import Reachability, Watchers
 from services.jobmonitor.workqueue import WorkQueue
 

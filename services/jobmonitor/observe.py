@@ -29,11 +29,10 @@ from dlaas.domain.namespace import user_text
 from dlaas.domain.ports import Container, EngineUnreachable, JobContainers, StatusRepo
 from dlaas.domain.status import Status, between
 from dlaas.domain.stored import stored_manifest_or_none
-from dlaas.domain.triage import Rule, rules_for
+from dlaas.domain.triage import rules_for
 from services.jobmonitor import decide as d
-from services.jobmonitor import limits as lm
+from services.jobmonitor.activity import ACTIVITY_TAIL_LINES, Limits, LogActivity
 from services.jobmonitor.classify import LOG_TAIL_LINES
-from services.jobmonitor.limits import Activity
 from services.jobmonitor.watchers import Reachability
 
 log = logging.getLogger("dlaas.jobmonitor")
@@ -60,8 +59,6 @@ _FRESH_RUN: dict[str, Any] = {
     INFO_HELPER_RESTARTS: None,
     INFO_STALL: None,
 }
-# Lines of a running learner's log compared between two looks (a stall: none changed).
-ACTIVITY_TAIL_LINES = 3
 
 
 class RunInfo:
@@ -99,32 +96,6 @@ def run_of(record: JobRecord | None) -> int:
         (i for i, t in enumerate(record.history) if t.status == Status.QUEUED),
         default=0,
     )
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The platform's settings for the limits (limits.py) and its operator's triage rows."""
-
-    triage: tuple[Rule, ...] = ()
-    stall_after_s: float = 0.0  # when a manifest names none; 0: not watched
-    max_stall_after_s: float = lm.MAX_STALL_AFTER_S
-    poll_s: float = lm.DEFAULT_POLL_S
-    max_duration_s: float = 0.0  # the most any job runs; 0: no maximum
-
-    def of(self, manifest: Manifest | None) -> dict[str, Any]:
-        """The JobView fields of one job's limits: its manifest's, bounded by the platform's."""
-        stall = float(manifest.stall_after if manifest and manifest.stall_after else 0)
-        stall = min(stall or self.stall_after_s, self.max_stall_after_s)
-        asked = float(manifest.max_duration if manifest else 0)
-        source = "max_duration"
-        if self.max_duration_s and (not asked or asked > self.max_duration_s):
-            asked, source = self.max_duration_s, "the platform's maximum run time"
-        return {
-            "stall_after_s": stall,
-            "on_stall": manifest.on_stall if manifest else lm.ON_STALL_NOTIFY,
-            "max_duration_s": asked,
-            "deadline_source": source,
-        }
 
 
 @dataclass
@@ -216,9 +187,7 @@ class Observer:
         self._exited_events: dict[str, list[dict]] = {}  # helper container id -> its events
         self._learner_info: dict[str, list[dict]] = {}  # job -> last learners info written
         self._manifests: dict[str, Manifest | None] = {}
-        # job -> learner container id -> (its last lines, the activity they show, whether
-        # read after it exited: then never again)
-        self._activity: dict[str, dict[str, tuple[bytes, Activity, bool]]] = {}
+        self._activity = LogActivity(clock)
         self._waiting: set[str] = set()  # jobs left alone while a node is down (logged once)
 
     def observe(self, job_id: str) -> Seen | NoStatus | None:
@@ -292,7 +261,15 @@ class Observer:
         manifest = self.manifest(job_id, record)
         lim = self.limits.of(manifest)
         activity = (
-            self.activity(job_id, state.status, containers, where, mine.get(INFO_STALL))
+            self._activity.look(
+                job_id,
+                state.status,
+                containers,
+                lambda c: self.reach.call(
+                    where[c.id], self.engines[where[c.id]].logs, c, tail=ACTIVITY_TAIL_LINES
+                ),
+                mine.get(INFO_STALL),
+            )
             if lim["stall_after_s"] > 0
             else {}
         )
@@ -470,50 +447,6 @@ class Observer:
             self._manifests[job_id] = stored_manifest_or_none(record)
         return self._manifests[job_id]
 
-    def activity(
-        self,
-        job_id: str,
-        status: Status,
-        containers: list[Container],
-        where: dict[str, str],
-        marked: object,
-    ) -> dict[int, Activity]:
-        """Each learner's log activity: when its last lines last changed, as seen here.
-
-        A running learner's last lines are read at each look (one small call), a learner
-        that exited once more. A learner first seen counts as active now, unless the stall
-        already marked shows the same last line (a restarted monitor): then since then."""
-        if status != Status.PROCESSING:
-            return {}
-        now = self.clock()
-        known = self._activity.setdefault(job_id, {})
-        before = {
-            e.get("learner"): e
-            for e in (marked.get("learners") or [] if isinstance(marked, dict) else [])
-            if isinstance(e, dict)
-        }
-        out: dict[int, Activity] = {}
-        for c in containers:
-            if c.role != jobspec.ROLE_LEARNER or c.learner is None:
-                continue
-            seen = known.get(c.id)
-            if seen is None or not seen[2]:
-                raw = self.reach.call(
-                    where[c.id], self.engines[where[c.id]].logs, c, tail=ACTIVITY_TAIL_LINES
-                )
-                raw = raw or b""
-                if seen is None or seen[0] != raw:
-                    lines = raw.decode("utf-8", "replace").splitlines()
-                    line = next((x for x in reversed(lines) if x.strip()), "")
-                    old = before.get(c.learner)
-                    at = now
-                    if seen is None and isinstance(old, dict) and old.get("last_line") == line:
-                        at = float(old.get("last_line_at") or now)
-                    seen = (raw, Activity(at, line), c.exited)
-                known[c.id] = seen = (seen[0], seen[1], c.exited)
-            out[c.learner] = seen[1]
-        return out
-
     def record_learners(self, job_id: str, info: dict, containers: list[Container]) -> None:
         """Mirror learner states into the job info (only when they changed)."""
         learners = sorted(
@@ -543,7 +476,7 @@ class Observer:
                 self._exited_events.pop(helper_id, None)
             self._learner_info.pop(job_id, None)
             self._manifests.pop(job_id, None)
-            self._activity.pop(job_id, None)
+            self._activity.forget(job_id)
             self._waiting.discard(job_id)
 
 

@@ -15,8 +15,8 @@ from dlaas.domain.errors import InvalidManifest
 from dlaas.domain.manifest import parse_manifest
 from dlaas.domain.status import JobState, Status, Transition
 from services.jobmonitor import limits
+from services.jobmonitor.activity import Limits
 from services.jobmonitor.monitor import JobMonitor
-from services.jobmonitor.observe import Limits
 
 T0 = 1_000_000.0
 BASE = "name: d\nframework: {name: python, version: '3', command: python3 train.py}\n"

@@ -15,9 +15,9 @@ from dlaas.domain import jobspec
 from dlaas.domain.ports import Container
 from dlaas.domain.status import JobState, Status
 from services.jobmonitor import limits
+from services.jobmonitor.activity import Limits
 from services.jobmonitor.decide import JobView, MarkStalled, decide
 from services.jobmonitor.monitor import JobMonitor
-from services.jobmonitor.observe import Limits
 
 T0 = 1_000_000.0
 STALL_AFTER = 30
