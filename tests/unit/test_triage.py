@@ -133,3 +133,40 @@ def test_a_long_line_against_an_allowed_pattern_stays_bounded():
     rule = triage.rule(r"x+x+y", "slow", "fail")
     assert triage.triage(["x" * 100_000], [rule]) is None
     assert triage.pattern_problem(r"x*x*x*y").startswith("at most 2 unbounded repeats")
+
+
+# The last lines of real failures, captured 2026-11-26: torch 2.11 on an H200 asked for
+# more than the GPU has; torch 2.13 (CPU, gloo) in the learner image, a 2-process group
+# whose rank 1 exited, or slept, while rank 0 was in all_reduce (timeout 5 s).
+REAL = [
+    (
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 279.40 GiB. GPU 0 has a "
+            "total capacity of 139.80 GiB of which 139.29 GiB is free. Including non-PyTorch "
+            "memory, this process has 518.00 MiB memory in use."
+        ),
+        "gpu_oom",
+    ),
+    (
+        (
+            "[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
+            "pair.cc:537] Read error [127.0.0.1]:21914: Connection reset by peer. This is typically "
+            "caused by a remote worker hanging or bugs in the application."
+        ),
+        "peer_reset",
+    ),
+    (
+        (
+            "[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
+            "unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation to complete"
+        ),
+        "collective_timeout",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "label"), REAL)
+def test_real_failures_get_their_labels(line, label):
+    tail = ['[rank0]:   File ".../distributed_c10d.py", line 3252, in all_reduce', line]
+    verdict = triage.triage(tail, triage.CATALOG)
+    assert verdict is not None and verdict.label == label
