@@ -12,6 +12,7 @@ from lcm_fakes import FakeEngine, InMemoryStatusRepo
 from dlaas.adapters.notify import Notifier
 from dlaas.adapters.store.base import JobRecord
 from dlaas.domain import jobspec
+from dlaas.domain.manifest import parse_manifest
 from dlaas.domain.ports import Container
 from dlaas.domain.status import JobState, Status
 from services.jobmonitor import limits
@@ -182,3 +183,25 @@ def test_only_training_can_stall(status):
     v = view(1000.0, quiet)
     v = JobView(**{**v.__dict__, "state": JobState(status, 0.0, "", seq=3)})
     assert not any(isinstance(a, MarkStalled) for a in decide(v).actions)
+
+
+def test_the_platform_bounds_a_manifests_limits():
+    def of(fields: str, **platform):
+        m = parse_manifest(
+            f"name: b\n{fields}framework: {{name: python, version: '3', command: python3 t.py}}\n"
+        )
+        return Limits(**platform).of(m)
+
+    # No stall_after: the platform's default; more than its maximum: the maximum.
+    assert of("", stall_after_s=600)["stall_after_s"] == 600
+    assert of("stall_after: 30\n", stall_after_s=600)["stall_after_s"] == 30
+    assert of("stall_after: 9000\n", max_stall_after_s=3600)["stall_after_s"] == 3600
+    assert of("")["stall_after_s"] == 0  # the default of 0: not watched
+    assert of("on_stall: restart\n")["on_stall"] == "restart"
+    # A deadline past the platform's maximum run time, or none: the maximum, said so.
+    assert of("max_duration: 2h\n", max_duration_s=3600) == {
+        "stall_after_s": 0, "on_stall": "notify", "max_duration_s": 3600,
+        "deadline_source": "the platform's maximum run time",
+    }  # fmt: skip
+    assert of("max_duration: 30m\n", max_duration_s=3600)["deadline_source"] == "max_duration"
+    assert of("")["max_duration_s"] == 0
