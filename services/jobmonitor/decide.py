@@ -22,6 +22,12 @@ to restart the gang from its last checkpoint (`Requeue`); the LCM counts the res
 against the manifest's max_restarts, records them and fails the job when none are left.
 A job whose containers the monitor cannot see because their Docker engine is down never
 gets here: node health is the LCM's call, and it requeues such jobs itself.
+
+Which kind a failed learner's is comes from classify.py, its last log lines first
+(the triage catalog, dlaas.domain.triage). A running job's limits (limits.py) are judged
+here too: a deadline passed stops the learners like a halt, then fails the job
+`deadline_exceeded`; a job whose learners stopped logging is marked stalled, then failed or
+restarted if its manifest says so. The actions are in actions.py.
 """
 
 from __future__ import annotations
@@ -300,12 +306,13 @@ def _recheck(view: JobView, learners: list[Container], status: Status) -> float 
     times = []
     if view.max_duration_s > 0 and status in _LEARNERS_RUN:
         left = view.max_duration_s - limits.running_s(view.history, view.state, view.now)
-        times.append(view.now + max(left, 0.0))
+        if left > 0:  # past it, _deadline has acted
+            times.append(view.now + left)
     if view.stall_after_s > 0 and status == Status.PROCESSING:
         since = limits.last_activity(learners, view.learner_activity)
         times.append(view.now + view.poll_s)
-        if since is not None:
-            times.append(max(view.now, since + view.stall_after_s))
+        if since is not None and since + view.stall_after_s > view.now:  # else seen now
+            times.append(since + view.stall_after_s)
     return min(times) if times else None
 
 

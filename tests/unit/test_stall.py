@@ -174,7 +174,9 @@ def test_the_rule_looks_again_when_the_stall_would_be_due():
     assert decide(view(139.0, quiet)).recheck_at == 140.0  # due at the last activity + 30
     (mark,) = decide(view(140.0, quiet)).actions
     assert isinstance(mark, MarkStalled) and mark.since == 110.0
-    assert decide(view(141.0, quiet, stall_marked_for=110.0)).actions == []
+    marked = decide(view(141.0, quiet, stall_marked_for=110.0))
+    # Marked: nothing more, and the next look is the next poll (not at once, again and again).
+    assert marked.actions == [] and marked.recheck_at == 151.0
 
 
 @pytest.mark.parametrize("status", [Status.DOWNLOADING, Status.STORING])
