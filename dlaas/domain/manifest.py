@@ -65,12 +65,22 @@ MAX_URL = 2048
 # Framework names the platform's own learner image serves (any version).
 BUILTIN_FRAMEWORKS = frozenset({"python", "python3", "numpy", "dlaas"})
 
-# Deep-learning frameworks with a learner image of their own, by the versions built:
-# dlaas/local/images.py builds `<learner image>-<name>:<version>` from Debian's packages (there is
-# no registry here), e.g. dlaas/learner-pytorch:1.13 from bookworm's python3-torch. FfDL's
-# "latest" means the newest version listed. TensorFlow, Horovod and Caffe are not in Debian.
-FRAMEWORK_VERSIONS: dict[str, tuple[str, ...]] = {"pytorch": ("1.13",)}
-FRAMEWORK_ALIASES = {"torch": "pytorch"}
+# Deep-learning frameworks with a learner image of their own, by the versions built, oldest
+# first: dlaas/local/images.py builds `<learner image>-<name>:<version>` (there is no registry
+# here), e.g. dlaas/learner-pytorch:2.13 (torch 2.13.0, CPU build), dlaas/learner-tensorflow:2.21
+# (tensorflow-cpu 2.21.0), dlaas/learner-mpi:4.1 (Debian's OpenMPI 4.1, mpi4py). FfDL's
+# "latest" means the newest version listed. Horovod and Caffe have none.
+FRAMEWORK_VERSIONS: dict[str, tuple[str, ...]] = {
+    "pytorch": ("2.13",),
+    "tensorflow": ("2.21",),
+    "mpi": ("4.1",),
+}
+FRAMEWORK_ALIASES = {
+    "torch": "pytorch",
+    "tf": "tensorflow",
+    "keras": "tensorflow",
+    "openmpi": "mpi",
+}
 LATEST = "latest"
 
 # Priority classes a manifest may name instead of a number.
@@ -735,6 +745,8 @@ _LIBRARIES = {
     "keras": "TensorFlow",
     "pytorch": "PyTorch",
     "torch": "PyTorch",
+    "mpi": "OpenMPI",
+    "openmpi": "OpenMPI",
     "horovod": "Horovod",
     "caffe": "Caffe",
     "caffe2": "Caffe2",

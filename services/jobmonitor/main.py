@@ -14,20 +14,18 @@ import signal
 import sys
 import threading
 
-import docker
-import docker.errors
 import yaml
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from dlaas.adapters.engines.docker_engine import Deployer
-from dlaas.adapters.engines.swarm_engine import SwarmEngine
+from dlaas.adapters.engines.connect import engines_for_nodes
 from dlaas.adapters.etcd_status import StatusKeeper, connect
 from dlaas.adapters.grpc_server import configure_logging
 from dlaas.adapters.nodes import nodes_or_exit
 from dlaas.adapters.notify import hook_notifier
 from dlaas.adapters.store import open_store
 from dlaas.config import PlatformSettings
+from dlaas.domain.errors import PermanentError
 from dlaas.domain.ports import JobContainers
 from dlaas.domain.triage import Rule, operator_rules
 from services.jobmonitor.activity import Limits
@@ -39,9 +37,6 @@ from services.jobmonitor.decide import (
 from services.jobmonitor.limits import DEFAULT_POLL_S, DEFAULT_STALL_AFTER_S, MAX_STALL_AFTER_S
 from services.jobmonitor.monitor import JobMonitor
 
-# The API version to speak to an engine that does not answer at start (the oldest the
-# platform supports); an engine that answers is asked for its own.
-FALLBACK_API_VERSION = "1.41"
 MAX_TRIAGE_FILE = 256 * 1024
 
 
@@ -83,6 +78,10 @@ def main() -> None:
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
         sys.exit(f"jobmonitor: bad configuration: {problems}")
+    try:
+        rules = load_triage_file(settings.triage_file)
+    except ValueError as exc:
+        sys.exit(f"jobmonitor: bad configuration: DLAAS_TRIAGE_FILE: {exc}")
 
     # Imported here: the SDK pulls in gRPC, which the pure parts of this service never need.
     from dlaas.clients.sdk import LcmClient, SchedulerClient
@@ -90,23 +89,16 @@ def main() -> None:
     nodes = nodes_or_exit(settings, "jobmonitor")
     engines: dict[str, JobContainers]
     try:
-        if settings.swarm_manager:
-            # The swarm, through its manager's API alone; each node is a view of it.
-            swarm = SwarmEngine(
-                _engine(settings.swarm_manager, ms.docker_timeout_s, log), settings.platform_id
-            )
-            engines = {n.name: swarm.node(n.name) for n in nodes}
-            where = f"the swarm's {len(nodes)} nodes (manager {settings.swarm_manager})"
-        else:
-            # The machine's one engine: the one node.
-            engine = _engine(settings.docker_host, ms.docker_timeout_s, log)
-            engines = {
-                n.name: Deployer(engine, platform_id=settings.platform_id, node=n.name)
-                for n in nodes
-            }
-            where = f"node {', '.join(engines)} ({settings.docker_host})"
-    except docker.errors.DockerException as exc:
-        sys.exit(f"jobmonitor: bad Docker engine address: {exc}")
+        # Also for an engine that is down now: the monitor starts, and reconnects with backoff.
+        engines = dict(
+            engines_for_nodes(settings, [n.name for n in nodes], timeout_s=ms.docker_timeout_s)
+        )
+    except PermanentError as exc:
+        sys.exit(f"jobmonitor: {exc.message}")
+    if settings.swarm_manager:
+        where = f"the swarm's {len(nodes)} nodes (manager {settings.swarm_manager})"
+    else:
+        where = f"node {', '.join(engines)} ({settings.docker_host})"
     store = open_store(settings.store_url)
     notifier = hook_notifier(settings, store)
     keeper = StatusKeeper(
@@ -114,10 +106,6 @@ def main() -> None:
     )  # fmt: skip
     scheduler = SchedulerClient(settings.scheduler_addr)
     lcm = LcmClient(settings.lcm_addr)
-    try:
-        rules = load_triage_file(settings.triage_file)
-    except ValueError as exc:
-        sys.exit(f"jobmonitor: bad configuration: DLAAS_TRIAGE_FILE: {exc}")
     limits = Limits(
         rules, ms.stall_after_s, ms.max_stall_after_s, ms.stall_poll_s, ms.max_duration_s
     )
@@ -164,16 +152,6 @@ def load_triage_file(path: str) -> tuple[Rule, ...]:
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
     return operator_rules(rows, path)
-
-
-def _engine(host: str, timeout: int, log) -> docker.DockerClient:
-    """A client for the engine (the machine's, or the swarm manager's), also when it is
-    down right now: the monitor must start all the same, and reconnects with backoff."""
-    try:
-        return docker.DockerClient(base_url=host, timeout=timeout)
-    except docker.errors.DockerException as exc:  # a bad address fails again below
-        log.warning("the Docker engine at %s does not answer yet: %s", host, exc)
-        return docker.DockerClient(base_url=host, timeout=timeout, version=FALLBACK_API_VERSION)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,9 @@ PURE_FILES = [
     "dlaas/domain/metric_query.py",
     "services/lcm/utilization.py",
     "dlaas/domain/hooks.py",
+    "dlaas/domain/authz.py",
+    "dlaas/adapters/engines/swarm_spec.py",
+    "dlaas/adapters/engines/reports.py",
 ]
 PURE_GLOBS = ["services/scheduler/policy/**/*.py"]
 
