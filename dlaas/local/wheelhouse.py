@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -90,6 +91,7 @@ def ensure_wheelhouse(
     local = wheel_dir()
     find_links = ("--find-links", str(local)) if local.is_dir() else ()
     progress(f"resolving {' '.join(requirements)} into {house} (pip download)...")
+    started = time.monotonic()
     cmd = [
         sys.executable, "-m", "pip", "download", "--dest", str(house), "--no-cache-dir",
         "--disable-pip-version-check", "--progress-bar=off", *find_links, *TARGET,
@@ -110,6 +112,9 @@ def ensure_wheelhouse(
             f"local wheels are taken from {local} (${WHEEL_DIR_ENV}):\n{tail}"
         )
     (house / COMPLETE).write_text("\n".join(requirements) + "\n")
+    wheels = listing(house)
+    megabytes = sum(size for _name, size in wheels) / 2**20
+    progress(f"  {len(wheels)} wheels, {megabytes:.0f} MB ({time.monotonic() - started:.0f} s)")
     return house
 
 
