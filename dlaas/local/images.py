@@ -77,21 +77,21 @@ class FrameworkLayer:
 
 
 # Every (framework, version) of FRAMEWORK_VERSIONS (dlaas.domain.manifest), and nothing else
-# (a unit test keeps the two in step). Times and sizes measured on this machine (2 cores).
+# (a unit test keeps the two in step). Times as measured on this machine (2 cores).
 FRAMEWORK_LAYERS = {
     ("pytorch", "2.13"): FrameworkLayer(
         "Dockerfile.pytorch",
-        "pip, torch 2.13.0 CPU, about 3 minutes",
+        "pip, torch 2.13.0 CPU, under 2 minutes",
         wheels=("torch==2.13.0+cpu",),
     ),
     ("tensorflow", "2.21"): FrameworkLayer(
         "Dockerfile.tensorflow",
-        "pip, tensorflow-cpu 2.21.0, about 4 minutes",
+        "pip, tensorflow-cpu 2.21.0, under 2 minutes",
         wheels=("tensorflow-cpu==2.21.0",),
     ),
     ("mpi", "4.1"): FrameworkLayer(
         "Dockerfile.mpi",
-        "Debian's OpenMPI, mpi4py and OpenSSH, about a minute",
+        "Debian's OpenMPI, mpi4py and OpenSSH, seconds",
         buildargs={"OPENMPI_VERSION": "4.1"},
     ),
 }
