@@ -97,3 +97,18 @@ def test_the_framework_option_refuses_what_has_no_image(asked, problem):
     with pytest.raises(ImageUnavailable) as info:
         images.chosen_frameworks([asked])
     assert info.value.message.startswith(problem)
+
+
+def test_dlaas_images_build_passes_its_frameworks_to_the_builder(monkeypatch):
+    from typer.testing import CliRunner
+
+    from dlaas.clients.cli import app
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(images, "main", lambda argv: calls.append(argv) or 0)
+    args = ["images", "build", "--force", "--framework", "torch", "--framework", "mpi:4.1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert calls == [["--force", "--framework", "torch", "--framework", "mpi:4.1"]]
+    assert CliRunner().invoke(app, ["images", "build", "--learner-only"]).exit_code == 0
+    assert calls[-1] == ["--learner-only"]
