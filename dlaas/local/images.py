@@ -86,8 +86,10 @@ FRAMEWORK_LAYERS = {
     ),
     ("tensorflow", "2.21"): FrameworkLayer(
         "Dockerfile.tensorflow",
-        "pip, tensorflow-cpu 2.21.0, under 2 minutes",
-        wheels=("tensorflow-cpu==2.21.0",),
+        "pip, tensorflow-cpu 2.21.0 and tf_keras, under 2 minutes",
+        # Keras 2 beside Keras 3: MultiWorkerMirroredStrategy fits with it (TF_USE_LEGACY_KERAS=1,
+        # examples/keras); Keras 3 cannot (keras-team/keras#20585).
+        wheels=("tensorflow-cpu==2.21.0", "tf_keras==2.21.0"),
     ),
     ("mpi", "4.1"): FrameworkLayer(
         "Dockerfile.mpi",

@@ -63,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     if not matches:
         print(
             f"error: no digits.npz under --data {args.data}: upload it with "
-            "`python examples/digits/prepare.py --endpoint URL --bucket BUCKET` and name "
-            "that bucket as training_data in the manifest",
+            "`python examples/digits/prepare.py --out data` and "
+            "`dlaas data upload digits-data data/digits.npz`, and name that bucket as "
+            "training_data in the manifest",
             file=sys.stderr,
         )
         return 2

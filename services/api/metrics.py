@@ -18,8 +18,9 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from dlaas.adapters.job_metrics import learner_metrics
+from services.api.deps import CallerDep, DepsDep
 from services.api.models import error_responses
-from services.api.routes import MAX_OFFSET, CallerDep, DepsDep, _owned
+from services.api.routes import MAX_OFFSET, _owned
 
 log = logging.getLogger(__name__)
 

@@ -136,8 +136,8 @@ def test_digits_example_completes_with_model_in_s3_and_logs_readable(live):
 
 def test_two_learners_exchange_gradients_and_agree(live):
     http, _, docker_client = live
-    manifest = (REPO / "examples/ddp/manifest.yaml").read_text()
-    job_id = submit(http, manifest, REPO / "examples/ddp")
+    manifest = (REPO / "tests/fixtures/jobs/numpy-allreduce/manifest.yaml").read_text()
+    job_id = submit(http, manifest, REPO / "tests/fixtures/jobs/numpy-allreduce")
     job = wait_final(http, job_id)
     assert job["status"] == "COMPLETED", [(h["status"], h["reason"]) for h in job["history"]]
     sums = set()
@@ -357,14 +357,14 @@ def test_lcm_leader_killed_at_successive_moments_of_a_deployment_leaves_one_gang
     learners): another replica adopts each job, which runs once, to the end."""
     http, _, docker_client = live
     manifest = (
-        (REPO / "examples/ddp/manifest.yaml")
+        (REPO / "tests/fixtures/jobs/numpy-allreduce/manifest.yaml")
         .read_text()
         .replace("python3 train.py --epochs 20", "python3 train.py --epochs 3")
     )
     killed_in: list[str] = []
     for delay in (0.0, 0.15, 0.3, 0.6, 1.0):
         pid = _lcm_leader_pid(home)
-        job_id = submit(http, manifest, REPO / "examples/ddp")
+        job_id = submit(http, manifest, REPO / "tests/fixtures/jobs/numpy-allreduce")
         time.sleep(delay)
         os.kill(pid, signal.SIGKILL)
         killed_in.append(http.get(f"/v1/jobs/{job_id}").json()["status"])

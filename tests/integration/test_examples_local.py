@@ -23,7 +23,7 @@ from dlaas.local.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"
-DDP = REPO / "examples" / "ddp"
+DDP = REPO / "tests" / "fixtures" / "jobs" / "numpy-allreduce"
 EPOCH_RE = re.compile(r"^epoch (\d+)/(\d+) loss=([\d.]+) .*accuracy=([\d.]+)", re.MULTILINE)
 
 

@@ -7,6 +7,7 @@ the fix."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -80,22 +81,27 @@ def test_join_folded_keeps_a_break_the_writer_asked_for():
 # --------------------------------------------------------------------------- bucket names
 
 
-def test_underscore_buckets_are_refused_naming_the_field_and_the_name_to_use():
+def test_underscore_buckets_of_an_own_store_are_refused_naming_the_name_to_use():
+    # FfDL's manifest names its own store (connection.auth_url): S3 there takes no '_'.
     with pytest.raises(InvalidManifest) as info:
         parse_manifest(text("ffdl-pytorch-model.yml"))
-    problems = info.value.problems
-    assert len(problems) == 2
-    data, results = problems
-    assert data.startswith("data_stores[0].training_data.container:")
-    assert "'_' is not allowed" in data and "'mnist-training-data'" in data
-    assert results.startswith("data_stores[0].training_results.container:")
-    assert "'mnist-trained-model'" in results
+    (problem,) = info.value.problems
+    assert problem.startswith("data_stores[0]: training_data.container:")
+    assert "'_' is not allowed" in problem and "'mnist-training-data'" in problem
 
 
-def test_validate_refuses_underscore_buckets_in_one_line_each(tmp_path):
+def test_underscore_buckets_in_the_platforms_store_are_accepted_as_written():
+    body = text("ffdl-pytorch-model.yml")
+    body = body[: body.index("    connection:")] + body[body.index("framework:") :]
+    store = parse_manifest(body).data_store()
+    assert store.training_data.container == "mnist_training_data"
+    assert store.training_results.container == "mnist_trained_model"
+
+
+def test_validate_refuses_underscore_buckets_of_an_own_store_in_one_line(tmp_path):
     r = validate(tmp_path, text("ffdl-horovod.yml"))
     assert r.exit_code == 1
-    assert "data_stores[0].training_data.container" in r.output
+    assert "training_data.container" in r.output
     assert "'horovod-mnist-data'" in r.output
     assert "Traceback" not in r.output
 
@@ -229,3 +235,108 @@ def test_a_sealed_ffdl_manifest_keeps_its_folded_command_on_one_line():
         command = parse_manifest(box.open(stored)).framework.command
         assert command == parse_manifest(body).framework.command
         assert "\n" not in command
+
+
+# --------------------------------------------------------------------------- FfDL's examples
+# tests/fixtures/ffdl/<name>: FfDL's pytorch-model, keras-test and pytorch-launch-dist in
+# their shapes (manifest and code written for these tests, on the digits); each manifest says
+# what had to change from FfDL's. They run on the host in
+# tests/integration/test_framework_examples.py.
+
+FFDL = FIXTURES.parent / "ffdl"
+
+
+def ffdl(name: str) -> str:
+    return (FFDL / name / "manifest.yml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "image"),
+    [
+        ("pytorch-model", "dlaas/learner-pytorch:"),
+        ("pytorch-launch-dist", "dlaas/learner-pytorch:"),
+        ("keras-test", "dlaas/learner-tensorflow:2.21"),
+    ],
+)
+def test_each_ffdl_fixture_validates_as_written_and_selects_its_framework_image(
+    tmp_path, name, image
+):
+    r = validate(tmp_path, ffdl(name), "--json")
+    assert r.exit_code == 0, r.output
+    assert resolve_image(parse_manifest(ffdl(name)), "dlaas/learner:latest").startswith(image)
+
+
+@pytest.mark.parametrize("name", ["pytorch-model", "pytorch-launch-dist"])
+def test_ffdl_bucket_names_with_underscores_are_kept_as_written(name):
+    store = parse_manifest(ffdl(name)).data_store()
+    assert store.training_data.container == "tf_training_data"
+    assert store.training_results.container == "tf_trained_model"
+
+
+@pytest.mark.parametrize(
+    ("name", "command", "files"),
+    [
+        ("pytorch-model", "python mnist.py --epochs 5", ["mnist.py"]),
+        (
+            "keras-test",
+            (
+                "pip install keras && python3 keras-test/mnist_cnn.py "
+                "--mnistData ${DATA_DIR}/digits.npz"
+            ),
+            ["keras-test/mnist_cnn.py"],
+        ),
+        (
+            "pytorch-launch-dist",
+            (
+                "./setup.sh; . ./env_file; python -m torch.distributed.launch "
+                "--nproc_per_node=$NUM_GPUS --nnodes=$NUM_LEARNERS --node_rank=$node_rank "
+                "--master_addr=$master_node --master_port=1234 train_dist_launcher.py "
+                "--batch_size=256;"
+            ),
+            ["setup.sh", "train_dist_launcher.py"],
+        ),
+    ],
+)
+def test_ffdl_fixtures_run_ffdls_commands_over_their_own_files(name, command, files):
+    m = parse_manifest(ffdl(name))
+    assert m.framework.command == command
+    assert m.framework.launcher == "none"  # FfDL's commands start their own launchers
+    for f in files:
+        assert (FFDL / name / f).is_file(), f
+    assert os.access(FFDL / "pytorch-launch-dist" / "setup.sh", os.X_OK)  # run as ./setup.sh
+
+
+def test_the_distributed_ffdl_fixture_has_two_learners_on_cpus():
+    m = parse_manifest(ffdl("pytorch-launch-dist"))
+    assert (m.learners, m.gpus) == (2, 0)
+
+
+# --------------------------------------------------------------------------- our examples
+
+
+@pytest.mark.parametrize(
+    ("path", "launcher", "processes"),
+    [
+        ("pytorch-ddp/manifest.yaml", "none", None),
+        ("pytorch-ddp/manifest-torchrun.yaml", "torchrun", 2),
+        ("mpi/manifest.yaml", "mpi", None),
+        ("keras/manifest.yaml", "none", None),
+    ],
+)
+def test_each_framework_example_validates_with_two_learners(tmp_path, path, launcher, processes):
+    body = (EXAMPLES / path).read_text()
+    r = validate(tmp_path, body)
+    assert r.exit_code == 0, r.output
+    m = parse_manifest(body)
+    assert m.learners == 2
+    assert (m.framework.launcher, m.framework.processes_per_learner) == (launcher, processes)
+    assert m.framework.command.startswith("python train.py --epochs ")
+    assert (EXAMPLES / path).parent.joinpath("train.py").is_file()
+    assert m.data_store().training_data.container == "digits-data"
+
+
+def test_no_example_tells_users_to_upload_with_keys():
+    # The README's `dlaas data upload` is the way; a user never holds an S3 key.
+    for path in [*EXAMPLES.rglob("*.yaml"), *EXAMPLES.rglob("*.py"), EXAMPLES / "README.md"]:
+        text = path.read_text()
+        assert "--endpoint" not in text and "AWS_SECRET_ACCESS_KEY" not in text, path
