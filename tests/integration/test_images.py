@@ -139,18 +139,20 @@ def test_torchrun_in_the_pytorch_image_runs_a_gloo_all_reduce(docker_client, pyt
 
 
 @pytest.mark.timeout(900)
-def test_the_tensorflow_image_runs_tensorflow_2_21_and_keras(docker_client, tensorflow_image):
+def test_the_tensorflow_image_runs_tensorflow_2_21_keras_3_and_tf_keras(
+    docker_client, tensorflow_image
+):
     assert tensorflow_image == "dlaas/learner-tensorflow:2.21"
     out = run(
         docker_client,
         tensorflow_image,
-        "python -c 'import tensorflow as tf, keras; "
-        'print(tf.__version__, keras.__version__.split(".")[0], '
+        "python -c 'import tensorflow as tf, keras, tf_keras; "
+        'print(tf.__version__, keras.__version__.split(".")[0], tf_keras.__version__, '
         "float(tf.reduce_sum(tf.ones([2, 3]) * 2)))' "
         f"&& pip --version && {WRAPPER} && echo wrapper ok",
     )
     lines = out.splitlines()
-    assert "2.21.0 3 12.0" in lines, out
+    assert "2.21.0 3 2.21.0 12.0" in lines, out  # Keras 3, and Keras 2 as tf_keras
     assert lines[-1] == "wrapper ok" and any(line.startswith("pip ") for line in lines)
 
 
