@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from dlaas.adapters.engines.swarm_spec import LABEL_NODE
 from dlaas.config import PlatformSettings
+from dlaas.domain.jobspec import LABEL_NODE
 
 # Retired with the multi-engine mode; still named, so that a setting left behind is refused.
 NODES_FILE_ENV = "DLAAS_NODES_FILE"

@@ -18,6 +18,8 @@ LABEL_JOB = "dlaas.job"
 LABEL_ROLE = "dlaas.role"  # "helper" | "learner"
 LABEL_LEARNER = "dlaas.learner"  # learner index, 0-based
 LABEL_USER = "dlaas.user"
+# A swarm node's platform name (a node label; else its hostname), and a service's node.
+LABEL_NODE = "dlaas.node"
 
 ROLE_HELPER = "helper"
 ROLE_LEARNER = "learner"

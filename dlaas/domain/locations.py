@@ -11,8 +11,10 @@ platform's S3 at different addresses, hence `for_containers`.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol
 
-from dlaas.config import PlatformSettings
+from pydantic import SecretStr
+
 from dlaas.domain.errors import InvalidManifest
 from dlaas.domain.manifest import Manifest
 from dlaas.domain.namespace import (
@@ -25,6 +27,22 @@ from dlaas.domain.namespace import (
 
 # Where jobs from before teams existed (team "") kept their results by default.
 LEGACY_RESULTS_BUCKET = "dlaas-results"
+
+
+class PlatformS3(Protocol):
+    """What the platform's own S3 is, as settings say (dlaas.config.PlatformSettings has it).
+
+    A protocol, not the settings class: the domain reads no configuration, it is handed it.
+    """
+
+    @property
+    def s3_endpoint(self) -> str: ...
+    @property
+    def s3_endpoint_for_containers(self) -> str: ...
+    @property
+    def s3_access_key(self) -> str: ...
+    @property
+    def s3_secret_key(self) -> SecretStr: ...
 
 
 @dataclass(frozen=True)
@@ -77,13 +95,12 @@ def check_buckets(manifest: Manifest, team: str) -> None:
 
 
 def job_locations(
-    manifest: Manifest, settings: PlatformSettings, team: str, *, for_containers: bool = False
+    manifest: Manifest, settings: PlatformS3, team: str, *, for_containers: bool = False
 ) -> tuple[S3Location | None, S3Location]:
     """(training data, results) for a job; results default to the team's results bucket."""
     store = manifest.data_store()
     own = store is not None and bool(store.connection.endpoint)
-    if own:
-        assert store is not None
+    if store is not None and own:
         endpoint = store.connection.endpoint or ""
         access = store.connection.access_key or ""
         secret = (

@@ -17,9 +17,9 @@ import pytest
 
 from dlaas.adapters.engines.swarm_engine import SwarmEngine
 from dlaas.adapters.engines.swarm_spec import SECRET_PATH
-from dlaas.adapters.nodes import LABEL_NODE
 from dlaas.domain import jobspec
 from dlaas.domain.errors import TemporaryError
+from dlaas.domain.jobspec import LABEL_NODE
 from dlaas.domain.plan import ContainerSpec, DeploymentPlan, job_labels
 
 pytestmark = pytest.mark.docker

@@ -49,7 +49,7 @@ from dlaas.adapters.engines.swarm_spec import (
     secret_env,
     service_spec,
 )
-from dlaas.adapters.nodes import LABEL_NODE, SwarmNode, node_of
+from dlaas.adapters.nodes import SwarmNode, node_of
 from dlaas.domain import jobspec
 from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError
 from dlaas.domain.plan import DeploymentPlan
@@ -128,7 +128,7 @@ class SwarmEngine:
         if job_id:
             extra.append(f"{jobspec.LABEL_JOB}={job_id}")
         if node:
-            extra.append(f"{LABEL_NODE}={node}")
+            extra.append(f"{jobspec.LABEL_NODE}={node}")
         return self.api.services(filters=self._label(*extra))
 
     def latest_tasks(self, services: Sequence[dict]) -> dict[str, dict]:
@@ -147,7 +147,9 @@ class SwarmEngine:
         services = self.services(job_id, node)
         tasks = self.latest_tasks(services)
         return [
-            container_of(s, tasks.get(s["ID"]), (s["Spec"].get("Labels") or {}).get(LABEL_NODE, ""))
+            container_of(
+                s, tasks.get(s["ID"]), (s["Spec"].get("Labels") or {}).get(jobspec.LABEL_NODE, "")
+            )
             for s in services
         ]
 

@@ -13,8 +13,6 @@ from dlaas.domain import jobspec
 from dlaas.domain.plan import ContainerSpec, DeploymentPlan
 from dlaas.domain.ports import Container
 
-# A swarm node's platform name (a node label; else its hostname), and a service's node.
-LABEL_NODE = "dlaas.node"
 SECRET_FILE = "dlaas-env"
 SECRET_PATH = f"/run/secrets/{SECRET_FILE}"
 LEARNER_STOP_GRACE_S = 10
@@ -190,7 +188,7 @@ def service_spec(
         resources["Reservations"] = {
             "GenericResources": [{"DiscreteResourceSpec": {"Kind": "gpu", "Value": spec.gpus}}]
         }
-    labels = {**spec.labels, LABEL_NODE: spec.node}
+    labels = {**spec.labels, jobspec.LABEL_NODE: spec.node}
     return {
         "Name": spec.name,
         "Labels": labels,
