@@ -25,5 +25,7 @@ except ServerError as e:
 # Lint and format first: a minute of pytest is not spent on code that would not land.
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
+# Dependencies point inward: the layer, purity and cycle contracts in pyproject.toml.
+"$VENV/bin/lint-imports" --no-cache
 
 exec "$VENV/bin/pytest" -q -ra -p no:cacheprovider --durations=15 "$@" </dev/null

@@ -1,214 +1,121 @@
-"""Dependencies point inward: the pure modules never reach an I/O library.
+"""Dependencies point inward, checked by import-linter (`[tool.importlinter]` in pyproject.toml).
 
-Reads the source with `ast` instead of importing it, follows every import that lands
-inside the repository (including the packages' `__init__.py`, which Python runs on the
-way), and fails naming the import chain that reaches a forbidden library. Imports under
-`if TYPE_CHECKING:` are skipped: they never run. Imports inside functions count: they
-run when the function does.
+The contracts: layers (services over clients over the local platform over adapters over the
+core), services independent of each other, clients and adapters importing no service, the
+pure logic (the domain, the scheduling policies, the pure deciders) reaching no adapter,
+configuration or I/O library, and no import cycle between the modules of a package.
+scripts/test.sh runs `lint-imports` before pytest; here the same contracts run on the tree,
+and on copies of it with one forbidden import planted, which must break the contract that
+forbids it: a contract that cannot fail checks nothing. Imports inside functions count
+(they run when the function does); imports under `if TYPE_CHECKING:` do not (they never run).
 """
 
 from __future__ import annotations
 
-import ast
-import functools
-from dataclasses import dataclass
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
-from source_scan import tree
+from importlinter import configuration
+from importlinter.application import use_cases
 
 REPO = Path(__file__).resolve().parents[2]
 
-FORBIDDEN = frozenset(
-    {"docker", "pymongo", "grpc", "fastapi", "pyetcd", "boto3", "httpx", "sqlite3"}
-)
 
-PURE_FILES = [
-    "dlaas/domain/manifest.py",
-    "dlaas/domain/status.py",
-    "dlaas/domain/jobspec.py",
-    "dlaas/domain/errors.py",
-    "dlaas/domain/plan.py",
-    "dlaas/domain/launch.py",
-    "dlaas/domain/job_keys.py",
-    "services/jobmonitor/decide.py",
-    "services/jobmonitor/workqueue.py",
-    "dlaas/domain/ports.py",
-    "services/api/rules.py",
-    "dlaas/domain/purge.py",
-    "dlaas/domain/keys.py",
-    "dlaas/domain/metrics.py",
-    "dlaas/domain/metric_query.py",
-    "services/lcm/utilization.py",
-    "dlaas/domain/hooks.py",
-    "dlaas/domain/authz.py",
-    "dlaas/adapters/engines/swarm_spec.py",
-    "dlaas/adapters/engines/reports.py",
+def lint(root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> str:
+    """Check `root`'s contracts (its pyproject.toml) over `root`'s packages; the report."""
+    # import-linter finds a root package with importlib, which answers with the module
+    # already imported (this test session's): make it look on the path, `root` first.
+    monkeypatch.syspath_prepend(str(root))
+    for package in ("dlaas", "services"):
+        monkeypatch.delitem(sys.modules, package, raising=False)
+    configuration.configure()  # what the `lint-imports` command does first
+    capsys.readouterr()
+    passed = use_cases.lint_imports(
+        config_filename=str(root / "pyproject.toml"), cache_dir=None, no_logo=True
+    )
+    # The report wraps long contract names: compare with the white space folded.
+    report = " ".join(capsys.readouterr().out.split())
+    return ("PASSED " if passed else "FAILED ") + report
+
+
+def test_the_tree_keeps_every_contract(monkeypatch, capsys):
+    report = lint(REPO, monkeypatch, capsys)
+    assert report.startswith("PASSED"), report
+    assert "0 broken" in report
+
+
+def copy_with(tmp_path: Path, rel: str, planted: str) -> Path:
+    """A copy of the packages and pyproject.toml, with `planted` appended to `rel`."""
+    for package in ("dlaas", "services"):
+        shutil.copytree(
+            REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / rel
+    target.write_text(target.read_text() + "\n" + planted + "\n")
+    return tmp_path
+
+
+PLANTED = [
+    # (file, planted code, the contract it breaks, the import the report names)
+    pytest.param(
+        "dlaas/domain/status.py",
+        "def f():\n    import docker",  # inside a function: it runs when the function does
+        "Pure logic reaches no adapter, configuration or I/O library BROKEN",
+        "dlaas.domain.status -> docker",
+        id="domain-imports-io-library",
+    ),
+    pytest.param(
+        "services/scheduler/policy/model.py",
+        "from dlaas.config import PlatformSettings",
+        "Pure logic reaches no adapter, configuration or I/O library BROKEN",
+        "services.scheduler.policy.model -> dlaas.config",
+        id="policy-reads-configuration",
+    ),
+    pytest.param(
+        "dlaas/domain/plan.py",
+        "from dlaas.adapters import s3",
+        "Layers: services over clients over the local platform over adapters over the core BROKEN",
+        "dlaas.domain.plan -> dlaas.adapters.s3",
+        id="domain-imports-adapter",
+    ),
+    pytest.param(
+        "services/api/errors.py",
+        "from services.lcm import use_cases",
+        "Services import each other only through the protos BROKEN",
+        "services.api.errors -> services.lcm.use_cases",
+        id="service-imports-service",
+    ),
+    pytest.param(
+        "dlaas/adapters/s3.py",
+        "import services.api.rules",
+        "Clients and adapters import no service BROKEN",
+        "dlaas.adapters.s3 -> services.api.rules",
+        id="adapter-imports-service",
+    ),
+    pytest.param(
+        "dlaas/domain/locations.py",
+        "from dlaas.domain import plan",  # plan imports locations
+        "No import cycles between the modules of a package BROKEN",
+        "No cycles are allowed in dlaas.domain",
+        id="cycle",
+    ),
 ]
-PURE_GLOBS = ["services/scheduler/policy/**/*.py"]
 
 
-@dataclass(frozen=True)
-class Violation:
-    chain: tuple[str, ...]  # repo modules from the pure one to the importer
-    target: str  # the forbidden module imported
-    where: str  # file:line of that import
-
-    def __str__(self) -> str:
-        return f"{' -> '.join(self.chain)} imports {self.target} ({self.where})"
-
-
-def module_name(root: Path, path: Path) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+@pytest.mark.parametrize(("rel", "planted", "contract", "named"), PLANTED)
+def test_a_planted_violation_breaks_its_contract(
+    tmp_path, monkeypatch, capsys, rel, planted, contract, named
+):
+    report = lint(copy_with(tmp_path, rel, planted), monkeypatch, capsys)
+    assert report.startswith("FAILED"), report
+    assert contract in report, report
+    assert named in report, report
 
 
-def module_file(root: Path, name: str) -> Path | None:
-    base = root.joinpath(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _runtime_nodes(tree: ast.AST):
-    """Every node except the bodies of `if TYPE_CHECKING:` blocks."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            todo.extend(node.orelse)
-            continue
-        todo.extend(ast.iter_child_nodes(node))
-
-
-def imports_of(root: Path, path: Path) -> tuple[tuple[str, int, bool], ...]:
-    """(absolute module name, line, maybe_submodule) for every runtime import in `path`.
-
-    `from pkg import name` yields `pkg`, and `pkg.name` marked maybe_submodule: `name`
-    may be a submodule (followed if it is a file) or just an attribute. Read once per
-    session per version of the file: every pure module's walk passes the same ones.
-    """
-    return _imports_of(root, path, path.stat().st_mtime_ns)
-
-
-@functools.cache
-def _imports_of(root: Path, path: Path, _mtime_ns: int) -> tuple[tuple[str, int, bool], ...]:
-    me = module_name(root, path)
-    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
-    out: list[tuple[str, int, bool]] = []
-    for node in _runtime_nodes(tree(path)):
-        if isinstance(node, ast.Import):
-            out += [(alias.name, node.lineno, False) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".") if package else []
-                parts = parts[: len(parts) - (node.level - 1)]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
-            if base:
-                out.append((base, node.lineno, False))
-            out += [(f"{base}.{a.name}".lstrip("."), node.lineno, True) for a in node.names]
-    return tuple(out)
-
-
-def with_parents(name: str) -> list[str]:
-    """`a.b.c` -> [`a`, `a.b`, `a.b.c`]: importing a module runs its packages first."""
-    parts = name.split(".")
-    return [".".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-def forbidden_imports(root: Path, start: Path, forbidden=FORBIDDEN) -> list[Violation]:
-    """Follow the imports of `start` through the repository; report forbidden ones."""
-    first = module_name(root, start)
-    chains: dict[str, tuple[str, ...]] = {}
-    todo: list[str] = []
-    for name in with_parents(first):
-        if module_file(root, name) and name not in chains:
-            chains[name] = (first,) if name == first else (first, f"(package {name})")
-            todo.append(name)
-    found: list[Violation] = []
-    while todo:
-        current = todo.pop()
-        path = module_file(root, current)
-        assert path is not None
-        for target, line, maybe_submodule in imports_of(root, path):
-            if target.split(".")[0] in forbidden and not maybe_submodule:
-                where = f"{path.relative_to(root)}:{line}"
-                found.append(Violation(chains[current], target, where))
-                continue
-            for name in with_parents(target):
-                if name not in chains and module_file(root, name):
-                    chains[name] = (*chains[current], name)
-                    todo.append(name)
-    return sorted(set(found), key=str)
-
-
-def pure_modules() -> list[Path]:
-    files = [REPO / f for f in PURE_FILES]
-    for pattern in PURE_GLOBS:
-        files += sorted(REPO.glob(pattern))
-    return files
-
-
-@pytest.mark.parametrize("path", pure_modules(), ids=lambda p: str(p.relative_to(REPO)))
-def test_pure_module_reaches_no_io_library(path):
-    assert path.is_file(), f"{path.relative_to(REPO)} is listed as pure but does not exist"
-    violations = forbidden_imports(REPO, path)
-    assert not violations, "pure module reaches an I/O library:\n" + "\n".join(map(str, violations))
-
-
-# -- the checker itself must be able to fail -------------------------------------------
-
-
-def write(root: Path, rel: str, text: str) -> Path:
-    p = root / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-    return p
-
-
-def test_checker_follows_relative_imports_and_package_inits(tmp_path):
-    write(tmp_path, "pkg/__init__.py", "")
-    write(tmp_path, "pkg/sub/__init__.py", "import httpx\n")
-    start = write(
-        tmp_path,
-        "pkg/pure.py",
-        "from typing import TYPE_CHECKING\n"
-        "from . import helper\n"
-        "from .sub import thing\n"
-        "if TYPE_CHECKING:\n"
-        "    import grpc\n",
-    )
-    write(tmp_path, "pkg/helper.py", "def f():\n    from docker.types import Mount\n")
-    write(tmp_path, "pkg/sub/thing.py", "import os\n")
-    got = {(v.target, v.where, v.chain) for v in forbidden_imports(tmp_path, start)}
-    assert got == {
-        ("docker.types", "pkg/helper.py:2", ("pkg.pure", "pkg.helper")),
-        ("httpx", "pkg/sub/__init__.py:1", ("pkg.pure", "pkg.sub")),
-    }
-
-
-def test_checker_sees_parent_package_init_of_the_start_module(tmp_path):
-    write(tmp_path, "svc/__init__.py", "import sqlite3\n")
-    start = write(tmp_path, "svc/policy.py", "import math\n")
-    (v,) = forbidden_imports(tmp_path, start)
-    assert (v.target, v.where) == ("sqlite3", "svc/__init__.py:1")
-    assert str(v) == "svc.policy -> (package svc) imports sqlite3 (svc/__init__.py:1)"
-
-
-def test_checker_passes_a_clean_module(tmp_path):
-    write(tmp_path, "clean/__init__.py", "from .a import x\n")
-    write(tmp_path, "clean/a.py", "import json\nx = 1\n")
-    start = write(tmp_path, "clean/b.py", "from clean.a import x\nimport dataclasses\n")
-    assert forbidden_imports(tmp_path, start) == []
+def test_type_checking_imports_do_not_count(tmp_path, monkeypatch, capsys):
+    planted = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import docker"
+    report = lint(copy_with(tmp_path, "dlaas/domain/status.py", planted), monkeypatch, capsys)
+    assert report.startswith("PASSED"), report
