@@ -102,7 +102,8 @@ class StatusKeeper(StatusRepo):
         )
         if not ok:
             current = self.get(job_id)
-            assert current is not None
+            if current is None:  # there a moment ago, deleted (purged) since
+                raise JobNotFound(job_id)
             return current
         # The job's record comes with its QUEUED entry already (store.create), so the
         # store records nothing new here: winning the etcd create is what makes this the

@@ -233,7 +233,7 @@ ENV_HELPER_PRIMARY = "DLAAS_HELPER_PRIMARY"
 ENV_HELPER_FINISH_ON_EXIT = "DLAAS_HELPER_FINISH_ON_EXIT"
 # Where the helper finds its secret env entries as a file of NAME=value lines, when the
 # engine hands secrets over as files (Swarm secrets) instead of env values.
-ENV_SECRET_FILE = "DLAAS_SECRET_ENV_FILE"
+ENV_SECRET_FILE = "DLAAS_SECRET_ENV_FILE"  # noqa: S105 - a variable's name, not a secret
 
 
 def format_event(event: str, **fields: object) -> str:

@@ -204,7 +204,8 @@ def hostfile(num_learners: int, slots: int) -> str:
     return "".join(f"{jobspec.learner_alias(i)} slots={slots}\n" for i in range(num_learners))
 
 
-MPI_HOSTFILE = "/tmp/dlaas-mpi-hostfile"
+# In the learner's container, whose /tmp is a tmpfs of its own.
+MPI_HOSTFILE = "/tmp/dlaas-mpi-hostfile"  # noqa: S108
 # Per-learner names that each rank's own container sets; never forwarded from learner 0.
 _NOT_FORWARDED = frozenset(
     {

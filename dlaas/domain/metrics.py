@@ -320,16 +320,15 @@ class Extractor:
                 self.step = named
             found += [(name, self.step, value) for name, value in key_values(line)]
         if self.spec is not None:
-            found += self._regex(line)
+            found += self._regex(line, self.spec)
         out = [p for name, step, value in found if (p := self._point(name, step, value))]
         self.index += 1
         return out
 
-    def _regex(self, line: str) -> list[tuple[str, float | None, float]]:
-        assert self.spec is not None
-        self.window = [*self.window, line][-self.spec.lookahead :]
+    def _regex(self, line: str, spec: RegexSpec) -> list[tuple[str, float | None, float]]:
+        self.window = [*self.window, line][-spec.lookahead :]
         text = "\n".join(self.window) + "\n"
-        for group in self.spec.groups:
+        for group in spec.groups:
             m = group.regex.match(text)
             if m is None:
                 continue

@@ -89,7 +89,8 @@ def load_latest(directory: str | os.PathLike | None = None) -> tuple[int, dict |
     for step, path in reversed(list_checkpoints(directory)):
         try:
             data = path.read_bytes()
-            state = pickle.loads(data) if path.suffix == ".pkl" else data
+            # This job's own checkpoints, written by save() below into its own volume.
+            state = pickle.loads(data) if path.suffix == ".pkl" else data  # noqa: S301
         # Broad: unpickling damaged bytes raises nearly anything (UnpicklingError, EOFError,
         # ValueError, AttributeError, ...), and any damage means "not usable". Unreadable
         # should not happen with atomic saves: say so (on stderr without logging set up).

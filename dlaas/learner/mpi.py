@@ -21,7 +21,8 @@ from pathlib import Path
 
 from dlaas.domain import jobspec, launch
 
-AUTHORIZED_KEYS = Path("/tmp/dlaas-ssh/authorized_keys")
+# In the learner's container, whose /tmp is a tmpfs of its own.
+AUTHORIZED_KEYS = Path("/tmp/dlaas-ssh/authorized_keys")  # noqa: S108
 PEER_WAIT_S = 180.0  # learners start together; an image pull or a slow node is the wait
 POLL_S = 0.5
 GONE_AFTER = 3  # failed looks in a row before learner 0 counts as gone

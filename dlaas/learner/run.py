@@ -20,6 +20,7 @@ Stdlib only: this runs on Debian's python3.11 inside the job image.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -70,10 +71,8 @@ class _Signals:
     def handle(self, signum: int, _frame) -> None:
         self.received = signum
         if self.child is not None and self.child.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):  # exited meanwhile
                 os.killpg(self.child.pid, signum)
-            except ProcessLookupError:
-                pass
 
 
 def wait_for_data(mark: Path, signals: _Signals) -> bool:

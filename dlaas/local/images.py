@@ -25,6 +25,7 @@ CLI: `python -m dlaas.local.images [--force] [--learner-only | --framework NAME[
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import os
@@ -420,10 +421,8 @@ def ensure_framework_image(
 
 def _remove_quietly(client: docker.DockerClient, image_id: str) -> None:
     """Drop the image a rebuild replaced, unless a container still uses it."""
-    try:
+    with contextlib.suppress(docker.errors.APIError):  # still in use: it stays
         client.images.remove(image_id)
-    except docker.errors.APIError:
-        pass
 
 
 def chosen_frameworks(asked: list[str]) -> list[tuple[str, str]]:

@@ -75,7 +75,7 @@ def start_seaweedfs(
     dir: Path | str,
     access_key: str,
     secret_key: str,
-    bind: str = "0.0.0.0",
+    bind: str = "0.0.0.0",  # noqa: S104 - job containers reach it through the bridge
     timeout: float = 60.0,
     port: int | None = None,
     log: Path | None = None,

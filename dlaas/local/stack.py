@@ -34,6 +34,7 @@ CLI: `python -m dlaas.local.stack [--force]`, or `dlaas images build --stack`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import shutil
@@ -66,9 +67,10 @@ Progress = Callable[[str], None]
 
 # The swarm secrets docker-compose.yml attaches. A task finds each at /run/secrets/<name>,
 # which dlaas.config reads as the variable of that name in upper case.
-S3_SECRET_KEY_SECRET = "dlaas_s3_secret_key"
-ADMIN_TOKEN_SECRET = "dlaas_api_admin_token"
-SECRETS_KEY_SECRET = "dlaas_secrets_key"
+# Names, not secrets:
+S3_SECRET_KEY_SECRET = "dlaas_s3_secret_key"  # noqa: S105
+ADMIN_TOKEN_SECRET = "dlaas_api_admin_token"  # noqa: S105
+SECRETS_KEY_SECRET = "dlaas_secrets_key"  # noqa: S105
 
 
 @dataclass(frozen=True)
@@ -321,10 +323,8 @@ def _remove_quietly(client, image_id: str) -> None:
     """Drop the image a rebuild replaced, unless a container or a child image still uses it."""
     import docker.errors
 
-    try:
+    with contextlib.suppress(docker.errors.APIError):  # still in use: it stays
         client.images.remove(image_id)
-    except docker.errors.APIError:
-        pass
 
 
 def create_secrets(client, secrets: Mapping[str, str]) -> None:

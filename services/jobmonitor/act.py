@@ -10,6 +10,7 @@ idempotent: a container or network already gone is fine.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -155,10 +156,9 @@ class Actor:
     def remove_resources(self, job_id: str) -> None:
         """Remove the job's containers, networks and volumes on every engine that answers."""
         for node, engine in self.observer.reachable():
-            try:
+            # Unreachable: marked down; its engine's reconnection looks at every job again.
+            with contextlib.suppress(EngineUnreachable):
                 self.observer.reach.call(node, engine.remove_resources, job_id)
-            except EngineUnreachable:
-                pass  # marked down; its engine's reconnection looks at every job again
 
     def forget(self, job_id: str) -> None:
         """Drop everything about a job that is gone (deleted): what was learned, deadlines."""

@@ -169,12 +169,14 @@ class Deployment:
             return data, results, code
         key, secret = self.identities.issue(job_id, policy)
 
-        def scoped(loc: S3Location | None) -> S3Location | None:
-            return loc.with_keys(key, secret) if loc is not None and loc.platform else loc
+        def scoped(loc: S3Location) -> S3Location:
+            return loc.with_keys(key, secret) if loc.platform else loc
 
-        scoped_results = scoped(results)
-        assert scoped_results is not None
-        return scoped(data), scoped_results, scoped(code)
+        return (
+            None if data is None else scoped(data),
+            scoped(results),
+            None if code is None else scoped(code),
+        )
 
     def _ensure_bucket(self, bucket: str) -> None:
         if self._s3 is None:

@@ -168,7 +168,8 @@ def list_sizes(creds: Credentials, bucket: str, prefix: str) -> dict[str, int]:
     if status != 200:
         raise S3LiteError(f"listing s3://{bucket}/{prefix}: {status}")
     try:
-        root = ET.fromstring(body)
+        # The job's own S3 answers; expat (>= 2.4) refuses entity-amplification bombs anyway.
+        root = ET.fromstring(body)  # noqa: S314
     except ET.ParseError:
         raise S3LiteError(f"listing s3://{bucket}/{prefix}: not XML") from None
     ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""

@@ -249,9 +249,9 @@ class Harness:
                 proc.kill()
             proc.wait(timeout=10)
         self._procs.clear()
-        for stop, thread in self._runs:
+        for stop, _thread in self._runs:
             stop.set()
-        for stop, thread in self._runs:
+        for _stop, thread in self._runs:
             thread.join(timeout=10)
             assert not thread.is_alive(), "the monitor did not stop"
         self._runs.clear()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import uuid
@@ -86,10 +87,8 @@ def platforms():
     ids = [f"t-fw-{uuid.uuid4().hex[:10]}" for _ in range(2)]
     yield ids
     for pid in ids:
-        try:
+        with contextlib.suppress(FirewallError):
             firewall.remove(pid)
-        except FirewallError:
-            pass
 
 
 def _jumps(hook: str, chain: str) -> int:

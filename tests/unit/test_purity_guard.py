@@ -33,7 +33,7 @@ def bind_a_socket() -> None:
 ATTEMPTS = {
     "subprocess.run": lambda: subprocess.run([sys.executable, "-c", "pass"], check=False),
     "subprocess.Popen": lambda: subprocess.Popen(["true"]),
-    "os.system": lambda: os.system("true"),
+    "os.system": lambda: os.system("true"),  # noqa: S605 - the call the guard must refuse
     "os.fork": lambda: os.fork(),
     "multiprocessing": lambda: multiprocessing.get_context("fork").Process(target=print).start(),
     "socket.bind": bind_a_socket,
@@ -82,7 +82,7 @@ def test_a_phase_whose_code_swallowed_a_refusal_fails_at_its_end(purity_guard, r
     error (here a broad except, as product code with a fallback might have)."""
     phase = purity_guard.phase(request.node)  # one phase, as the runtest hooks drive it
     next(phase)
-    try:
+    try:  # noqa: SIM105 - spelled as product code with a fallback would spell it
         subprocess.run(["true"], check=False)
     except Exception:  # noqa: BLE001, S110 - swallowed on purpose: the phase must fail anyway
         pass

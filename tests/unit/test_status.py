@@ -76,12 +76,12 @@ def test_table_covers_every_status_and_only_known_edges():
 
 
 def test_final_statuses_map_to_nothing_but_a_halted_job_may_be_resumed():
-    assert FINAL == {S.COMPLETED, S.FAILED, S.HALTED}
+    assert {S.COMPLETED, S.FAILED, S.HALTED} == FINAL
     for s in FINAL:
         assert TRANSITIONS[s] == ({S.QUEUED} if s == S.HALTED else frozenset())
         assert JobState(s, 0.0, "done").final
-    assert USER_ONLY == {(S.HALTED, S.QUEUED)}
-    assert ACTIVE == set(Status) - FINAL
+    assert {(S.HALTED, S.QUEUED)} == USER_ONLY
+    assert set(Status) - FINAL == ACTIVE
     for s in ACTIVE:
         assert TRANSITIONS[s], f"{s} is active but has no way out"
         assert not JobState(s, 0.0, "x").final
@@ -182,23 +182,23 @@ def test_job_state_round_trips_through_dict():
 def test_the_named_groupings_are_the_ones_every_service_relies_on():
     # Pinned by value: a change to the table that moves a status between groupings must be
     # a decision (and this test updated), not a side effect.
-    assert TERMINAL == {S.COMPLETED, S.FAILED}
-    assert FINAL == {S.COMPLETED, S.FAILED, S.HALTED}
-    assert ACTIVE == {S.QUEUED, S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING}
-    assert DEPLOYED == {S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING}
+    assert {S.COMPLETED, S.FAILED} == TERMINAL
+    assert {S.COMPLETED, S.FAILED, S.HALTED} == FINAL
+    assert {S.QUEUED, S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING} == ACTIVE
+    assert {S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING} == DEPLOYED
     # A lost node (or containers killed) sends a STORING job back too: its checkpoints are
     # in S3, the results only its node had are gone.
-    assert RESTARTABLE == {S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING}
+    assert {S.PENDING, S.DOWNLOADING, S.PROCESSING, S.STORING} == RESTARTABLE
     # Not STORING: its training is done, no controller moves it on purpose.
-    assert REQUEUEABLE == {S.PENDING, S.DOWNLOADING, S.PROCESSING}
+    assert {S.PENDING, S.DOWNLOADING, S.PROCESSING} == REQUEUEABLE
 
 
 def test_the_groupings_follow_the_table():
     assert all(not TRANSITIONS[s] for s in TERMINAL)
     assert all(can_transition(s, S.QUEUED) for s in RESTARTABLE)
-    assert REQUEUEABLE == {s for s in RESTARTABLE if (s, S.QUEUED) not in LOSS_ONLY}
+    assert {s for s in RESTARTABLE if (s, S.QUEUED) not in LOSS_ONLY} == REQUEUEABLE
     assert REQUEUEABLE <= RESTARTABLE <= DEPLOYED <= ACTIVE
-    assert ACTIVE | FINAL == set(Status) and not ACTIVE & FINAL
+    assert set(Status) == ACTIVE | FINAL and not ACTIVE & FINAL
 
 
 def test_between_spans_the_happy_path_inclusively():

@@ -351,7 +351,8 @@ class Deployer(ContainerEngine):
             cap_add=list(spec.cap_add) or None,
             # No setuid binary in the image lifts a process above what it started with.
             security_opt=["no-new-privileges"],
-            tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.tmp_mb}m"},
+            # The container's own /tmp, a tmpfs nobody else shares.
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.tmp_mb}m"},  # noqa: S108
             storage_opt={"size": f"{spec.disk_mb}m"}
             if spec.disk_mb and self._layer_limit(spec.image)
             else None,
@@ -438,10 +439,8 @@ class Deployer(ContainerEngine):
 
     def _remove_ids(self, ids: list[str]) -> None:
         for cid in ids:
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 self.client.api.remove_container(cid, force=True)
-            except docker.errors.NotFound:
-                pass
 
     @engine_outage
     def containers(self, job_id: str, role: str | None = None) -> list:
@@ -484,7 +483,5 @@ class Deployer(ContainerEngine):
         list(self._pool.map(lambda c: quiet(c.remove, force=True), self.containers(job_id)))
         for n in self.client.networks.list(names=[jobspec.network_name(job_id)]):
             quiet(n.remove)
-        try:
+        with contextlib.suppress(docker.errors.NotFound):
             quiet(self.client.volumes.get(jobspec.volume_name(job_id)).remove, force=True)
-        except docker.errors.NotFound:
-            pass

@@ -13,7 +13,7 @@ from dlaas.domain import jobspec
 from dlaas.domain.plan import ContainerSpec, DeploymentPlan
 from dlaas.domain.ports import Container
 
-SECRET_FILE = "dlaas-env"
+SECRET_FILE = "dlaas-env"  # noqa: S105 - the name of the swarm secret's file, not a secret
 SECRET_PATH = f"/run/secrets/{SECRET_FILE}"
 LEARNER_STOP_GRACE_S = 10
 STOPPED_EXIT_CODE = 143  # 128 + SIGTERM: what a stopped learner reports
@@ -148,7 +148,7 @@ def service_spec(
             },
             {
                 "Type": "tmpfs",
-                "Target": "/tmp",
+                "Target": "/tmp",  # noqa: S108 - the container's own tmpfs, shared with nobody
                 "TmpfsOptions": {"SizeBytes": spec.tmp_mb * 2**20, "Mode": 0o1777},
             },
         ],

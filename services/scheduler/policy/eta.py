@@ -142,10 +142,7 @@ class DurationModel:
             # one that ran for hours. The scale is what it ran, or, for a fresh job, the median
             # of the few run times seen (the prior's middle when none): a job that runs 10 s on
             # a platform whose first jobs ran seconds is not "expected in 20 min".
-            if ran > 0:
-                scale = ran
-            else:
-                scale = d[len(d) // 2] if d else _PRIOR_MEDIAN_S
+            scale = ran if ran > 0 else (d[len(d) // 2] if d else _PRIOR_MEDIAN_S)
             q = min(q, 0.99)
             return scale * q / (1.0 - q)
         return d[lo + min(int(q * n), n - 1)] - ran

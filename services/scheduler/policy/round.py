@@ -232,7 +232,7 @@ class Round(FairShare, Elastic, Preemption, Reservation):
                 yield (), j
             return
         key = self.policy.order_key(self.now, self.cfg)
-        yield from sorted(zip(map(key, queue), queue), key=itemgetter(0))
+        yield from sorted(zip(map(key, queue), queue, strict=True), key=itemgetter(0))
 
     def class_of(self, k: tuple, j: QueuedJob) -> tuple:
         if self.policy.promoted(k):
