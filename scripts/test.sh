@@ -27,5 +27,7 @@ except ServerError as e:
 "$VENV/bin/ruff" format --check .
 # Dependencies point inward: the layer, purity and cycle contracts in pyproject.toml.
 "$VENV/bin/lint-imports" --no-cache
+# Types of the pure packages ([tool.mypy] in pyproject.toml names them).
+"$VENV/bin/mypy"
 
 exec "$VENV/bin/pytest" -q -ra -p no:cacheprovider --durations=15 "$@" </dev/null

@@ -257,7 +257,9 @@ def json_record(line: str) -> tuple[float | None, list[tuple[str, float]]] | Non
             value = _number(item.get("value") if isinstance(item, dict) else item)
             if value is not None:
                 metrics.append((prefix + str(key), value))
-        etimes = data.get("etimes") if isinstance(data.get("etimes"), dict) else {}
+        etimes = data.get("etimes")
+        if not isinstance(etimes, dict):
+            etimes = {}
         step = None
         for key in (*STEP_KEYS, *etimes):
             if key in etimes:

@@ -53,7 +53,7 @@ class Rule:
     label: str
     action: str
     explain: str = ""
-    regex: re.Pattern = field(compare=False, repr=False, default=None)  # type: ignore[assignment]
+    regex: re.Pattern | None = field(compare=False, repr=False, default=None)
 
 
 @dataclass(frozen=True)

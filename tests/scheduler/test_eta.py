@@ -164,3 +164,15 @@ def test_a_job_that_can_never_fit_has_an_infinite_range():
     (entry,) = [e for e in queue_report(snap, now, "fifo", model) if e.job_id == "big"]
     assert entry.eta_low_s == entry.eta_high_s == float("inf")
     assert "can never fit this cluster" in entry.reason
+
+
+def test_a_cpu_only_cluster_counts_running_jobs_by_their_allocated_cpus():
+    # A running job that declared no CPUs per learner (cpus_per_learner None) holds what it
+    # was allocated: 2 CPUs of the node's 3. The replay used to multiply by None (TypeError).
+    node = Node("n0", 0, 3.0, 8_000)
+    busy = RunningJob("r", "u", (Allocation(0, "n0", (), 2.0, 1_000),), attained_service=700.0)
+    queue = [QueuedJob("w", "u", 1, 0, 2.0, 1_000, 0, 100.0)]
+    model = DurationModel([1_000.0] * 10)
+    starts = forward_starts(Snapshot([node], [busy], queue), 5_000.0, "fifo", model)
+    # 1 CPU free, 2 needed: w starts when r ends (1,000 s run, 700 s of it done)
+    assert starts == {"w": [5_300.0, 5_300.0]}

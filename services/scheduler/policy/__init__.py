@@ -2,8 +2,8 @@
 
 Modules: `model` (snapshot and decisions), `config` (PolicyConfig), `policies` (one object per
 policy name), `feasibility`, `placement` (gang placement on nodes), `round` (`schedule()`) with
-its steps in `preemption`, `elastic`, `reservation` and `fairshare`, `quota` (team quotas),
-`eta` (queue position, ETA and pending reason).
+its steps in `preemption`, `elastic`, `reservation` and `fairshare` over the round's shared
+`state`, `quota` (team quotas), `eta` (queue position, ETA and pending reason).
 
 No I/O and no clock reads here: callers pass `now`. The live scheduler service and the
 trace-driven simulator both call `schedule()`.

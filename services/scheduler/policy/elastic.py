@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .feasibility import gang_shape
 from .model import Decision, QueuedJob, RunningJob
+from .state import RoundState
 
 
 def grow_cause(r: RunningJob, added: int) -> str:
@@ -29,7 +30,7 @@ def grow_cause(r: RunningJob, added: int) -> str:
     )
 
 
-class Elastic:
+class Elastic(RoundState):
     """The round's give-back and grow steps (a mixin of `round.Round`)."""
 
     def _lenders(self) -> list[RunningJob]:

@@ -24,11 +24,12 @@ from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from .config import DEFAULT_CONFIG, PolicyConfig
 from .feasibility import gang_shape as _shape
 from .model import QueuedJob, QueueEntry, RunningJob, Snapshot
-from .policies import DEFAULT_POLICY, order_key
+from .policies import DEFAULT_POLICY, order_key, policy_for
 from .quota import guaranteed_first
 from .round import Round as _Round
 
@@ -216,13 +217,15 @@ def _replay(
         total = sum(n.cpus for n in snapshot.nodes if n.healthy)
 
     def size(r: RunningJob) -> float:
-        return r.learners * r.cpus_per_learner if by_cpu else r.gpus
+        # per_learner: a job that declared no CPUs per learner takes what it was allocated
+        return r.learners * r.per_learner()[1] if by_cpu else r.gpus
 
     used = sum(size(r) for r in snapshot.running)
     # The queue's recent pace: what (re)started in the last DRAIN_WINDOW_S and still runs.
     recent = sum(size(r) for r in snapshot.running if now - r.start_time <= DRAIN_WINDOW_S)
     rate = recent / DRAIN_WINDOW_S
-    states = []
+    # per quantile: [free capacity, time, heap of (end, size), a fresh job's run time]
+    states: list[list[Any]] = []
     for q in qs:
         ends = [
             (now + model.remaining(r.attained_service / (r.gpus or 1), q), size(r))
@@ -364,14 +367,14 @@ def queue_report(
     """One entry per queued job: position (1 = next), reason with counterfactual, ETA range."""
     cfg = config or DEFAULT_CONFIG
     model = model or DurationModel()
-    rnd = _Round(snapshot, now, policy, cfg, include_waits=True)
+    rnd = _Round(snapshot, now, policy_for(policy), cfg, include_waits=True)
     decisions = rnd.run()
     started = {d.job_id for d in decisions if d.action == "start"}
     causes = {d.job_id: d.cause for d in decisions if d.action == "wait"}
     ranges = eta_ranges(snapshot, now, policy, model, cfg)
     order = _order(snapshot, now, policy, cfg)
     # Counterfactuals are checked against the cluster as it is now (the round's index was used).
-    cf_round = _Round(snapshot, now, policy, cfg, include_waits=False)
+    cf_round = _Round(snapshot, now, policy_for(policy), cfg, include_waits=False)
     out = []
     for pos, j in enumerate(order, 1):
         lo, hi = (max(x - now, 0.0) for x in ranges[j.job_id])

@@ -20,9 +20,10 @@ from collections.abc import Iterable, Iterator
 
 from . import quota as qt
 from .model import Allocation, QueuedJob, RunningJob
+from .state import RoundState
 
 
-class FairShare:
+class FairShare(RoundState):
     """The round's team-quota accounting, reclaim and DRF order (a mixin of `round.Round`)."""
 
     def _account(self, team: str, allocs: Iterable[Allocation], sign: float, borrowed: bool):
@@ -133,17 +134,17 @@ class FairShare:
         heapq.heapify(heap)
         pos = dict.fromkeys(per_user, 0)
         while heap:
-            _, _, u = heapq.heappop(heap)
-            j = per_user[u][pos[u]]
-            pos[u] += 1
+            _, _, user = heapq.heappop(heap)
+            j = per_user[user][pos[user]]
+            pos[user] += 1
             before = len(self.decisions)
             yield j
             for d in self.decisions[before:]:
                 if d.action == "start" and d.job_id == j.job_id:
-                    x = used.setdefault(u, [0.0, 0.0, 0.0])
+                    x = used.setdefault(user, [0.0, 0.0, 0.0])
                     for a in d.allocations:
                         x[0] += len(a.gpu_indices)
                         x[1] += a.cpus
                         x[2] += a.memory_mb
-            if pos[u] < len(per_user[u]):
-                heapq.heappush(heap, (share(u), per_user[u][pos[u]].submit_time, u))
+            if pos[user] < len(per_user[user]):
+                heapq.heappush(heap, (share(user), per_user[user][pos[user]].submit_time, user))

@@ -21,9 +21,10 @@ from . import quota as qt
 from .feasibility import gang_shape
 from .model import Allocation, Decision, QueuedJob, RunningJob
 from .policies import wait_since
+from .state import RoundState
 
 
-class Preemption:
+class Preemption(RoundState):
     """The round's preemption, shrink and move steps (a mixin of `round.Round`)."""
 
     # -- preemption -----------------------------------------------------------------------
@@ -176,7 +177,7 @@ class Preemption:
              for r in elastic),
         )  # fmt: skip
         if freed is not None:
-            shrinks, allocs = freed
+            shrinks, room = freed
             self.record_shrinks(
                 shrinks,
                 lambda r, taken: (
@@ -185,11 +186,11 @@ class Preemption:
                     f"{self.policy.running_class(r, self.cfg)})"
                 ),
             )
-            self.start(j, allocs, f"started after shrinking elastic jobs ({gang_shape(j)})")
+            self.start(j, room, f"started after shrinking elastic jobs ({gang_shape(j)})")
             return True
 
         # 2. preempt whole jobs, least important / least work lost first.
-        allocs = None
+        allocs: list[Allocation] | None = None
         chosen: list[RunningJob] = []
         victims: Iterable[RunningJob] = self._class_victims(j, False, reclaim) if by_class else ()
         if reclaim:
@@ -218,7 +219,7 @@ class Preemption:
             else:
                 dropped.add(r.job_id)
         chosen = [r for r in chosen if r.job_id not in dropped]
-        allocs = self.place(j, need)
+        allocs = self.must_place(j, need)
         for r in chosen:
             self.touched.add(r.job_id)
             cause = (
@@ -326,7 +327,7 @@ class Preemption:
             slots = min((free + sum(k for _, k in cands)) // g, need)
             if slots == 0:
                 continue
-            chosen = []
+            chosen: list[RunningJob] = []
             while free < slots * g:
                 r, k = cands[len(chosen)]
                 chosen.append(r)
@@ -384,8 +385,8 @@ class Preemption:
                 for x in placed:
                     self.idx.give(x)
                 self.idx.give(allocs)
-                for x in moved:
-                    self.idx.take(x.allocations)
+                for m in moved:
+                    self.idx.take(m.allocations)
                 return False
             self.idx.take(new)
             placed.append(new)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from .model import QueuedJob
 from .policies import wait_since
+from .state import RoundState
 
 
-class Reservation:
+class Reservation(RoundState):
     """The round's reservation and fifo-blocking steps (a mixin of `round.Round`)."""
 
     def try_reserve(self, j: QueuedJob) -> None:

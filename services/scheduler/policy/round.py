@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import itemgetter
 
 from . import quota as qt
@@ -29,8 +29,7 @@ from .config import DEFAULT_CONFIG, PolicyConfig
 from .elastic import Elastic
 from .fairshare import FairShare
 from .feasibility import gang_shape
-from .model import Allocation, Decision, QueuedJob, RunningJob, Snapshot
-from .placement import FreeIndex
+from .model import Allocation, Decision, QueuedJob, Snapshot
 from .policies import DEFAULT_POLICY, Policy, policy_for, wait_since
 from .preemption import Preemption
 from .reservation import Reservation
@@ -42,114 +41,8 @@ class Round(FairShare, Elastic, Preemption, Reservation):
 
     `policy` may be given by name; it is the policy object once the round is built. The
     mixins hold the steps by concern (fair share, elastic, preemption, reservation); the
-    state they share is declared here.
+    state they share, and the primitives every step uses, are `state.RoundState`'s.
     """
-
-    snapshot: Snapshot
-    now: float
-    policy: Policy  # a name is accepted and turned into its object (see __post_init__)
-    cfg: PolicyConfig
-    include_waits: bool
-    idx: FreeIndex = field(init=False)
-    decisions: list[Decision] = field(default_factory=list)
-    touched: set[str] = field(default_factory=set)  # running jobs already acted on
-    reserved_for: str | None = None
-    promoted: set[str] = field(default_factory=set)  # sorted ahead of their preemption class
-    waiting: list[QueuedJob] = field(default_factory=list)
-    _ranked_cache: list | None = None
-    _elastic: list = field(default_factory=list)
-    _ranked_start: int = 0
-    _compacted_at: int = 0
-    _movable: dict[str, list[RunningJob]] | None = None
-    _lenders_cache: list[RunningJob] | None = None
-    # team quotas (all empty/False without quotas)
-    borrowed: set[str] = field(default_factory=set)  # running jobs on borrowed capacity
-    used: dict[str, qt.Use] = field(default_factory=dict)  # per team, as the round goes
-    used_borrowed: dict[str, qt.Use] = field(default_factory=dict)
-    in_guarantee: bool = False  # the job being considered fits its team's guarantee
-    _limits: dict[str, qt.Use] = field(default_factory=dict)
-    _reclaim: list[RunningJob] | None = None
-    _pools: dict[tuple, list] = field(default_factory=dict)  # see _class_victims
-
-    def __post_init__(self) -> None:
-        self.policy = policy_for(self.policy)
-        self.idx = FreeIndex(
-            self.snapshot.nodes, (a for r in self.snapshot.running for a in r.allocations)
-        )
-        self.quotas = self.snapshot.quotas
-        if self.quotas:
-            # "" is no team, whatever a caller put in the quotas
-            self._limits = {t: qt.limits(q) for t, q in self.quotas.items() if t}
-            self.borrowed, self.used, self.used_borrowed = qt.round_usage(
-                self.snapshot.running, self.quotas
-            )
-
-    # -- helpers --------------------------------------------------------------------------
-    def place(self, j: QueuedJob, learners: int) -> list[Allocation] | None:
-        """Where j's `learners` would go now (nothing taken), or None."""
-        return self.idx.place(
-            j.job_id,
-            learners,
-            j.gpus_per_learner,
-            j.cpus_per_learner,
-            j.memory_mb_per_learner,
-            j.gpu_type,
-            j.placement,
-        )
-
-    _place = place  # eta.py's counterfactual still calls it by this name
-
-    def free_learners_for(
-        self,
-        j: QueuedJob,
-        want: int,
-        candidates: Iterable[tuple[RunningJob, list[Allocation]]],
-    ) -> tuple[list[tuple[RunningJob, list[Allocation]]], list[Allocation]] | None:
-        """Free learners of running jobs, one at a time in the order given (each candidate:
-        a job and its removable allocations, first removed first), until `want` learners
-        of j fit; then keep those that were not needed (last freed first). Returns
-        (each job with what it gives up, j's allocations); None, the index untouched, if j
-        does not fit even then. The shrink-before-kill of preemption and the give-back of
-        lent learners are both this."""
-        shrinks: list[tuple[RunningJob, list[Allocation]]] = []
-        allocs = None
-        for r, removable in candidates:
-            taken: list[Allocation] = []
-            for a in removable:
-                self.idx.give([a])
-                taken.append(a)
-                allocs = self.place(j, want)
-                if allocs is not None:
-                    break
-            shrinks.append((r, taken))
-            if allocs is not None:
-                break
-        if allocs is None:
-            for _, taken in shrinks:
-                self.idx.take(taken)
-            return None
-        for _, taken in reversed(shrinks):
-            for a in list(reversed(taken)):
-                self.idx.take([a])
-                if self.place(j, want) is None:
-                    self.idx.give([a])
-                else:
-                    taken.remove(a)
-        allocs = self.place(j, want)
-        return [(r, t) for r, t in shrinks if t], allocs
-
-    def record_shrinks(
-        self,
-        shrinks: list[tuple[RunningJob, list[Allocation]]],
-        reason: Callable[[RunningJob, list[Allocation]], str],
-    ) -> None:
-        """Book what `free_learners_for` took: each job touched, its team's use lowered, a
-        "shrink" decision with `reason(job, taken)`."""
-        for r, taken in shrinks:
-            self.touched.add(r.job_id)
-            if self.quotas:
-                self._account(r.team, taken, -1.0, r.job_id in self.borrowed)
-            self.decisions.append(Decision(r.job_id, "shrink", reason(r, taken), taken))
 
     def try_start(self, j: QueuedJob) -> list[Allocation] | None:
         allocs = self.place(j, j.learners)
@@ -160,15 +53,6 @@ class Round(FairShare, Elastic, Preemption, Reservation):
                 if allocs is not None:
                     break
         return allocs
-
-    def start(self, j: QueuedJob, allocs: list[Allocation], cause: str) -> None:
-        self.idx.take(allocs)
-        if self.reserved_for == j.job_id:
-            self.idx.unreserve(j.job_id)
-            self.reserved_for = None
-        if self.quotas:
-            self._account(j.team, allocs, 1.0, not self.in_guarantee)
-        self.decisions.append(Decision(j.job_id, "start", cause, allocs))
 
     def wait(self, j: QueuedJob, why: str) -> None:
         self.waiting.append(j)
@@ -262,6 +146,7 @@ class Round(FairShare, Elastic, Preemption, Reservation):
             # evicting there too measured worse (ten-window geometric mean 0.919 vs 0.910).
             may_evict = (
                 evict_tries > 0
+                and evict_after is not None
                 and can_preempt
                 and j.gpus_per_learner > 0
                 and self.now - wait_since(j) >= evict_after
@@ -291,7 +176,7 @@ class Round(FairShare, Elastic, Preemption, Reservation):
                 continue
             if not can_preempt:
                 cls = ()
-            shape = (
+            shape: tuple = (
                 cls,
                 j.gpus_per_learner,
                 j.cpus_per_learner,
