@@ -94,11 +94,11 @@ class ScriptedReader(LogReader):
     def _final(self, job_id):
         return self.now.final
 
-    def _container(self, job_id, learner):
+    def _container(self, job_id, learner, shared=False):
         c = self.now.container
         return None if c is None else FakeContainer(c[0], "running" if c[1] else "exited", c[2])
 
-    def _container_lines(self, container, follow):
+    def _container_lines(self, container, shared=False):
         return iter(list(container.lines))
 
     def _has_output(self, container):
@@ -135,7 +135,7 @@ def test_a_container_removed_while_it_is_read_gives_way_to_the_stored_log():
         [World(("a", False, RUN1), (0, RUN1), final=True), World(None, (0, RUN1), final=True)]
     )
 
-    def removed_meanwhile(container, follow):
+    def removed_meanwhile(container, shared=False):
         reader.step = 1
         return iter(())
 
@@ -147,7 +147,7 @@ def test_a_container_removed_while_it_is_read_gives_way_to_the_stored_log():
 def test_a_container_still_listed_while_docker_removes_it_gives_way_to_the_stored_log():
     # Docker still finds the learner (status "removing") but its log file is gone already.
     reader = ScriptedReader([World(("a", False, RUN1), (0, RUN1), final=True)])
-    reader._container_lines = lambda container, follow: iter(())
+    reader._container_lines = lambda container, shared=False: iter(())
     reader._has_output = lambda container: True  # read a moment before
     assert reader.read() == RUN1
 

@@ -10,7 +10,7 @@ import pytest
 from tb_events import write_events
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from dlaas.adapters.metric_files import file_points, tensorboard_scalars
+from dlaas.adapters.metric_files import file_records, tensorboard_scalars
 from dlaas.domain import jobspec, metrics
 from services.learner_helper.sync import metric_files
 
@@ -138,8 +138,8 @@ def test_tensorboard_reader_finds_tf1_and_tf2_scalars(tmp_path):
         ("loss", 1.0, 1.0),
         ("val/acc", 10.0, 0.75),
     ]
-    found = file_points(jobspec.METRIC_FILE_TENSORBOARD, path, "tb/" + path.name)
-    assert metrics.series(found) == {"loss": [[0, 2.0], [1, 1.0]], "val/acc": [[10, 0.75]]}
+    found = list(file_records(jobspec.METRIC_FILE_TENSORBOARD, path))
+    assert found == [("loss", 0.0, 2.0), ("loss", 1.0, 1.0), ("val/acc", 10.0, 0.75)]
 
 
 def test_an_event_file_cut_mid_record_yields_its_complete_records(tmp_path):
@@ -151,8 +151,10 @@ def test_an_event_file_cut_mid_record_yields_its_complete_records(tmp_path):
     assert [step for _, step, _ in tensorboard_scalars(path)] == [0.0, 1.0]
 
 
-def test_file_points_of_a_jsonl_file(tmp_path):
+def test_file_records_of_a_jsonl_file(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text('{"epoch": 1, "loss": 0.5}\n{"epoch": 2, "loss": 0.25}')  # no last newline
-    found = file_points(jobspec.METRIC_FILE_JSONL, path, "m.jsonl")
-    assert metrics.series(found) == {"loss": [[1, 0.5], [2, 0.25]]}
+    assert list(file_records(jobspec.METRIC_FILE_JSONL, path)) == [
+        ("loss", 1, 0.5),
+        ("loss", 2, 0.25),
+    ]
