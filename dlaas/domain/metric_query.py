@@ -213,4 +213,4 @@ def merge_series(parts: Iterable[dict[str, list[tuple[float, float]]]]) -> Serie
 
 def whole(step: float) -> float:
     """A step as the series show it: 3, not 3.0."""
-    return int(step) if step.is_integer() else step
+    return int(step) if float(step).is_integer() else step

@@ -10,11 +10,22 @@ across a restart is in tests/integration/test_logs_live.py.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import pytest
+from lcm_fakes import FakeEngine
 
-from dlaas.adapters.logs import LineCursor, LogReader, S3Log, run_start, split_lines
+from dlaas.adapters.logs import (
+    PAUSE,
+    LineCursor,
+    LogReader,
+    Recent,
+    S3Log,
+    run_start,
+    split_lines,
+)
+from dlaas.domain import jobspec
 from dlaas.learner.paths import RUN_START_META
 
 RUN1 = [f"run1 line {i}" for i in range(5)]
@@ -183,3 +194,59 @@ def test_lines_lost_with_a_dead_node_do_not_swallow_the_next_run():
         World(None, (3, RUN1[:3] + RUN2), final=True),
     ]
     assert ScriptedReader(worlds).read(follow=True) == RUN1 + RUN2
+
+
+# --------------------------------------------------------------------------- a follow's end
+
+
+class NeverEndingFollow(FakeEngine):
+    """A Swarm task's log stream (`follow=true`): it does not end when the task does."""
+
+    def follow_logs(self, c):
+        yield self.output.get(c.id, b"")
+        threading.Event().wait()  # the stream stays open after the task completed
+
+
+def test_a_follow_ends_at_the_jobs_end_although_the_engines_log_stream_does_not():
+    engine = NeverEndingFollow()
+    c = engine.add("job", jobspec.ROLE_LEARNER, 0)
+    engine.print(c, "a\nb\n")
+    final = threading.Event()
+    reader = LogReader(None, None, engine, poll_s=0.01)
+    reader._final = lambda job_id: final.is_set()
+    reader._s3_log = lambda results, job_id, learner: None
+    got: list[str] = []
+
+    def follow():
+        for line in reader.stream(None, "job", 0, offset=0, follow=True):
+            got.append(line)
+            if line == "b":  # the learner printed its last line and exited; the job ended
+                engine.set_state(c, "exited", 0)
+                final.set()
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive(), "the follow did not end after the job completed"
+    assert got == ["a", "b"]
+
+
+def test_rounds_pause_instead_of_waiting_and_share_reads_between_followers():
+    engine = FakeEngine()
+    c = engine.add("job", jobspec.ROLE_LEARNER, 0)
+    engine.print(c, "a\n")
+    reads = []
+    logs = engine.logs
+    engine.logs = lambda c, tail=None: reads.append(tail) or logs(c, tail=tail)
+    reader = LogReader(None, None, engine, poll_s=60)
+    reader._final = lambda job_id: False
+    reader._s3_log = lambda results, job_id, learner: None
+    first = reader.stream_rounds(None, "job", 0, offset=0, follow=True)
+    second = reader.stream_rounds(None, "job", 0, offset=0, follow=True)
+    assert [next(first), next(first)] == ["a", PAUSE]  # never a sleep: the caller waits
+    assert [next(second), next(second)] == ["a", PAUSE]
+    whole = [t for t in reads if t is None]
+    assert len(whole) == 1  # the second follower reused the first one's read
+    engine.print(c, "b\n")
+    reader.recent = Recent(0)  # the next poll: fresh reads
+    assert [next(first), next(first)] == ["b", PAUSE]
