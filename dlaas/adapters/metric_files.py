@@ -179,7 +179,7 @@ class ParsedFiles:
         except (ClientError, BotoCoreError, OSError) as exc:
             log.warning("metric file %s could not be read: %s", key, exc)
             failed = "could not be read"
-        except Exception:
+        except Exception:  # broad: a parser thread finishes its file, never dies
             log.exception("metric file %s could not be parsed", key)
             failed = "could not be parsed"
         parsed.finish(failed)

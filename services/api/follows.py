@@ -54,16 +54,30 @@ class FollowRefused:
         )
 
 
-def _batch(items: Iterator[Any], size: int) -> tuple[list[Any], bool, bool]:
-    """Up to `size` items of `items`, stopping at a pause: (items, paused, ended)."""
+@dataclass
+class Batch:
+    """One round's items; `paused`: the source waits for its next poll; `ended`: it is
+    done; `error`: what broke it (after `items`)."""
+
+    items: list[Any]
+    paused: bool = False
+    ended: bool = False
+    error: Exception | None = None
+
+
+def _batch(items: Iterator[Any], size: int) -> Batch:
+    """Up to `size` items of `items`, stopping at a pause."""
     out: list[Any] = []
-    for item in items:
-        if isinstance(item, Pause):
-            return out, True, False
-        out.append(item)
-        if len(out) >= size:
-            return out, False, False
-    return out, False, True
+    try:
+        for item in items:
+            if isinstance(item, Pause):
+                return Batch(out, paused=True)
+            out.append(item)
+            if len(out) >= size:
+                return Batch(out)
+    except Exception as exc:  # noqa: BLE001 - broad: handed to the stream, which ends there
+        return Batch(out, ended=True, error=exc)
+    return Batch(out, ended=True)
 
 
 class Follows:
@@ -126,18 +140,18 @@ class Follows:
         try:
             while True:
                 running = loop.run_in_executor(self.pool, _batch, items, self.batch)
-                chunk, paused, ended = await running
+                batch = await running
                 running = None
-                if chunk:
-                    yield "".join(encode(item) for item in chunk)
-                if ended:
+                if batch.items:
+                    yield "".join(encode(item) for item in batch.items)
+                if batch.error is not None:
+                    # The status line is already sent: all that is left is to end the
+                    # stream; the trace is kept here.
+                    log.error("%s broke", what, exc_info=batch.error)
+                if batch.ended:
                     return
-                if paused:
+                if batch.paused:
                     await asyncio.sleep(poll_s)
-        # Broad: the status line is already sent, so whatever breaks the stream, all that
-        # is left is to end it; the trace is kept here.
-        except Exception:  # broad: the reply has begun; only ending it is left
-            log.exception("%s broke", what)
         finally:
             if user is not None:
                 self.give_back(user)

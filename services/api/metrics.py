@@ -116,7 +116,7 @@ async def job_metrics(
     try:
         # Opened before the status line goes out: a job the store cannot read is an error.
         rounds = await follows.call(lambda: _source(deps, caller, job_id, learner).follow_rounds())
-    except BaseException:
+    except BaseException:  # broad: the slot goes back whatever failed (re-raised)
         follows.give_back(caller.user)
         raise
     events = follows.stream(

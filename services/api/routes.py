@@ -529,7 +529,7 @@ async def job_logs(
         if learner >= learners:
             raise InvalidRequest(f"learner: the job has learners 0..{learners - 1}, not {learner}")
         rounds = await follows.call(deps.logs.rounds, job_id, learner, offset=offset, follow=follow)
-    except BaseException:
+    except BaseException:  # broad: the slot goes back whatever failed (re-raised)
         if user is not None:
             follows.give_back(user)
         raise
