@@ -33,8 +33,9 @@ So a follower holds no thread while the learner is quiet, its stream can end the
 its client goes, and the follow ends once the job is final on every engine (a Swarm
 task's log stream, `follow=true`, did not end when the task did). Rounds of many
 followers of a job that is not final yet share their container lookups and log reads
-for `poll_s` (`Recent`): a stale snapshot only delays a line by a round, and the round
-that sees the job final reads fresh.
+for a quarter `poll_s` (`Recent`): a stale snapshot only delays a line by a round, and the
+round that sees the job final reads fresh. A running learner's last line is handed out
+once its newline is there (a round may catch it half written).
 
 Assumptions shared with the helper and the LCM: the log object holds the same lines, in
 the same order, as the learner's `docker logs` (the wrapper writes both); the LCM
@@ -195,7 +196,8 @@ class LogReader:
         self.s3_for = s3_for
         self.poll_s = poll_s
         self.sleep = sleep
-        self.recent = Recent(poll_s)
+        # A quarter poll: a line waits at most about a round and a quarter to be seen.
+        self.recent = Recent(poll_s / 4)
 
     # --- adapters -------------------------------------------------------------------
 
@@ -235,8 +237,13 @@ class LogReader:
                 return LiveContainer(engine, max(mine, key=lambda c: c.running))
         return None
 
-    def _container_lines(self, live: LiveContainer, shared: bool = False) -> Iterator[str]:
-        """The container's log so far; `shared`: a read of the last `poll_s` will do."""
+    def _container_lines(
+        self, live: LiveContainer, shared: bool = False, skip: int = 0, complete: bool = False
+    ) -> Iterator[str]:
+        """The container's log so far, from its line `skip` on (the lines before are skipped
+        as bytes, not decoded: a follow reads the whole log every round). `shared`: a read
+        of the last quarter `poll_s` will do; `complete`: without a last line that has no
+        newline yet (a running learner is still writing it; the next round has it whole)."""
         try:
             if shared:
                 raw = self.recent.get(
@@ -246,7 +253,13 @@ class LogReader:
                 raw = live.engine.logs(live.container)
         except (EngineUnreachable, OSError):
             return iter(())  # removed while we read: the next round reads S3 from where we are
-        return split_lines([raw or b""])
+        raw = raw or b""
+        if complete:
+            raw = raw[: raw.rfind(b"\n") + 1]
+        if skip:
+            parts = raw.split(b"\n", skip)
+            raw = parts[skip] if len(parts) > skip else b""
+        return split_lines([raw])
 
     def _has_output(self, live: LiveContainer) -> bool:
         try:
@@ -268,7 +281,11 @@ class LogReader:
             run_start(obj.get("Metadata")), split_lines(obj["Body"].iter_chunks(64 * 1024))
         )
 
-    def _final(self, job_id: str) -> bool:
+    def _final(self, job_id: str, shared: bool = False) -> bool:
+        """Whether the job is final; `shared`: a read of the last quarter `poll_s` will do
+        (a stale "not yet" only delays the end by a round)."""
+        if shared:
+            return self.recent.get(("final", job_id), partial(self._final, job_id))
         try:
             return self.store.get(job_id).status in FINAL
         except JobNotFound:
@@ -324,7 +341,7 @@ class LogReader:
         while True:
             # Status first: if the job was already final before we read a source, that
             # source holds every line there will ever be.
-            final = self._final(job_id)
+            final = self._final(job_id, follow)
             shared = follow and not final
             container = self._container(job_id, learner, shared)
             if container is None:
@@ -341,7 +358,8 @@ class LogReader:
                 if object_read:
                     # Nothing printed yet: every line of the object precedes this run's.
                     yield from whole_object()
-                lines = self._container_lines(container, shared)
+                skip = 0 if current is None else max(0, cursor.consumed - current[1])
+                lines = self._container_lines(container, shared, skip, follow and running)
                 if current is None:
                     first = next(lines, None)
                     if first is not None:
@@ -355,7 +373,7 @@ class LogReader:
                         current = (container.id, start)
                         lines = chain([first], lines)
                 if current is not None:
-                    yield from cursor.take(lines, current[1])
+                    yield from cursor.take(lines, current[1] + skip)
                 elif not object_read:
                     # It had output, yet none could be read: it is being removed (the
                     # monitor cleans up after the helper stored the log; Docker may still

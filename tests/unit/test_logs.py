@@ -102,15 +102,15 @@ class ScriptedReader(LogReader):
     def now(self) -> World:
         return self.worlds[self.step]
 
-    def _final(self, job_id):
+    def _final(self, job_id, shared=False):
         return self.now.final
 
     def _container(self, job_id, learner, shared=False):
         c = self.now.container
         return None if c is None else FakeContainer(c[0], "running" if c[1] else "exited", c[2])
 
-    def _container_lines(self, container, shared=False):
-        return iter(list(container.lines))
+    def _container_lines(self, container, shared=False, skip=0, complete=False):
+        return iter(list(container.lines[skip:]))
 
     def _has_output(self, container):
         return bool(container.lines)
@@ -146,7 +146,7 @@ def test_a_container_removed_while_it_is_read_gives_way_to_the_stored_log():
         [World(("a", False, RUN1), (0, RUN1), final=True), World(None, (0, RUN1), final=True)]
     )
 
-    def removed_meanwhile(container, shared=False):
+    def removed_meanwhile(container, shared=False, skip=0, complete=False):
         reader.step = 1
         return iter(())
 
@@ -158,7 +158,7 @@ def test_a_container_removed_while_it_is_read_gives_way_to_the_stored_log():
 def test_a_container_still_listed_while_docker_removes_it_gives_way_to_the_stored_log():
     # Docker still finds the learner (status "removing") but its log file is gone already.
     reader = ScriptedReader([World(("a", False, RUN1), (0, RUN1), final=True)])
-    reader._container_lines = lambda container, shared=False: iter(())
+    reader._container_lines = lambda container, *args: iter(())
     reader._has_output = lambda container: True  # read a moment before
     assert reader.read() == RUN1
 
@@ -213,7 +213,7 @@ def test_a_follow_ends_at_the_jobs_end_although_the_engines_log_stream_does_not(
     engine.print(c, "a\nb\n")
     final = threading.Event()
     reader = LogReader(None, None, engine, poll_s=0.01)
-    reader._final = lambda job_id: final.is_set()
+    reader._final = lambda job_id, shared=False: final.is_set()
     reader._s3_log = lambda results, job_id, learner: None
     got: list[str] = []
 
@@ -239,7 +239,7 @@ def test_rounds_pause_instead_of_waiting_and_share_reads_between_followers():
     logs = engine.logs
     engine.logs = lambda c, tail=None: reads.append(tail) or logs(c, tail=tail)
     reader = LogReader(None, None, engine, poll_s=60)
-    reader._final = lambda job_id: False
+    reader._final = lambda job_id, shared=False: False
     reader._s3_log = lambda results, job_id, learner: None
     first = reader.stream_rounds(None, "job", 0, offset=0, follow=True)
     second = reader.stream_rounds(None, "job", 0, offset=0, follow=True)
@@ -250,3 +250,20 @@ def test_rounds_pause_instead_of_waiting_and_share_reads_between_followers():
     engine.print(c, "b\n")
     reader.recent = Recent(0)  # the next poll: fresh reads
     assert [next(first), next(first)] == ["b", PAUSE]
+
+
+def test_a_line_half_written_by_a_running_learner_comes_once_whole():
+    engine = FakeEngine()
+    c = engine.add("job", jobspec.ROLE_LEARNER, 0)
+    engine.print(c, "a\n[=====")
+    reader = LogReader(None, None, engine, poll_s=0)
+    final = []
+    reader._final = lambda job_id, shared=False: bool(final)
+    reader._s3_log = lambda results, job_id, learner: None
+    rounds = reader.stream_rounds(None, "job", 0, offset=0, follow=True)
+    assert [next(rounds), next(rounds)] == ["a", PAUSE]
+    engine.print(c, "=====] done\nb")
+    assert [next(rounds), next(rounds)] == ["[==========] done", PAUSE]
+    engine.set_state(c, "exited", 0)
+    final.append(True)
+    assert list(rounds) == ["b"]  # it exited without a last newline: the line is whole
