@@ -1,0 +1,325 @@
+"""REST API throughput and latency under load, against a platform brought up by `dlaas up`.
+
+Three phases, each `--seconds` long (issue 24's Measure):
+  (a) reads: `GET /v1/jobs` and `GET /v1/jobs/{id}` by one user, 8 connections each
+      (16 in all), over `--jobs` queued jobs of that user in the store;
+  (b) the same reads while another user holds `--follows` log-follow streams open
+      (`GET /v1/jobs/{id}/logs?follow=true` over raw sockets; the ones past the follow
+      limits get 429, counted);
+  (c) `--submits` submits of a queued job from 8 clients (8 connections, each stopping
+      after its share).
+Every node is paused (`availability: pause`) first, so every job stays QUEUED: the load
+is the API's, not the engine's. Load comes from Debian's `wrk` (C, one thread per
+connection group; `apt-get install wrk`); its own CPU time is printed beside each phase to
+show it is not the bottleneck. The API's own time per request (its
+`dlaas_api_request_seconds` histogram, summed over the replicas) is printed beside the
+client's latency: the difference is time spent waiting to be served (accept queue, event
+loop, thread pool), not in the route.
+
+Usage: python benchmarks/api_load.py [--seconds 30] [--follows 200] [--submits 200]
+    [--jobs 60] [--home DIR] [--json]
+It brings the platform up in DIR (a temporary one by default) and down again if it
+started it. With --json the last line is {"reads": {...}, "reads_with_follows": {...},
+"submits": {...}}: per path requests/s, p50/p99 ms, errors, and the server's mean ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import resource
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from dlaas.local import components, platform
+
+QUEUED_JOB = """
+name: api-load
+learners: 1
+cpus: 0.1
+memory: 64MiB
+framework:
+  name: python
+  version: "3"
+  command: python3 -c "print('never runs: every node is paused')"
+"""
+
+# wrk's script: Authorization header, optional multipart body, a per-connection request
+# budget (each thread stops after `budget` answers), and a JSON summary on stdout.
+WRK_LUA = r"""
+local budget = tonumber(os.getenv("WRK_BUDGET") or "0")
+local body_file = os.getenv("WRK_BODY")
+local counts = {}
+local threads = {}
+function setup(thread)
+  table.insert(threads, thread)
+end
+function init(args)
+  answered = 0
+  wrk.headers["Authorization"] = "Bearer " .. os.getenv("WRK_TOKEN")
+  if body_file and body_file ~= "" then
+    local f = io.open(body_file, "rb")
+    wrk.body = f:read("*a")
+    f:close()
+    wrk.method = "POST"
+    wrk.headers["Content-Type"] = "multipart/form-data; boundary=" .. os.getenv("WRK_BOUNDARY")
+  end
+end
+function response(status, headers, body)
+  answered = answered + 1
+  if budget > 0 and answered >= budget then
+    wrk.thread:stop()
+  end
+end
+function done(summary, latency, requests)
+  local s = summary.duration / 1e6
+  io.write(string.format(
+    '{"requests": %d, "seconds": %.3f, "rps": %.1f, "p50_ms": %.2f, "p99_ms": %.2f, ' ..
+    '"max_ms": %.2f, "non_2xx": %d, "socket_errors": %d}\n',
+    summary.requests, s, summary.requests / s, latency:percentile(50) / 1000,
+    latency:percentile(99) / 1000, latency.max / 1000, summary.errors.status,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
+end
+"""
+
+SERVER_SECONDS = re.compile(
+    r'dlaas_api_request_seconds_(sum|count)\{[^}]*method="(\w+)",[^}]*route="([^"]+)"[^}]*\}'
+    r" ([0-9.e+-]+)"
+)
+REPLICA = re.compile(r'replica="([^"]+)"')
+
+
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def server_times(url: str) -> dict[str, dict[tuple[str, str], float]]:
+    """replica -> {(method, route, sum|count): value} of the API's request histogram; each
+    scrape reaches one replica (the kernel spreads connections), so scrape a few times."""
+    seen: dict[str, dict] = {}
+    for _ in range(12):
+        try:
+            text = httpx.get(f"{url}/metrics", timeout=10).text
+        except httpx.HTTPError:
+            continue
+        values: dict = {}
+        replica = None
+        for line in text.splitlines():
+            m = SERVER_SECONDS.match(line)
+            if m:
+                replica = replica or (REPLICA.search(line) or [None, "?"])[1]
+                values[(m.group(2), m.group(3), m.group(1))] = float(m.group(4))
+        if replica:
+            seen[replica] = values
+    return seen
+
+
+def server_mean_ms(before: dict, after: dict, method: str, route: str) -> float | None:
+    total, count = 0.0, 0.0
+    for replica, values in after.items():
+        old = before.get(replica, {})
+        total += values.get((method, route, "sum"), 0) - old.get((method, route, "sum"), 0)
+        count += values.get((method, route, "count"), 0) - old.get((method, route, "count"), 0)
+    return round(1000 * total / count, 2) if count else None
+
+
+def wrk(
+    url: str, path: str, token: str, connections: int, seconds: float, **env: str
+) -> subprocess.Popen:
+    script = Path(tempfile.gettempdir()) / "dlaas-api-load.lua"
+    script.write_text(WRK_LUA)
+    cmd = ["wrk", "-t", str(min(connections, 4)), "-c", str(connections)]
+    cmd += ["-d", f"{seconds:.0f}s", "--timeout", "10s", "-s", str(script), url + path]
+    environ = {"WRK_TOKEN": token, "PATH": "/usr/bin:/bin", **env}
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environ, text=True
+    )
+
+
+def result_of(proc: subprocess.Popen) -> dict:
+    out, _ = proc.communicate()
+    line = next((ln for ln in out.splitlines() if ln.startswith('{"requests"')), None)
+    if line is None:
+        raise RuntimeError(f"wrk printed no summary:\n{out}")
+    return json.loads(line)
+
+
+def reads(url: str, token: str, job_id: str, seconds: float) -> dict:
+    """Phase (a)'s load: two wrk runs at once, 8 connections each."""
+    before, cpu = server_times(url), children_cpu()
+    started = time.monotonic()
+    procs = {
+        "GET /v1/jobs": wrk(url, "/v1/jobs", token, 8, seconds),
+        "GET /v1/jobs/{id}": wrk(url, f"/v1/jobs/{job_id}", token, 8, seconds),
+    }
+    out = {name: result_of(p) for name, p in procs.items()}
+    wall = time.monotonic() - started
+    after = server_times(url)
+    out["GET /v1/jobs"]["server_mean_ms"] = server_mean_ms(before, after, "GET", "/v1/jobs")
+    out["GET /v1/jobs/{id}"]["server_mean_ms"] = server_mean_ms(
+        before, after, "GET", "/v1/jobs/{job_id}"
+    )
+    out["total_rps"] = round(sum(r["rps"] for r in out.values() if isinstance(r, dict)), 1)
+    out["wrk_cpu_share"] = round((children_cpu() - cpu) / wall, 3)  # of one core
+    return out
+
+
+def open_follow(url: str, path: str, token: str) -> tuple[socket.socket, int]:
+    parts = urlsplit(url)
+    s = socket.create_connection((parts.hostname, parts.port), timeout=30)
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/") else 0
+    return s, status
+
+
+def submits(url: str, token: str, count: int, clients: int) -> dict:
+    """Phase (c): `count` submits from `clients` connections, each stopping after its share."""
+    boundary = "dlaasapiload"
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="manifest"; '
+        f'filename="manifest.yml"\r\nContent-Type: application/yaml\r\n\r\n'
+        f"{QUEUED_JOB}\r\n--{boundary}--\r\n"
+    )
+    body_file = Path(tempfile.gettempdir()) / "dlaas-api-load-submit.txt"
+    body_file.write_bytes(body.encode())
+    before, cpu = server_times(url), children_cpu()
+    started = time.monotonic()
+    # wrk -t clients -c clients: one connection per thread, each with its budget.
+    script = Path(tempfile.gettempdir()) / "dlaas-api-load.lua"
+    script.write_text(WRK_LUA)
+    cmd = ["wrk", "-t", str(clients), "-c", str(clients), "-d", "120s", "--timeout", "30s"]
+    cmd += ["-s", str(script), url + "/v1/jobs"]
+    env = {
+        "WRK_TOKEN": token,
+        "WRK_BODY": str(body_file),
+        "WRK_BOUNDARY": boundary,
+        "WRK_BUDGET": str(count // clients),
+        "PATH": "/usr/bin:/bin",
+    }
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True
+    )
+    out = {"POST /v1/jobs": result_of(proc)}
+    wall = time.monotonic() - started
+    out["POST /v1/jobs"]["server_mean_ms"] = server_mean_ms(
+        before, server_times(url), "POST", "/v1/jobs"
+    )
+    out["wrk_cpu_share"] = round((children_cpu() - cpu) / wall, 3)
+    return out
+
+
+def run(url: str, admin: str, args: argparse.Namespace) -> dict:
+    http = httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {admin}"})
+    nodes = http.get("/v1/nodes").json().get("nodes", [])
+    for n in nodes:  # nothing is placed: every job stays QUEUED
+        http.put(f"/v1/nodes/{n['name']}/availability", json={"availability": "pause"})
+    stamp = time.strftime("%H%M%S")
+    tokens = {}
+    for who in ("reader", "follower"):
+        r = http.post("/v1/users", json={"name": f"load-{who}-{stamp}", "team": "load"})
+        r.raise_for_status()
+        tokens[who] = r.json()["token"]
+
+    def submit(token: str) -> str:
+        files = {"manifest": ("manifest.yml", QUEUED_JOB, "application/yaml")}
+        r = httpx.post(
+            f"{url}/v1/jobs", files=files, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        )
+        r.raise_for_status()
+        return r.json()["job_id"]
+
+    print(f"seeding {args.jobs} queued jobs ...", flush=True)
+    jobs = [submit(tokens["reader"]) for _ in range(args.jobs)]
+    followed = [submit(tokens["follower"]) for _ in range(4)]
+
+    print(f"(a) reads, {args.seconds:.0f} s ...", flush=True)
+    a = reads(url, tokens["reader"], jobs[0], args.seconds)
+
+    print(f"(b) reads with {args.follows} follows open ...", flush=True)
+    held: list[socket.socket] = []
+    statuses: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def follow(i: int) -> None:
+        path = f"/v1/jobs/{followed[i % len(followed)]}/logs?follow=true"
+        try:
+            s, status = open_follow(url, path, tokens["follower"])
+        except OSError:
+            s, status = None, 0
+        with lock:
+            statuses[status] = statuses.get(status, 0) + 1
+            if s is not None:
+                held.append(s)
+
+    opening = [threading.Thread(target=follow, args=(i,)) for i in range(args.follows)]
+    for t in opening:
+        t.start()
+    for t in opening:
+        t.join()
+    b = reads(url, tokens["reader"], jobs[0], args.seconds)
+    b["follows"] = {str(k): v for k, v in sorted(statuses.items())}
+    for s in held:
+        s.close()
+
+    print(f"(c) {args.submits} submits from 8 clients ...", flush=True)
+    c = submits(url, tokens["reader"], args.submits, 8)
+    for n in nodes:
+        http.put(f"/v1/nodes/{n['name']}/availability", json={"availability": "active"})
+    return {"reads": a, "reads_with_follows": b, "submits": c}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--follows", type=int, default=200)
+    ap.add_argument("--submits", type=int, default=200)
+    ap.add_argument("--jobs", type=int, default=60)
+    ap.add_argument("--home", type=Path, default=None, help="platform state dir")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    if shutil.which("wrk") is None:
+        print("wrk is not installed: apt-get install wrk")
+        return 2
+    home = args.home or Path(tempfile.mkdtemp(prefix="dlaas-bench-"))
+    was_up = (home / "client.json").exists() and all(c.running for c in components.status(home))
+    print(f"platform in {home}", flush=True)
+    platform.up(home, progress=lambda line: print("  " + line, flush=True))
+    try:
+        cfg = json.loads((home / "client.json").read_text())
+        result = run(cfg["url"], cfg["token"], args)
+    finally:
+        if not was_up:
+            platform.down(home)
+    for phase, r in result.items():
+        for name, v in r.items():
+            if isinstance(v, dict) and "rps" in v:
+                print(
+                    f"{phase:18} {name:18} {v['rps']:8.1f}/s  p50 {v['p50_ms']:7.1f} ms  "
+                    f"p99 {v['p99_ms']:7.1f} ms  server mean {v['server_mean_ms']} ms  "
+                    f"non-2xx {v['non_2xx']}  socket errors {v['socket_errors']}"
+                )
+        extra = {k: v for k, v in r.items() if not (isinstance(v, dict) and "rps" in v)}
+        print(f"{phase:18} {extra}")
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
