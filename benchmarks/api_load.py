@@ -301,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"platform in {home}", flush=True)
     platform.up(home, progress=lambda line: print("  " + line, flush=True))
     try:
-        cfg = json.loads((home / "client.json").read_text())
-        result = run(cfg["url"], cfg["token"], args)
+        cfg = json.loads((home / "admin.json").read_text())  # users and nodes need it
+        result = run(cfg["url"], cfg["admin_token"], args)
     finally:
         if not was_up:
             platform.down(home)
