@@ -237,18 +237,3 @@ def parse_event(line: str) -> dict | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) and "event" in data else None
-
-
-def learner_env(job_id: str, index: int, num_learners: int) -> dict[str, str]:
-    """The env every learner gets from the platform (see RESERVED_ENV in the manifest)."""
-    return {
-        "JOB_ID": job_id,
-        "LEARNER_ID": str(index),
-        "NUM_LEARNERS": str(num_learners),
-        "MASTER_ADDR": learner_alias(0),
-        "MASTER_PORT": str(MASTER_PORT),
-        "DATA_DIR": DATA_DIR,
-        "RESULT_DIR": RESULT_DIR,
-        "CHECKPOINT_DIR": CHECKPOINT_DIR,
-        "LOG_DIR": LOG_DIR,
-    }

@@ -31,11 +31,11 @@ from dlaas.domain.metric_query import (
     select,
     wanted,
 )
-from services.api.app import Deps
 from services.api.auth import Caller
+from services.api.deps import CallerDep, Deps, DepsDep
 from services.api.follows import follows_of
 from services.api.models import error_responses
-from services.api.routes import MAX_OFFSET, CallerDep, DepsDep, _owned
+from services.api.routes import MAX_OFFSET, _owned
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 

@@ -18,10 +18,9 @@ from urllib.parse import urlsplit
 
 import yaml
 from botocore.exceptions import ClientError
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import UploadFile
 
@@ -49,9 +48,9 @@ from dlaas.domain.secretbox import SecretBox
 from dlaas.domain.status import Status
 from dlaas.domain.stored import stored_manifest, stored_manifest_or_none
 from services.api import health as health_probes
-from services.api.app import Deps
 from services.api.archive import normalize_archive
 from services.api.auth import Caller
+from services.api.deps import CallerDep, Deps, DepsDep
 from services.api.errors import NoResults
 from services.api.follows import follows_of
 from services.api.models import (
@@ -81,23 +80,6 @@ MAX_OFFSET = 10**9
 # A code archive may unpack to this many times its size limit on the job volume.
 UNPACK_FACTOR = 10
 CODE_PREFIX = "code/"
-
-_bearer = HTTPBearer(auto_error=False, description="API token: `Authorization: Bearer <token>`")
-
-
-def get_deps(request: Request) -> Deps:
-    return request.app.state.deps
-
-
-def get_caller(
-    request: Request,
-    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Caller:
-    return get_deps(request).tokens.caller(request.headers.get("authorization"))
-
-
-DepsDep = Annotated[Deps, Depends(get_deps)]
-CallerDep = Annotated[Caller, Depends(get_caller)]
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 system_router = APIRouter(tags=["system"])
@@ -397,10 +379,10 @@ def _queued_job_ids(deps: Deps, user: str) -> set[str]:
 def get_queue(deps: DepsDep, caller: CallerDep) -> QueueReply:
     """The scheduler's queue (your jobs; the admin's: all), with positions, reasons and ETAs."""
     entries = deps.scheduler.queue()
-    if not caller.admin:
+    if caller.user_filter is not None:
         # The scheduler queues only QUEUED jobs; a job it still lists a moment after its
         # start (the store says PENDING already) is simply not shown.
-        mine = _queued_job_ids(deps, caller.user)
+        mine = _queued_job_ids(deps, caller.user_filter)
         entries = [e for e in entries if e.job_id in mine]
     return QueueReply(entries=[queue_entry(e) for e in entries])
 

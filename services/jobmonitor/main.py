@@ -13,19 +13,17 @@ import signal
 import sys
 import threading
 
-import docker
-import docker.errors
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from dlaas.adapters.engines.docker_engine import Deployer
-from dlaas.adapters.engines.swarm_engine import SwarmEngine
+from dlaas.adapters.engines.connect import engines_for_nodes
 from dlaas.adapters.etcd_status import StatusKeeper, connect
 from dlaas.adapters.grpc_server import configure_logging
 from dlaas.adapters.nodes import nodes_or_exit
 from dlaas.adapters.notify import hook_notifier
 from dlaas.adapters.store import open_store
 from dlaas.config import PlatformSettings
+from dlaas.domain.errors import PermanentError
 from dlaas.domain.ports import JobContainers
 from services.jobmonitor.decide import (
     DEFAULT_HELPER_TIMEOUT_S,
@@ -33,10 +31,6 @@ from services.jobmonitor.decide import (
     DEFAULT_STORE_TIMEOUT_S,
 )
 from services.jobmonitor.monitor import JobMonitor
-
-# The API version to speak to an engine that does not answer at start (the oldest the
-# platform supports); an engine that answers is asked for its own.
-FALLBACK_API_VERSION = "1.41"
 
 
 class MonitorSettings(BaseSettings):
@@ -75,23 +69,16 @@ def main() -> None:
     nodes = nodes_or_exit(settings, "jobmonitor")
     engines: dict[str, JobContainers]
     try:
-        if settings.swarm_manager:
-            # The swarm, through its manager's API alone; each node is a view of it.
-            swarm = SwarmEngine(
-                _engine(settings.swarm_manager, ms.docker_timeout_s, log), settings.platform_id
-            )
-            engines = {n.name: swarm.node(n.name) for n in nodes}
-            where = f"the swarm's {len(nodes)} nodes (manager {settings.swarm_manager})"
-        else:
-            # The machine's one engine: the one node.
-            engine = _engine(settings.docker_host, ms.docker_timeout_s, log)
-            engines = {
-                n.name: Deployer(engine, platform_id=settings.platform_id, node=n.name)
-                for n in nodes
-            }
-            where = f"node {', '.join(engines)} ({settings.docker_host})"
-    except docker.errors.DockerException as exc:
-        sys.exit(f"jobmonitor: bad Docker engine address: {exc}")
+        # Also for an engine that is down now: the monitor starts, and reconnects with backoff.
+        engines = dict(
+            engines_for_nodes(settings, [n.name for n in nodes], timeout_s=ms.docker_timeout_s)
+        )
+    except PermanentError as exc:
+        sys.exit(f"jobmonitor: {exc.message}")
+    if settings.swarm_manager:
+        where = f"the swarm's {len(nodes)} nodes (manager {settings.swarm_manager})"
+    else:
+        where = f"node {', '.join(engines)} ({settings.docker_host})"
     store = open_store(settings.store_url)
     keeper = StatusKeeper(
         connect(settings.etcd_hostports()), store, settings.etcd_prefix,
@@ -121,16 +108,6 @@ def main() -> None:
     scheduler.close()
     store.close()
     log.info("job monitor stopped")
-
-
-def _engine(host: str, timeout: int, log) -> docker.DockerClient:
-    """A client for the engine (the machine's, or the swarm manager's), also when it is
-    down right now: the monitor must start all the same, and reconnects with backoff."""
-    try:
-        return docker.DockerClient(base_url=host, timeout=timeout)
-    except docker.errors.DockerException as exc:  # a bad address fails again below
-        log.warning("the Docker engine at %s does not answer yet: %s", host, exc)
-        return docker.DockerClient(base_url=host, timeout=timeout, version=FALLBACK_API_VERSION)
 
 
 if __name__ == "__main__":

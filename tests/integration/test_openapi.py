@@ -147,11 +147,11 @@ def test_the_submit_route_documents_the_manifest_schema(spec):
     [
         MANIFEST.format(learners=2, results="r"),
         (EXAMPLES / "digits" / "manifest.yaml").read_text(),
-        (EXAMPLES / "ddp" / "manifest.yaml").read_text(),
+        (EXAMPLES / "pytorch-ddp" / "manifest-torchrun.yaml").read_text(),
         MANIFEST.format(learners=1, results="r").replace("memory: 512MiB", "memory: 2048")
         + "priority: high\n",
     ],
-    ids=["test-manifest", "digits", "ddp", "memory-number-priority-class"],
+    ids=["test-manifest", "digits", "pytorch-ddp-torchrun", "memory-number-priority-class"],
 )
 def test_accepted_manifests_match_the_documented_schema(spec, text):
     from dlaas.domain.manifest import parse_manifest
