@@ -8,8 +8,9 @@ Three phases, each `--seconds` long (issue 24's Measure):
       limits get 429, counted);
   (c) `--submits` submits of a queued job from 8 clients (8 threads of this script, each
       with a connection of its own and its share, one after the other).
-Every node is paused (`availability: pause`) first, so every job stays QUEUED: the load
-is the API's, not the engine's. Reads come from Debian's `wrk` (C; `apt-get install
+Every job asks for a whole node (the largest) and sleeps: the first placed holds it and
+every other job stays QUEUED, so the load is the API's, not the engine's (it is halted
+at the end). Reads come from Debian's `wrk` (C; `apt-get install
 wrk`); its CPU time (and the submit threads') is printed beside each phase to show the
 load generator is not the bottleneck. The API's own time per request (its
 `dlaas_api_request_seconds` histogram, summed over the replicas) is printed beside the
@@ -42,15 +43,17 @@ import httpx
 
 from dlaas.local import components, platform
 
-QUEUED_JOB = """
+# Every job asks for a whole node and sleeps: the first one placed holds the node, every
+# other one stays QUEUED behind it.
+JOB = """
 name: api-load
 learners: 1
-cpus: 0.1
+cpus: {cpus}
 memory: 64MiB
 framework:
   name: python
   version: "3"
-  command: python3 -c "print('never runs: every node is paused')"
+  command: python3 -c "import time; time.sleep(3600)"
 """
 
 # wrk's script: the Authorization header, and a JSON summary on stdout.
@@ -175,7 +178,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def submits(url: str, token: str, count: int, clients: int) -> dict:
+def submits(url: str, token: str, count: int, clients: int, manifest: str) -> dict:
     """Phase (c): `count` submits from `clients` threads, each with its own connection and
     its share, one after the other (wrk cannot stop at a count and time it). The threads'
     CPU time is printed: about a millisecond a request, so they are not the bottleneck."""
@@ -184,7 +187,7 @@ def submits(url: str, token: str, count: int, clients: int) -> dict:
     lock = threading.Lock()
 
     def client(share: int) -> None:
-        files = {"manifest": ("manifest.yml", QUEUED_JOB, "application/yaml")}
+        files = {"manifest": ("manifest.yml", manifest, "application/yaml")}
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
             for _ in range(share):
@@ -227,8 +230,8 @@ def submits(url: str, token: str, count: int, clients: int) -> dict:
 def run(url: str, admin: str, args: argparse.Namespace) -> dict:
     http = httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {admin}"})
     nodes = http.get("/v1/nodes").json().get("nodes", [])
-    for n in nodes:  # nothing is placed: every job stays QUEUED
-        http.put(f"/v1/nodes/{n['name']}/availability", json={"availability": "pause"})
+    cpus = max(n["capacity"]["cpus"] for n in nodes)
+    manifest = JOB.format(cpus=cpus)
     stamp = time.strftime("%H%M%S")
     tokens = {}
     for who in ("reader", "follower"):
@@ -237,11 +240,12 @@ def run(url: str, admin: str, args: argparse.Namespace) -> dict:
         tokens[who] = r.json()["token"]
 
     def submit(token: str) -> str:
-        files = {"manifest": ("manifest.yml", QUEUED_JOB, "application/yaml")}
+        files = {"manifest": ("manifest.yml", manifest, "application/yaml")}
         r = httpx.post(
             f"{url}/v1/jobs", files=files, headers={"Authorization": f"Bearer {token}"}, timeout=60
         )
-        r.raise_for_status()
+        if r.status_code >= 300:
+            raise RuntimeError(f"submit: {r.status_code} {r.text}")
         return r.json()["job_id"]
 
     print(f"seeding {args.jobs} queued jobs ...", flush=True)
@@ -278,9 +282,18 @@ def run(url: str, admin: str, args: argparse.Namespace) -> dict:
         s.close()
 
     print(f"(c) {args.submits} submits from 8 clients ...", flush=True)
-    c = submits(url, tokens["reader"], args.submits, 8)
-    for n in nodes:
-        http.put(f"/v1/nodes/{n['name']}/availability", json={"availability": "active"})
+    c = submits(url, tokens["reader"], args.submits, 8, manifest)
+    for token in tokens.values():  # the job that holds the node, and any other placed
+        listing = httpx.get(
+            f"{url}/v1/jobs", params={"limit": 500}, headers={"Authorization": f"Bearer {token}"}
+        ).json()
+        for job in listing.get("jobs", []):
+            if job.get("status") not in ("QUEUED", "COMPLETED", "FAILED", "HALTED"):
+                httpx.post(
+                    f"{url}/v1/jobs/{job['job_id']}/halt",
+                    headers={"Authorization": f"Bearer {token}"},
+                    timeout=60,
+                )
     return {"reads": a, "reads_with_follows": b, "submits": c}
 
 
