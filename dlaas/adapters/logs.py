@@ -66,6 +66,11 @@ from dlaas.domain.status import FINAL
 from dlaas.domain.stored import stored_manifest
 from dlaas.learner.paths import RUN_START_META
 
+# A log object at most this large is read once for every follower of its job that asks
+# within a quarter poll; a larger one is streamed to each.
+SHARED_BYTES = 1 << 20
+_LARGE = object()
+
 
 class Pause:
     """Between two rounds of a follow: nothing new before the next poll."""
@@ -268,18 +273,46 @@ class LogReader:
             return True  # gone: do not read ahead in S3, the next round sorts it out
         return True if raw is None else bool(raw)  # None: gone, as above
 
-    def _s3_log(self, results: S3Location, job_id: str, learner: int) -> S3Log | None:
+    def _s3_log(
+        self, results: S3Location, job_id: str, learner: int, shared: bool = False
+    ) -> S3Log | None:
+        """The learner's log object, None while there is none; `shared`: a read of the
+        last quarter `poll_s` will do (kept for sharing if at most SHARED_BYTES)."""
+        if shared:
+            ident = ("object", results.endpoint, results.bucket, results.prefix, job_id, learner)
+            kept = self.recent.get(ident, partial(self._s3_small, results, job_id, learner))
+            if kept is None:
+                return None
+            if kept is not _LARGE:
+                start, body = kept
+                return S3Log(start, split_lines([body]))
+        obj = self._s3_object(results, job_id, learner)
+        if obj is None:
+            return None
+        return S3Log(
+            run_start(obj.get("Metadata")), split_lines(obj["Body"].iter_chunks(64 * 1024))
+        )
+
+    def _s3_object(self, results: S3Location, job_id: str, learner: int) -> dict | None:
         s3 = self.s3_for(results)
         key = results.prefix + jobspec.log_object_key(job_id, learner)
         try:
-            obj = s3.get_object(Bucket=results.bucket, Key=key)
+            return s3.get_object(Bucket=results.bucket, Key=key)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchBucket", "404"):
                 return None
             raise
-        return S3Log(
-            run_start(obj.get("Metadata")), split_lines(obj["Body"].iter_chunks(64 * 1024))
-        )
+
+    def _s3_small(self, results: S3Location, job_id: str, learner: int) -> Any:
+        """(run start, bytes) of the log object if it is small, None if there is none,
+        else _LARGE (read it as a stream)."""
+        obj = self._s3_object(results, job_id, learner)
+        if obj is None:
+            return None
+        if int(obj.get("ContentLength") or 0) > SHARED_BYTES:
+            obj["Body"].close()
+            return _LARGE
+        return run_start(obj.get("Metadata")), obj["Body"].read()
 
     def _final(self, job_id: str, shared: bool = False) -> bool:
         """Whether the job is final; `shared`: a read of the last quarter `poll_s` will do
@@ -335,7 +368,7 @@ class LogReader:
         current: tuple[str, int] | None = None  # (container id, its first line's index)
 
         def whole_object() -> Iterator[str]:
-            log = self._s3_log(results, job_id, learner)
+            log = self._s3_log(results, job_id, learner, shared)
             return cursor.take(log.lines) if log is not None else iter(())
 
         while True:
@@ -364,7 +397,7 @@ class LogReader:
                     first = next(lines, None)
                     if first is not None:
                         # The helper wrote this run's start before the learner could print.
-                        log = self._s3_log(results, job_id, learner)
+                        log = self._s3_log(results, job_id, learner, shared)
                         start = log.run_start if log is not None else 0
                         if start < cursor.consumed:
                             cursor.rewind(start)  # the last run's tail was lost with its node

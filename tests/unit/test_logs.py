@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 
 import pytest
+from botocore.exceptions import ClientError
 from lcm_fakes import FakeEngine
 
 from dlaas.adapters.logs import (
@@ -26,6 +27,7 @@ from dlaas.adapters.logs import (
     split_lines,
 )
 from dlaas.domain import jobspec
+from dlaas.domain.locations import S3Location
 from dlaas.learner.paths import RUN_START_META
 
 RUN1 = [f"run1 line {i}" for i in range(5)]
@@ -115,7 +117,7 @@ class ScriptedReader(LogReader):
     def _has_output(self, container):
         return bool(container.lines)
 
-    def _s3_log(self, results, job_id, learner):
+    def _s3_log(self, results, job_id, learner, shared=False):
         s3 = self.now.s3
         return None if s3 is None else S3Log(s3[0], iter(list(s3[1])))
 
@@ -214,7 +216,7 @@ def test_a_follow_ends_at_the_jobs_end_although_the_engines_log_stream_does_not(
     final = threading.Event()
     reader = LogReader(None, None, engine, poll_s=0.01)
     reader._final = lambda job_id, shared=False: final.is_set()
-    reader._s3_log = lambda results, job_id, learner: None
+    reader._s3_log = lambda results, job_id, learner, shared=False: None
     got: list[str] = []
 
     def follow():
@@ -240,7 +242,7 @@ def test_rounds_pause_instead_of_waiting_and_share_reads_between_followers():
     engine.logs = lambda c, tail=None: reads.append(tail) or logs(c, tail=tail)
     reader = LogReader(None, None, engine, poll_s=60)
     reader._final = lambda job_id, shared=False: False
-    reader._s3_log = lambda results, job_id, learner: None
+    reader._s3_log = lambda results, job_id, learner, shared=False: None
     first = reader.stream_rounds(None, "job", 0, offset=0, follow=True)
     second = reader.stream_rounds(None, "job", 0, offset=0, follow=True)
     assert [next(first), next(first)] == ["a", PAUSE]  # never a sleep: the caller waits
@@ -259,7 +261,7 @@ def test_a_line_half_written_by_a_running_learner_comes_once_whole():
     reader = LogReader(None, None, engine, poll_s=0)
     final = []
     reader._final = lambda job_id, shared=False: bool(final)
-    reader._s3_log = lambda results, job_id, learner: None
+    reader._s3_log = lambda results, job_id, learner, shared=False: None
     rounds = reader.stream_rounds(None, "job", 0, offset=0, follow=True)
     assert [next(rounds), next(rounds)] == ["a", PAUSE]
     engine.print(c, "=====] done\nb")
@@ -267,3 +269,19 @@ def test_a_line_half_written_by_a_running_learner_comes_once_whole():
     engine.set_state(c, "exited", 0)
     final.append(True)
     assert list(rounds) == ["b"]  # it exited without a last newline: the line is whole
+
+
+def test_followers_of_a_job_without_a_log_yet_share_one_object_read():
+    asked = []
+
+    class NoLogYet:  # FAKE S3: the helper has not stored a log yet
+        def get_object(self, Bucket, Key):
+            asked.append(Key)
+            raise ClientError({"Error": {"Code": "NoSuchKey"}}, "GetObject")
+
+    reader = LogReader(None, None, None, lambda loc: NoLogYet(), poll_s=60)
+    reader._final = lambda job_id, shared=False: False
+    results = S3Location("", "", "", "res")
+    followers = [reader.stream_rounds(results, "job", 0, offset=0, follow=True) for _ in range(50)]
+    assert all(next(f) is PAUSE for f in followers)
+    assert len(asked) == 1
