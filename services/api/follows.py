@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse
 
 from dlaas.adapters.logs import Pause
 from services.api.app import error_body
+from services.api.models import ErrorReply
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,16 @@ WORKERS = 8
 # sends each step before the next is read (a slow client holds no thread either).
 BATCH = 512
 RETRY_AFTER_S = 5
+
+
+# The OpenAPI `responses=` entry of a route that follows.
+REFUSED_DOC = {
+    429: {
+        "model": ErrorReply,
+        "description": f"too many follows: at most {PER_USER} per user and {PER_REPLICA} per "
+        "API replica; retry after `Retry-After` seconds",
+    }
+}
 
 
 @dataclass

@@ -33,7 +33,7 @@ from dlaas.domain.metric_query import (
 )
 from services.api.auth import Caller
 from services.api.deps import CallerDep, Deps, DepsDep
-from services.api.follows import follows_of
+from services.api.follows import REFUSED_DOC, follows_of
 from services.api.models import error_responses
 from services.api.routes import MAX_OFFSET, _owned
 
@@ -71,6 +71,7 @@ class MetricsReply(BaseModel):
             '`"line"` is -1: a long file\'s points are a sample)',
         },
         **error_responses(404, 422),
+        **REFUSED_DOC,
     },
 )
 async def job_metrics(

@@ -52,7 +52,7 @@ from services.api.archive import normalize_archive
 from services.api.auth import Caller
 from services.api.deps import CallerDep, Deps, DepsDep
 from services.api.errors import NoResults
-from services.api.follows import follows_of
+from services.api.follows import REFUSED_DOC, follows_of
 from services.api.models import (
     ComponentHealthPublic,
     DeleteReply,
@@ -482,6 +482,7 @@ def delete_job(
     responses={
         200: {"content": {"text/plain": {}}, "description": "the log, one line per line"},
         **error_responses(404, 422),
+        **REFUSED_DOC,
     },
 )
 async def job_logs(
