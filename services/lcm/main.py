@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,6 +23,7 @@ from dlaas.adapters.notify import hook_notifier
 from dlaas.adapters.store import open_store
 from dlaas.clients.sdk import SchedulerClient
 from dlaas.config import PlatformSettings
+from dlaas.domain.errors import PermanentError
 from dlaas.domain.keys import EtcdKeys
 from dlaas.v1 import lcm_pb2_grpc
 from services.lcm.grpc_api import LcmServicer
@@ -52,8 +54,11 @@ def main() -> None:
         etcd, store, settings.etcd_prefix, notifier=hook_notifier(settings, store)
     )
     nodes = nodes_or_exit(settings, "lcm")
-    # Also for an engine that is down now: the LCM starts, and counts the node lost.
-    deployers = engines_for_nodes(settings, [n.name for n in nodes])
+    try:
+        # Also for an engine that is down now: the LCM starts, and counts the node lost.
+        deployers = engines_for_nodes(settings, [n.name for n in nodes])
+    except PermanentError as exc:
+        sys.exit(f"lcm: {exc.message}")
     # A swarm manager's API has no container stats: a swarm node's utilization is unknown.
     usage: dict[str, UsageSource | None] = {
         name: DockerUsage(d.client, settings.platform_id, name) if isinstance(d, Deployer) else None

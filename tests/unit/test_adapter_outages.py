@@ -10,15 +10,23 @@ import sqlite3
 from types import SimpleNamespace
 
 import botocore.exceptions
+import docker.errors
 import pyetcd.exceptions
 import pytest
 import requests.exceptions
+import test_lcm_plan
 
 from dlaas.adapters.engines.docker_engine import Deployer
 from dlaas.adapters.etcd_status import StatusKeeper
 from dlaas.adapters.s3 import ensure_bucket
 from dlaas.adapters.store.sqlite import SqliteJobStore
-from dlaas.domain.errors import JobNotFound, TemporaryError, temporary_on, temporary_on_all
+from dlaas.domain.errors import (
+    DeployRefused,
+    JobNotFound,
+    TemporaryError,
+    temporary_on,
+    temporary_on_all,
+)
 
 
 class LockedStore(SqliteJobStore):
@@ -88,6 +96,37 @@ def test_an_engine_that_does_not_answer_is_temporary_for_the_lcm():
     for call in (engine.containers, engine.remove_job, engine.stop_learners):
         with pytest.raises(TemporaryError, match=r"container engine is unavailable"):
             call("job-1")
+
+
+def _deploying(error: Exception) -> Deployer:
+    """The REAL Docker adapter whose engine raises `error` at the deploy's first call."""
+
+    def fail(*args, **kwargs):
+        raise error
+
+    return Deployer(SimpleNamespace(networks=SimpleNamespace(list=fail)), node="n1")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        requests.exceptions.ConnectionError("connection refused"),
+        requests.exceptions.ReadTimeout("read timed out"),
+        docker.errors.APIError("500 Server Error", explanation="the daemon is shutting down"),
+    ],
+    ids=type,
+)
+def test_a_deploy_cut_short_by_the_engine_is_temporary(error):
+    plan = test_lcm_plan.plan(learners=1, nodes=["n1"])
+    with pytest.raises(TemporaryError, match="container engine is unavailable"):
+        _deploying(error).deploy(plan)
+
+
+def test_a_deploy_the_engine_refuses_for_the_job_is_still_refused():
+    response = SimpleNamespace(status_code=400, reason="Bad Request")
+    refused = docker.errors.APIError("400", response=response, explanation="invalid mount")
+    with pytest.raises(DeployRefused, match="invalid mount"):
+        _deploying(refused).deploy(test_lcm_plan.plan(learners=1, nodes=["n1"]))
 
 
 def test_a_generator_method_is_covered_while_it_is_iterated():

@@ -86,5 +86,16 @@ def test_an_engine_down_is_temporary_where_the_service_needs_it_up(fake_docker):
 
 def test_a_bad_address_is_refused_by_name(fake_docker):
     fake_docker.bad = True
-    with pytest.raises(PermanentError, match="bad Docker engine address unix:///engine.sock"):
+    with pytest.raises(
+        PermanentError, match="docker_host: bad Docker engine address unix:///engine.sock"
+    ):
         connect.engines_for_nodes(settings(), ["local"])
+
+
+def test_a_port_that_is_not_a_number_is_refused_by_name(fake_docker, monkeypatch):
+    def unparsable(self, base_url, **kw):
+        raise ValueError("Port could not be cast to integer value as 'x'")
+
+    monkeypatch.setattr(fake_docker, "__init__", unparsable)
+    with pytest.raises(PermanentError, match="swarm_manager: bad Docker engine address"):
+        connect.engines_for_nodes(settings(swarm_manager="tcp://mgr:x"), ["a"])

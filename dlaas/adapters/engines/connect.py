@@ -27,13 +27,15 @@ log = logging.getLogger(__name__)
 FALLBACK_API_VERSION = "1.41"
 
 
-def docker_client(host: str, *, timeout_s: int | None = None, down_ok: bool = True):
-    """A Docker SDK client for the engine at `host`.
+def docker_client(
+    host: str, *, timeout_s: int | None = None, down_ok: bool = True, setting: str = "docker_host"
+):
+    """A Docker SDK client for the engine at `host` (the value of settings field `setting`).
 
     The client asks the engine for its API version; an engine that does not answer now
     raises TemporaryError, or, with `down_ok`, gets a client all the same (the version
     pinned to FALLBACK_API_VERSION): a service that must start while the engine is down
-    reconnects later. An address the SDK cannot use raises PermanentError.
+    reconnects later. An address the SDK cannot use raises PermanentError naming `setting`.
     """
     timeout = {} if timeout_s is None else {"timeout": timeout_s}
     try:
@@ -42,10 +44,12 @@ def docker_client(host: str, *, timeout_s: int | None = None, down_ok: bool = Tr
         if not down_ok:
             raise TemporaryError(f"the Docker engine at {host} does not answer: {exc}") from None
         log.warning("the Docker engine at %s does not answer yet: %s", host, exc)
+    except ValueError as exc:  # the SDK's parse of a port that is not a number
+        raise PermanentError(f"{setting}: bad Docker engine address {host}: {exc}") from None
     try:
         return docker.DockerClient(base_url=host, version=FALLBACK_API_VERSION, **timeout)
-    except docker.errors.DockerException as exc:  # no engine is asked: the address is bad
-        raise PermanentError(f"bad Docker engine address {host}: {exc}") from None
+    except (docker.errors.DockerException, ValueError) as exc:  # no engine asked: a bad address
+        raise PermanentError(f"{setting}: bad Docker engine address {host}: {exc}") from None
 
 
 def engines_for_nodes(
@@ -61,7 +65,9 @@ def engines_for_nodes(
     `docker_client`, whose errors this raises.
     """
     if settings.swarm_manager:
-        client = docker_client(settings.swarm_manager, timeout_s=timeout_s, down_ok=down_ok)
+        client = docker_client(
+            settings.swarm_manager, timeout_s=timeout_s, down_ok=down_ok, setting="swarm_manager"
+        )
         swarm = SwarmEngine(client, settings.platform_id)
         return {name: swarm.node(name) for name in names}
     client = docker_client(settings.docker_host, timeout_s=timeout_s, down_ok=down_ok)
