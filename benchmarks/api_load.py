@@ -227,6 +227,24 @@ def submits(url: str, token: str, count: int, clients: int, manifest: str) -> di
     }
 
 
+def halt_placed(url: str, tokens, timeout_s: float = 120) -> None:
+    """Halt every job of these users, the queued ones first (newest first: else each halted
+    holder lets the next one be placed), and wait until each is final: `down` then leaves
+    no container behind."""
+    final = ("COMPLETED", "FAILED", "HALTED")
+    deadline = time.monotonic() + timeout_s
+    for token in tokens:
+        headers = {"Authorization": f"Bearer {token}"}
+        while time.monotonic() < deadline:
+            listing = httpx.get(f"{url}/v1/jobs", params={"limit": 500}, headers=headers).json()
+            active = [j for j in listing.get("jobs", []) if j.get("status") not in final]
+            if not active:
+                break
+            for job in active:
+                httpx.post(f"{url}/v1/jobs/{job['job_id']}/halt", headers=headers, timeout=60)
+            time.sleep(2)
+
+
 def run(url: str, admin: str, args: argparse.Namespace) -> dict:
     http = httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {admin}"})
     nodes = http.get("/v1/nodes").json().get("nodes", [])
@@ -283,17 +301,7 @@ def run(url: str, admin: str, args: argparse.Namespace) -> dict:
 
     print(f"(c) {args.submits} submits from 8 clients ...", flush=True)
     c = submits(url, tokens["reader"], args.submits, 8, manifest)
-    for token in tokens.values():  # the job that holds the node, and any other placed
-        listing = httpx.get(
-            f"{url}/v1/jobs", params={"limit": 500}, headers={"Authorization": f"Bearer {token}"}
-        ).json()
-        for job in listing.get("jobs", []):
-            if job.get("status") not in ("QUEUED", "COMPLETED", "FAILED", "HALTED"):
-                httpx.post(
-                    f"{url}/v1/jobs/{job['job_id']}/halt",
-                    headers={"Authorization": f"Bearer {token}"},
-                    timeout=60,
-                )
+    halt_placed(url, tokens.values())
     return {"reads": a, "reads_with_follows": b, "submits": c}
 
 
