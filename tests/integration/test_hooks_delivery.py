@@ -215,7 +215,7 @@ def test_a_hook_to_the_platforms_own_host_is_refused(env):
         (refusal,) = given_up()
         assert refusal.attempts == 1 and refusal.last_status is None
         assert "not a public address" in refusal.last_error
-        assert "DLAAS_HOOKS_ALLOW_NETWORKS" in refusal.last_error
+        assert "DLAAS_EGRESS_ALLOW_NETWORKS" in refusal.last_error
         assert receiver.requests == []
     finally:
         receiver.close()
