@@ -5,6 +5,8 @@ Run by the submit route (services/api/routes.py `_submit`) before anything is st
   the API and the LCM will connect there for logs, metrics and results, from inside the
   platform. A name that resolves to nothing yet is let through: it is checked again, and
   pinned, at every connection (dlaas.adapters.s3.client_for).
+- the manifest's priority is at most the team's ceiling (`dlaas teams set --max-priority`).
+  Administrators are exempt: they run the platform, and they set the ceilings.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dlaas.adapters import egress as egress_pin
 from dlaas.adapters.store.base import JobStore
 from dlaas.config import PlatformSettings
 from dlaas.domain import egress
+from dlaas.domain.account_ops import check_priority
 from dlaas.domain.manifest import Manifest
 from services.api.auth import Caller
 
@@ -35,3 +38,5 @@ def check_endpoints(
 def admit(manifest: Manifest, caller: Caller, store: JobStore, settings: PlatformSettings) -> None:
     """Raise the first reason the caller may not submit `manifest` (a 4xx)."""
     check_endpoints(manifest, settings)
+    if not caller.admin:
+        check_priority(store, caller.team, manifest.priority)
