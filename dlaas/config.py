@@ -144,6 +144,10 @@ class ApiSettings(_Settings):
     # The bootstrap administrator's token; every other account is in the job store.
     admin_token: SecretStr
     max_code_archive_mb: int = 64
+    # Failed token checks one client address may make within the window before its
+    # requests are refused (429) until the window frees (services/api/auth.py).
+    auth_max_failures: int = Field(20, ge=1)
+    auth_failure_window_s: float = Field(60.0, gt=0)
     # One training-data object uploaded through the API (`dlaas data upload`).
     max_data_object_mb: int = 2048
     # This process's name among the API replicas that share the port ("api-1"), shown by

@@ -27,7 +27,7 @@ from dlaas.adapters.store.base import JobStore, open_store
 from dlaas.config import ApiSettings, PlatformSettings
 from dlaas.domain import errors
 from dlaas.domain.locations import S3Location
-from services.api.auth import Authenticator
+from services.api.auth import Authenticator, AuthMetrics, FailureLimiter, TooManyFailures
 from services.api.errors import Forbidden, HookNotFound, NoResults, Unauthorized
 from services.api.models import ERROR_MEANINGS, error_responses, manifest_schemas
 
@@ -47,6 +47,7 @@ STATUS_FOR: dict[type[errors.DlaasError], int] = {
     errors.ImageUnavailable: 422,
     errors.InvalidTransition: 409,
     errors.PayloadTooLarge: 413,
+    TooManyFailures: 429,  # before its base class, TemporaryError
     errors.TemporaryError: 503,  # includes Conflict: retry
 }
 
@@ -134,7 +135,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         if status == 500:
             log.error("unmapped domain error on %s: %s", request.url.path, exc.message)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        if status == 503:
+        if status in (429, 503):
             headers = {"Retry-After": str(max(1, round(getattr(exc, "delay_s", 1.0))))}
         return JSONResponse(error_body(exc.code, message, problems), status, headers=headers)
 
@@ -272,8 +273,14 @@ def create_app(
         docker = None
     elif docker is None:
         docker = _node_views(settings)
-    tokens = Authenticator(store, api_settings.admin_token.get_secret_value())
     metrics = Metrics(api_settings.replica)
+    limiter = FailureLimiter(api_settings.auth_max_failures, api_settings.auth_failure_window_s)
+    tokens = Authenticator(
+        store,
+        api_settings.admin_token.get_secret_value(),
+        limiter=limiter,
+        metrics=AuthMetrics(metrics.counted),
+    )
     metrics.watch(store, lcm)
     deps = Deps(settings, api_settings, store, lcm, s3, scheduler, tokens, None, metrics)  # type: ignore[arg-type]
     deps.logs = LogReader(store, settings, docker, deps.s3_for, poll_s=log_poll_s)
