@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlaas.adapters.logs import LogReader
-from dlaas.adapters.s3 import client_for_location, platform_client
+from dlaas.adapters.s3 import STORE_UNREACHABLE, client_for_location, platform_client
 from dlaas.adapters.store.base import JobStore, open_store
 from dlaas.config import ApiSettings, PlatformSettings
 from dlaas.domain import errors
@@ -138,6 +138,18 @@ def _install_error_handlers(app: FastAPI) -> None:
         if status in (429, 503):
             headers = {"Retry-After": str(max(1, round(getattr(exc, "delay_s", 1.0))))}
         return JSONResponse(error_body(exc.code, message, problems), status, headers=headers)
+
+    # A store the route reads (a user's own, reached under the egress rule, or the
+    # platform's) that does not answer is a 503, not a 500: no route catches it on every path
+    # (a metrics read of a job whose store is down was a 500). The store is not named.
+    for unreachable in STORE_UNREACHABLE:
+
+        @app.exception_handler(unreachable)
+        async def store_unreachable(request: Request, exc: Exception) -> JSONResponse:
+            log.warning("a data store did not answer on %s: %s", request.url.path, exc)
+            message = f"the job's data store did not answer ({type(exc).__name__}); try again later"
+            body = error_body(errors.TemporaryError.code, message)
+            return JSONResponse(body, 503, headers={"Retry-After": "10"})
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:

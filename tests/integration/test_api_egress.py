@@ -109,3 +109,14 @@ def test_the_platforms_own_store_on_loopback_keeps_working(env):  # noqa: F811
     env.finish(job_id)
     r = env.client.get(f"/v1/jobs/{job_id}/metrics", headers=auth(ALICE))
     assert r.status_code == 200, r.text
+
+
+def test_an_allowed_store_that_does_not_answer_is_a_503_not_a_500(env):  # noqa: F811
+    # The metrics route was a 500 for such a job (the connection error reached no handler).
+    env.settings.egress_allow_networks = "127.0.0.0/8"
+    job_id = submit_to(env, f"http://127.0.0.1:{free_port()}").json()["job_id"]
+    env.finish(job_id)
+    for route in ("metrics", "results"):
+        r = env.client.get(f"/v1/jobs/{job_id}/{route}", headers=auth(ALICE))
+        assert (r.status_code, r.json()["error"]) == (503, "unavailable"), (route, r.text)
+        assert "Retry-After" in r.headers and "Traceback" not in r.text
