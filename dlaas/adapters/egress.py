@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from dlaas.domain import egress
+from dlaas.domain.errors import InvalidRequest
 
 Resolve = Callable[[str, int], list[str]]
 
@@ -44,13 +45,16 @@ def check_url(
     field: str, url: str, allowed: Sequence[egress.Network] = (), resolve: Resolve = resolve
 ) -> list[str]:
     """The addresses `url`'s host resolves to, once every one passes the rule; raise
-    EgressRefused (one message, whatever is there) or Unresolved."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
+    EgressRefused (one message, whatever is there), Unresolved, or InvalidRequest for a URL
+    that names no host or port to connect to."""
     try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
         port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise egress.EgressRefused(egress.refusal(field, host or url)) from None
+    except ValueError:  # "http://[::1", a port that is not one
+        raise InvalidRequest(f"{field}: not a URL the platform can call") from None
+    if not host:
+        raise InvalidRequest(f"{field}: the URL names no host")
     literal = egress.literal_address(host)
     addresses = [literal] if literal else resolve(host, port)
     if not addresses:

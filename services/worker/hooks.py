@@ -23,6 +23,7 @@ import httpx
 from dlaas.adapters import egress as egress_pin
 from dlaas.adapters.store.base import JobStore
 from dlaas.domain import egress, hooks
+from dlaas.domain.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def guarded_post(
     later (DNS rebinding) changes nothing."""
     try:
         pinned = egress_pin.pin("url", url, allowed, resolve)
-    except egress.EgressRefused as exc:
+    except InvalidRequest as exc:  # EgressRefused, or a URL with no host to post to
         raise Refused(str(exc)) from None
     except egress_pin.Unresolved as exc:
         raise Refused(str(exc), final=False) from None

@@ -93,3 +93,17 @@ def test_a_users_store_client_talks_to_the_checked_address_under_the_stores_name
     assert (kw["server_hostname"], kw["assert_hostname"]) == ("s3.test", "s3.test")
     allowed = client_for(own("http://127.0.0.1:9000", "127.0.0.0/8"))
     assert allowed.meta.endpoint_url == "http://127.0.0.1:9000"
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://h:99999", "http://", "http:///x"])
+def test_a_url_without_a_host_or_port_to_connect_to_is_named(url):
+    with pytest.raises(InvalidRequest) as bad:
+        pin.check_url(FIELD, url, resolve=lambda h, p: ["93.184.216.34"])
+    assert str(bad.value).startswith(f"{FIELD}: ")
+    assert not isinstance(bad.value, egress.EgressRefused)
+
+
+def test_numeric_spellings_of_loopback_are_refused():
+    for url in ("http://127.1/", "http://2130706433/", "http://0x7f.0.0.1/"):
+        with pytest.raises(egress.EgressRefused):
+            pin.check_url(FIELD, url)  # the system's resolver reads them as 127.0.0.1
