@@ -183,7 +183,7 @@ def job_mix(n: int, rng: random.Random) -> list[JobPlan]:
             )
             command = f"python3 train.py --epochs {epochs}"
             text = _manifest(name, learners, 0.5, priority, command, "digits-ddp-results")
-            code = REPO / "examples/ddp"
+            code = REPO / "tests/fixtures/jobs/numpy-allreduce"
         plans.append(JobPlan(name, kind, epochs, text, code))
     return plans
 

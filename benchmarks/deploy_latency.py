@@ -30,7 +30,7 @@ also give "services_made_p50_s", the part of that time spent before the last lea
 existed in the manager (the rest is the swarm's: schedule, dispatch, prepare, start).
 
 --ddp N (with --backend swarm, instead of the latency shapes): the cross-node cost of
-data-parallel training. The example ddp job (examples/ddp, 2 learners all-reducing over
+data-parallel training. The numpy all-reduce job (tests/fixtures/jobs/numpy-allreduce, 2 learners all-reducing over
 TCP, `--ddp-epochs` epochs, 0.5 CPUs each) N times across two nodes and N times on one
 node, alternated, on a fresh 2-node swarm whose nodes declare the machine's CPUs but
 DDP_NODE_MEMORY_MB each: the gang asking 512 MiB per learner cannot fit one node and
@@ -428,7 +428,7 @@ def measure_ddp(url: str, token: str, watch: StartWatch, runs: int, epochs: int)
     from dlaas.clients.client import pack_code
 
     repo = Path(__file__).resolve().parents[1]
-    data, name = pack_code(repo / "examples/ddp")
+    data, name = pack_code(repo / "tests/fixtures/jobs/numpy-allreduce")
     times: dict[str, list[float]] = {shape: [] for shape in DDP_SHAPES}
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=url, headers=headers, timeout=60) as http:

@@ -121,6 +121,9 @@ class PlatformSettings(_Settings):
             "egress_allow_networks", "DLAAS_EGRESS_ALLOW_NETWORKS", "DLAAS_HOOKS_ALLOW_NETWORKS"
         ),
     )
+    # The operator's failure-triage rows (a YAML list of {pattern, label, action[, explain]},
+    # dlaas.domain.triage), read once when the job monitor starts; "" for the built-in only.
+    triage_file: str = ""
 
     @field_validator("egress_allow_networks")
     @classmethod

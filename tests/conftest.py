@@ -147,22 +147,40 @@ def learner_image(docker_client) -> str:
     return ensure_images(docker_client, progress=lambda _line: None)
 
 
-@pytest.fixture(scope="session")
-def pytorch_image(docker_host) -> str:
-    """The PyTorch learner image (dlaas/learner-pytorch:1.13: Debian's python3-torch under
-    the learner image's code), built on first use and reused after. On a new machine that
-    is a few minutes and about 1.1 GB of Debian packages, once per session at most; the
-    tests that need it carry a timeout that allows for it."""
+def _framework_image(docker_host: str, name: str) -> str:
+    """The learner image of framework `name`'s newest version, built on first use (minutes
+    on a new machine, see images/README.md) and reused after: each is built once per
+    session at most; the tests that need one carry a timeout that allows for it."""
     import docker
 
+    from dlaas.domain.manifest import FRAMEWORK_VERSIONS
     from dlaas.local.images import ensure_framework_image
 
-    # The apt step can be quiet for longer than the session client's 60 s timeout.
+    # A pip or apt step can be quiet for longer than the session client's 60 s timeout.
     client = docker.DockerClient(base_url=docker_host, timeout=900)
     try:
-        return ensure_framework_image(client, "pytorch", "1.13", progress=lambda _line: None)
+        version = FRAMEWORK_VERSIONS[name][-1]
+        return ensure_framework_image(client, name, version, progress=lambda _line: None)
     finally:
         client.close()
+
+
+@pytest.fixture(scope="session")
+def pytorch_image(docker_host) -> str:
+    """dlaas/learner-pytorch:2.13: torch 2.13.0 (CPU), torchrun, pip, the learner's code."""
+    return _framework_image(docker_host, "pytorch")
+
+
+@pytest.fixture(scope="session")
+def tensorflow_image(docker_host) -> str:
+    """dlaas/learner-tensorflow:2.21: tensorflow-cpu 2.21.0 with Keras, pip, the learner's code."""
+    return _framework_image(docker_host, "tensorflow")
+
+
+@pytest.fixture(scope="session")
+def mpi_image(docker_host) -> str:
+    """dlaas/learner-mpi:4.1: Debian's OpenMPI 4.1, mpi4py, numpy, OpenSSH, the learner's code."""
+    return _framework_image(docker_host, "mpi")
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,9 @@ which the LCM leader runs when elected and periodically.
 Whoever first records a transition in the store (a replay finds it there and records
 nothing) tells the notifier, which queues the users' webhooks (dlaas.adapters.notify) without
 ever holding the transition up.
+
+Errors: etcd not answering or failing over (pyetcd's errors, gRPC's) leaves every method
+of `StatusKeeper` as the domain's TemporaryError, as the job store's outages do.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from typing import Any
 
 import pyetcd
 
+from dlaas.adapters.leader import ETCD_ERRORS
 from dlaas.adapters.notify import NoNotifier, Notifier
 from dlaas.adapters.store.base import JobStore
-from dlaas.domain.errors import InvalidTransition, JobNotFound
+from dlaas.domain.errors import InvalidTransition, JobNotFound, temporary_on_all
 from dlaas.domain.keys import EtcdKeys
 from dlaas.domain.ports import StatusRepo
 from dlaas.domain.status import JobState, Status, advance, initial
@@ -52,6 +56,7 @@ def connect(endpoints: list[tuple[str, int]], timeout: float = 5.0) -> pyetcd.Et
     return pyetcd.MultiEndpointEtcd3Client(eps, timeout=timeout, failover=True)
 
 
+@temporary_on_all(ETCD_ERRORS, "etcd")
 class StatusKeeper(StatusRepo):
     """The etcd adapter of StatusRepo (dlaas.domain.ports): every key the LCM reads is spelled here."""
 

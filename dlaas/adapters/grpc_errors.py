@@ -68,19 +68,9 @@ def _internal(context) -> None:
     context.abort(grpc.StatusCode.INTERNAL, "internal error; see the service log")
 
 
-def _unavailable(method, exc: BaseException) -> errors.TemporaryError:
-    """A platform service's outage (etcd, the store, the engine) as the retryable error it
-    is: the class name only, since an outage's message may name hosts or credentials."""
-    log.warning("%s: a platform service is unavailable: %r", method.__name__, exc)
-    return errors.TemporaryError(
-        f"a platform service is unavailable ({type(exc).__name__}); try again shortly"
-    )
-
-
-def translate_errors(method, temporary: tuple[type[BaseException], ...] = ()):
-    """Decorator for servicer methods: domain errors -> gRPC status, the `temporary` ones
-    (a service's own outages: etcd, its store) -> UNAVAILABLE, others -> INTERNAL. A server
-    names its outages once: `functools.partial(translate_errors, temporary=...)`."""
+def translate_errors(method):
+    """Decorator for servicer methods: domain errors -> gRPC status (a platform service's
+    outage is the TemporaryError its adapter raised: UNAVAILABLE), others -> INTERNAL."""
 
     @functools.wraps(method)
     def wrapper(self, request, context):
@@ -88,8 +78,6 @@ def translate_errors(method, temporary: tuple[type[BaseException], ...] = ()):
             return method(self, request, context)
         except errors.DlaasError as exc:
             _abort(context, exc)
-        except temporary as exc:
-            _abort(context, _unavailable(method, exc))
         # Broad: the one place where a servicer's unexpected error becomes INTERNAL; its
         # details stay in this log (with the trace), never in the reply.
         except Exception:  # broad: any unexpected error becomes INTERNAL; logged
@@ -99,7 +87,7 @@ def translate_errors(method, temporary: tuple[type[BaseException], ...] = ()):
     return wrapper
 
 
-def translate_stream_errors(method, temporary: tuple[type[BaseException], ...] = ()):
+def translate_stream_errors(method):
     """`translate_errors` for a server-streaming method (a generator): an error raised
     before or between its messages ends the stream with the status it stands for."""
 
@@ -109,8 +97,6 @@ def translate_stream_errors(method, temporary: tuple[type[BaseException], ...] =
             yield from method(self, request, context)
         except errors.DlaasError as exc:
             _abort(context, exc)
-        except temporary as exc:
-            _abort(context, _unavailable(method, exc))
         except Exception:  # broad, as in translate_errors
             log.exception("internal error in %s", method.__name__)
             _internal(context)

@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from dlaas.adapters.engines.swarm_spec import LABEL_NODE
 from dlaas.config import PlatformSettings
 
 # Retired with the multi-engine mode; still named, so that a setting left behind is refused.
 NODES_FILE_ENV = "DLAAS_NODES_FILE"
-# A swarm node's platform name (a node label; else its hostname), and a service's node.
-LABEL_NODE = "dlaas.node"
 
 
 class NodesError(ValueError):

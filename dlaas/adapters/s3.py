@@ -14,8 +14,8 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
-from botocore.exceptions import HTTPClientError
 
 from dlaas.adapters import egress as egress_pin
 from dlaas.config import PlatformSettings
@@ -107,3 +107,23 @@ def client_for_location(loc: S3Location, platform: Callable[[], Any]):
         raise errors.InvalidRequest(
             "data_stores[0].connection.endpoint: not a URL the platform can call"
         ) from None
+
+
+def ensure_bucket(s3, bucket: str) -> None:
+    """Make `bucket` unless it exists. The store not answering, or refusing to make it,
+    raises TemporaryError (its message names the operation, never a key)."""
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except ClientError:
+        try:
+            s3.create_bucket(Bucket=bucket)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in (
+                "BucketAlreadyOwnedByYou",
+                "BucketAlreadyExists",
+            ):
+                raise errors.TemporaryError(f"results bucket {bucket}: {exc}") from None
+        except BotoCoreError as exc:
+            raise errors.unavailable("the platform's S3", exc) from exc
+    except BotoCoreError as exc:
+        raise errors.unavailable("the platform's S3", exc) from exc

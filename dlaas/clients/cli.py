@@ -297,14 +297,30 @@ def _yes_no(flag: bool) -> str:
 @images_app.command("build")
 def images_build(
     force: Annotated[bool, typer.Option(help="rebuild even if current")] = False,
+    framework: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="NAME[:VERSION]",
+            help="build only the learner image and this framework's (repeatable): pytorch, "
+            "tensorflow, mpi, e.g. pytorch:2.13; default: every framework image",
+        ),
+    ] = None,
+    learner_only: Annotated[
+        bool, typer.Option(help="build only the learner image (what `dlaas up` builds)")
+    ] = False,
     stack: Annotated[
         bool, typer.Option(help="also docker-compose.yml's images, for a swarm with no registry")
     ] = False,
 ):
-    """Build the learner/helper image locally (and with --stack the platform's own)."""
+    """Build the learner/helper image and the framework images (PyTorch, TensorFlow, MPI)
+    locally, and with --stack the platform's own. See images/README.md."""
     from dlaas.local import images
 
-    code = images.main(["--force"] if force else [])
+    args = ["--force"] if force else []
+    args += ["--learner-only"] if learner_only else []
+    for item in framework or ():
+        args += ["--framework", item]
+    code = images.main(args)
     if code == 0 and stack:
         from dlaas.local import stack as stack_images
 

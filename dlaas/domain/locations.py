@@ -15,7 +15,13 @@ from dataclasses import dataclass, replace
 from dlaas.config import PlatformSettings
 from dlaas.domain.errors import InvalidManifest
 from dlaas.domain.manifest import Manifest
-from dlaas.domain.namespace import DEFAULT_RESULTS, NamespaceError, check_bucket, team_bucket
+from dlaas.domain.namespace import (
+    DEFAULT_RESULTS,
+    NamespaceError,
+    check_bucket,
+    s3_name,
+    team_bucket,
+)
 
 # Where jobs from before teams existed (team "") kept their results by default.
 LEGACY_RESULTS_BUCKET = "dlaas-results"
@@ -57,6 +63,18 @@ def check_buckets(manifest: Manifest, team: str) -> None:
                 check_bucket(team, bucket.container)
             except NamespaceError as exc:
                 problems.append(f"data_stores[{i}].{field}.container: {exc}")
+        data, results = store.training_data, store.training_results
+        if (
+            data is not None
+            and results is not None
+            and data.container != results.container
+            and s3_name(data.container) == s3_name(results.container)
+        ):
+            problems.append(
+                f"data_stores[{i}].training_results.container: {results.container!r} and "
+                f"training_data's {data.container!r} are one bucket in the platform's store "
+                f"({s3_name(data.container)!r}: '_' is '-' there); name them apart"
+            )
     if problems:
         raise InvalidManifest(problems)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -32,21 +32,15 @@ from pydantic import (
 )
 
 from dlaas.domain.errors import ImageUnavailable, InvalidManifest
-
-# Env names the platform sets for every learner; a manifest may not override them.
-RESERVED_ENV = frozenset(
-    {
-        "JOB_ID",
-        "LEARNER_ID",
-        "NUM_LEARNERS",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "DATA_DIR",
-        "RESULT_DIR",
-        "CHECKPOINT_DIR",
-        "LOG_DIR",
-    }
+from dlaas.domain.launch import (
+    LAUNCHER_FRAMEWORKS,
+    LAUNCHER_NONE,
+    LAUNCHER_TORCHRUN,
+    LAUNCHERS,
+    RESERVED_ENV,
+    launcher_problem,
 )
+from dlaas.domain.triage import MAX_MANIFEST_ROWS, TriageRow
 
 # Store types that are S3 (FfDL used several names for the same thing).
 S3_STORE_TYPES = frozenset({"s3", "s3_datastore", "mount_cos", "cos", "s3_object_store"})
@@ -71,12 +65,22 @@ MAX_URL = 2048
 # Framework names the platform's own learner image serves (any version).
 BUILTIN_FRAMEWORKS = frozenset({"python", "python3", "numpy", "dlaas"})
 
-# Deep-learning frameworks with a learner image of their own, by the versions built:
-# dlaas/local/images.py builds `<learner image>-<name>:<version>` from Debian's packages (there is
-# no registry here), e.g. dlaas/learner-pytorch:1.13 from bookworm's python3-torch. FfDL's
-# "latest" means the newest version listed. TensorFlow, Horovod and Caffe are not in Debian.
-FRAMEWORK_VERSIONS: dict[str, tuple[str, ...]] = {"pytorch": ("1.13",)}
-FRAMEWORK_ALIASES = {"torch": "pytorch"}
+# Deep-learning frameworks with a learner image of their own, by the versions built, oldest
+# first: dlaas/local/images.py builds `<learner image>-<name>:<version>` (there is no registry
+# here), e.g. dlaas/learner-pytorch:2.13 (torch 2.13.0, CPU build), dlaas/learner-tensorflow:2.21
+# (tensorflow-cpu 2.21.0), dlaas/learner-mpi:4.1 (Debian's OpenMPI 4.1, mpi4py). FfDL's
+# "latest" means the newest version listed. Horovod and Caffe have none.
+FRAMEWORK_VERSIONS: dict[str, tuple[str, ...]] = {
+    "pytorch": ("2.13",),
+    "tensorflow": ("2.21",),
+    "mpi": ("4.1",),
+}
+FRAMEWORK_ALIASES = {
+    "torch": "pytorch",
+    "tf": "tensorflow",
+    "keras": "tensorflow",
+    "openmpi": "mpi",
+}
 LATEST = "latest"
 
 # Priority classes a manifest may name instead of a number.
@@ -98,7 +102,26 @@ _MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*$", re.IGNORECASE)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URL_RE = re.compile(r"^https?://[^\s/?#]+(?:[/?#]\S*)?$", re.IGNORECASE)
-_BUCKET_RE = re.compile(r"^[A-Za-z0-9.-]+$")
+_BUCKET_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+# Bounds of the job monitor's limits (services/jobmonitor/limits.py).
+MAX_STALL_AFTER_S = 7 * 86400
+MAX_DURATION_S = 366 * 86400
+_DURATION_RE = re.compile(
+    r"^\s*(?:(\d{1,6})d)?\s*(?:(\d{1,7})h)?\s*(?:(\d{1,9})m)?\s*(?:(\d{1,10})s?)?\s*$"
+)
+
+
+def parse_duration_s(value: str) -> int:
+    """Seconds from "90", "90s", "30m", "2h", "1h30m", "2d"; ValueError saying the form."""
+    m = _DURATION_RE.match(value)
+    if not value.strip() or not m or not any(m.groups()):
+        raise ValueError(
+            f"{value[:40]!r} is not a duration; use seconds or e.g. 30m, 2h, 1h30m, 2d"
+        )
+    d, h, mins, secs = (int(g or 0) for g in m.groups())
+    return d * 86400 + h * 3600 + mins * 60 + secs
 
 
 def parse_memory_mb(value: Any) -> int:
@@ -179,17 +202,11 @@ class Bucket(_Model):
     @field_validator("container")
     @classmethod
     def _bucket_name(cls, v: str) -> str:
-        # FfDL's examples name buckets with underscores (its object store allowed them); S3
-        # does not, and the failure came much later, from the client, as a traceback. Refused
-        # here, not mapped: a silently renamed bucket would not be the one the data went to.
-        if "_" in v:
-            raise ValueError(
-                f"{v!r} is not an S3 bucket name: '_' is not allowed (S3 bucket names hold "
-                f"lowercase letters, digits, '.' and '-'); rename the bucket, e.g. to "
-                f"{v.replace('_', '-').lower()!r}, and use that name here and in `dlaas data upload`"
-            )
+        # FfDL's examples name buckets with '_' (its object store allowed them). In the
+        # platform's S3 such a name maps to a valid one (dlaas.domain.namespace.s3_name); a
+        # store of the user's own gets the name as written (DataStore refuses '_' there).
         if not _BUCKET_RE.match(v):
-            raise ValueError("must be a bucket name: letters, digits, '.' and '-'")
+            raise ValueError("must be a bucket name: letters, digits, '.', '-' and '_'")
         return v
 
 
@@ -210,12 +227,60 @@ class DataStore(_Model):
             )
         return "s3"
 
+    @model_validator(mode="after")
+    def _own_store_names(self) -> DataStore:
+        # A store of the user's own takes the names as written, and S3 has no '_': said
+        # here rather than by the client later, as a traceback.
+        if not self.connection.endpoint:
+            return self
+        for field in ("training_data", "training_results"):
+            bucket = getattr(self, field)
+            if bucket is not None and "_" in bucket.container:
+                v = bucket.container
+                raise ValueError(
+                    f"{field}.container: {v!r} is not an S3 bucket name: '_' is not allowed "
+                    f"in a store of your own (connection.endpoint); rename the bucket, e.g. "
+                    f"to {v.replace('_', '-').lower()!r}"
+                )
+        return self
+
 
 class Framework(_Model):
     name: str = Field(min_length=1, max_length=MAX_SHORT)
     version: Short = "latest"
     image: str | None = Field(default=None, min_length=1, max_length=MAX_SHORT)
     command: str = Field(min_length=1, max_length=MAX_COMMAND)
+    # How the command is started (dlaas.domain.launch): as written, under torchrun, or by
+    # mpirun on learner 0 over the gang.
+    launcher: str = LAUNCHER_NONE
+    # torchrun's --nproc_per_node, MPI's slots per learner; default: the learner's GPUs, or 1.
+    processes_per_learner: int | None = Field(default=None, ge=1, le=256)
+
+    @field_validator("launcher")
+    @classmethod
+    def _launcher(cls, v: str) -> str:
+        if v.lower() not in LAUNCHERS:
+            raise ValueError(f"unknown launcher {v!r}; use one of: {', '.join(LAUNCHERS)}")
+        return v.lower()
+
+    @model_validator(mode="after")
+    def _launchable(self) -> Framework:
+        if self.processes_per_learner is not None and self.launcher == LAUNCHER_NONE:
+            raise ValueError(
+                "processes_per_learner: needs a launcher (torchrun or mpi) to start the "
+                "processes; without one a learner runs the command once"
+            )
+        frameworks = LAUNCHER_FRAMEWORKS.get(self.launcher)
+        name = FRAMEWORK_ALIASES.get(self.name.lower(), self.name.lower())
+        if frameworks and not self.image and name not in frameworks:
+            raise ValueError(
+                f"launcher: {self.launcher} cannot run framework {self.name!r}: its image has "
+                f"no {self.launcher}; use framework {' or '.join(frameworks)}, or set "
+                f"framework.image to an image that has it"
+            )
+        if problem := launcher_problem(self.launcher, self.command):
+            raise ValueError(f"command: {problem}")
+        return self
 
     @field_validator("version", mode="before")
     @classmethod
@@ -261,6 +326,17 @@ class Manifest(_Model):
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     max_restarts: int = Field(default=0, ge=0, le=100)
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV)
+    # The job's own failure-triage rows, read before the operator's and the built-in ones
+    # (dlaas.domain.triage); bounded, for they run inside the job monitor.
+    triage: list[TriageRow] = Field(default_factory=list, max_length=MAX_MANIFEST_ROWS)
+    # Seconds with no new log line from any learner after which the job counts as stalled
+    # (services/jobmonitor/limits.py); 0: the platform's default. on_stall: what then.
+    stall_after: int = Field(default=0, ge=0, le=MAX_STALL_AFTER_S)
+    on_stall: Literal["notify", "restart", "fail"] = "notify"
+    # Running time (queued, pending and halted time not counted) after which the job is
+    # stopped like a halt and fails `deadline_exceeded`: seconds or "2h", "30m", "1h30m";
+    # 0: none (the platform's maximum still applies).
+    max_duration: int = Field(default=0, ge=0, le=MAX_DURATION_S)
 
     @field_validator("name")
     @classmethod
@@ -283,6 +359,13 @@ class Manifest(_Model):
         if mib < MIN_MEMORY_MB:
             raise ValueError(f"must be at least {MIN_MEMORY_MB} MiB (Docker's minimum)")
         return mib
+
+    @field_validator("max_duration", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # YAML's yes/no would pass as 1/0 seconds
+            raise ValueError("must be seconds or a duration such as 30m or 2h")  # noqa: TRY004
+        return parse_duration_s(v) if isinstance(v, str) else v
 
     @field_validator("evaluation_metrics")
     @classmethod
@@ -334,6 +417,18 @@ class Manifest(_Model):
         if self.elastic.auto_grow and hi == self.learners:
             raise ValueError(
                 f"elastic.auto_grow: needs max_learners above learners ({self.learners}) to grow into"
+            )
+        fw = self.framework
+        if (
+            fw.launcher == LAUNCHER_TORCHRUN
+            and self.gpus
+            and fw.processes_per_learner is not None
+            and fw.processes_per_learner > self.gpus
+        ):
+            raise ValueError(
+                f"framework.processes_per_learner: {fw.processes_per_learner} torchrun "
+                f"processes per learner need as many GPUs, and each learner has {self.gpus} "
+                f"(gpus); ask for {fw.processes_per_learner} gpus or fewer processes"
             )
         ids = [s.id for s in self.data_stores]
         if len(ids) != len(set(ids)):
@@ -650,6 +745,8 @@ _LIBRARIES = {
     "keras": "TensorFlow",
     "pytorch": "PyTorch",
     "torch": "PyTorch",
+    "mpi": "OpenMPI",
+    "openmpi": "OpenMPI",
     "horovod": "Horovod",
     "caffe": "Caffe",
     "caffe2": "Caffe2",

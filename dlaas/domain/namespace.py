@@ -26,8 +26,16 @@ class NamespaceError(ValueError):
     """A bucket name a user may not use; the message names what is wrong."""
 
 
+def s3_name(name: str) -> str:
+    """A bucket name as S3 takes it: FfDL's names hold '_' (its object store allowed it),
+    which becomes '-' (`mnist_data` is the bucket `mnist-data`). Two names of one job that
+    map to one bucket are refused (dlaas.domain.locations.check_buckets)."""
+    return name.replace("_", "-")
+
+
 def team_bucket(team: str, name: str) -> str:
     """The real bucket behind `name` in `team`'s namespace."""
+    name = s3_name(name)
     return f"{team}{SEPARATOR}{name}" if team else name
 
 
@@ -59,9 +67,11 @@ def check_bucket(team: str, name: str) -> str:
             "without a team prefix (buckets resolve inside your team's namespace)"
         )
     full = team_bucket(team, name)
-    if not (3 <= len(full) <= 63) or not _BUCKET_RE.match(name) or ".." in name:
+    mapped = s3_name(name)
+    if not (3 <= len(full) <= 63) or not _BUCKET_RE.match(mapped) or ".." in mapped:
         raise NamespaceError(
-            f"{name!r} is not a valid bucket name: lowercase letters, digits, dots and hyphens, "
+            f"{name!r} is not a valid bucket name: lowercase letters, digits, dots, hyphens "
+            "and underscores, "
             f"at most {63 - len(team_bucket(team, ''))} characters in your team's namespace"
         )
     return name

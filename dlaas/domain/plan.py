@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dlaas.domain import jobspec
+from dlaas.domain import jobspec, launch
 from dlaas.domain.locations import S3Location
-from dlaas.domain.manifest import Manifest
+from dlaas.domain.manifest import FRAMEWORK_ALIASES, Manifest
 
 # Processes per container: a fork bomb stops here, not at the node's pid table. Learners
 # get room for data-loader workers and their threads; the helper runs a few threads.
@@ -36,6 +36,7 @@ HELPER_TMP_MB = 256
 # xfs with pquota; the deployer probes and otherwise leaves it unbounded).
 LEARNER_DISK_MB = 10240
 HELPER_DISK_MB = 1024
+MPI_CAPABILITIES = ("SETUID", "SETGID", "SYS_CHROOT")
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,9 @@ class ContainerSpec:
     # The node the container runs on ("": the engine's only node). An engine that spans
     # nodes (Swarm) pins the container there; a single engine ignores it.
     node: str = ""
+    # Secret files the engine puts in the container before it starts, as (absolute path,
+    # content) with mode 0400: never an env value, never in the spec an engine shows.
+    files: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ def deployment_plan(
     results: S3Location,
     code: S3Location | None,
     nodes: list[str] | None = None,
+    ssh_key: bytes = b"",
 ) -> DeploymentPlan:
     """The containers of one job: a helper and `learners` learners, with limits and env.
 
@@ -164,9 +169,25 @@ def deployment_plan(
                 node=node,
             )
         )
+    fw = manifest.framework
+    processes = launch.processes_per_learner(fw.launcher, fw.processes_per_learner, manifest.gpus)
+    mpi = fw.launcher == launch.LAUNCHER_MPI
     specs = []
     for i in range(learners):
-        env = {**manifest.env, **jobspec.learner_env(job_id, i, learners)}
+        gpus = gpu_indices[i] if i < len(gpu_indices) else ()
+        env = {
+            **manifest.env,
+            **launch.learner_env(
+                job_id,
+                i,
+                learners,
+                framework=FRAMEWORK_ALIASES.get(fw.name.lower(), fw.name.lower()),
+                launcher=fw.launcher,
+                processes=processes,
+                gpus=manifest.gpus,
+                gpu_indices=gpus,
+            ),
+        }
         specs.append(
             ContainerSpec(
                 name=jobspec.learner_name(job_id, i),
@@ -183,10 +204,14 @@ def deployment_plan(
                 cpu_shares=jobspec.LEARNER_CPU_SHARES,
                 mem_limit_mb=manifest.memory_mb,
                 gpus=manifest.gpus,
-                gpu_indices=gpu_indices[i] if i < len(gpu_indices) else (),
+                gpu_indices=gpus,
                 aliases=(jobspec.learner_alias(i),),
                 learner=i,
                 node=nodes[i],
+                # sshd switches to its privilege-separation user in a chroot: the three
+                # capabilities it needs, for MPI learners only (still no-new-privileges).
+                cap_add=MPI_CAPABILITIES if mpi else (),
+                files=((launch.SSH_KEY_FILE, ssh_key),) if mpi and ssh_key else (),
             )
         )
     return DeploymentPlan(

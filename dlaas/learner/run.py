@@ -4,7 +4,9 @@ The LCM starts every learner container with this as its command. It
 1. waits until the helper has put data and code in place (the DATA_READY_MARK file),
 2. creates RESULT_DIR, CHECKPOINT_DIR and LOG_DIR,
 3. runs the user's command with `sh -c` in CODE_DIR (or /job when no code was given),
-   with the container's env, in its own process group,
+   with the container's env, in its own process group, started the way the job's launcher
+   says (dlaas.domain.launch: as written, under torchrun with the platform's rendezvous, or
+   under mpirun on learner 0 with sshd on every learner, dlaas.learner.mpi),
 4. copies the command's stdout+stderr line by line to its own stdout (flushed, so the
    platform can stream logs live) and to LOG_DIR/learner-<LEARNER_ID>.log, which the
    helper uploads when the job ends,
@@ -26,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from dlaas.domain import launch
+from dlaas.learner import mpi
 from dlaas.learner.paths import JobPaths
 
 POLL_S = 0.05
@@ -140,25 +144,49 @@ def _run(command: str, env: dict[str, str], paths: JobPaths, learner_id: str, ou
 
     child_env = dict(env)
     child_env.setdefault("PYTHONUNBUFFERED", "1")  # the child's stdout is a pipe
+    cwd = working_dir(paths)
+    sshd = None
     with open(paths.learner_log(learner_id), "ab") as log:
-        signals.child = subprocess.Popen(
-            ["sh", "-c", command],
-            cwd=working_dir(paths),
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # own process group: a signal reaches sh AND its children
-        )
-        if signals.received is not None:  # a signal that came between wait and Popen
-            signals.handle(signals.received, None)
-        for line in iter(signals.child.stdout.readline, b""):
-            out.write(line)
-            out.flush()
-            log.write(line)
-            log.flush()
-        signals.child.stdout.close()
-        return exit_code(signals.child.wait())
+        try:
+            if env.get("DLAAS_LAUNCHER") == launch.LAUNCHER_MPI:
+                sshd = mpi.start_sshd()
+                if learner_id != "0":
+                    return mpi.serve_until_master_gone(lambda: signals.received is not None)
+                command = mpi.prepare_master(command, child_env, str(cwd))
+            else:
+                command = launch.launch_command(command, env)
+            return _run_child(command, child_env, cwd, signals, out, log)
+        except mpi.MpiError as exc:
+            line = f"learner {learner_id}: MPI set-up failed: {exc}\n".encode()
+            for stream in (out, log):
+                stream.write(line)
+                stream.flush()
+            return 1
+        finally:
+            if sshd is not None:
+                sshd.terminate()  # learner 0's: the other learners see it gone and end
+
+
+def _run_child(command: str, env: dict[str, str], cwd: Path, signals: _Signals, out, log) -> int:
+    """Run `command` with `sh -c` in its own process group, its output copied line by line."""
+    signals.child = subprocess.Popen(
+        ["sh", "-c", command],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # own process group: a signal reaches sh AND its children
+    )
+    if signals.received is not None:  # a signal that came between wait and Popen
+        signals.handle(signals.received, None)
+    for line in iter(signals.child.stdout.readline, b""):
+        out.write(line)
+        out.flush()
+        log.write(line)
+        log.flush()
+    signals.child.stdout.close()
+    return exit_code(signals.child.wait())
 
 
 def main(argv: list[str] | None = None) -> int:

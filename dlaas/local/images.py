@@ -6,19 +6,20 @@ Every helper, and the learners of a job whose framework is plain Python, run
 with debootstrap and `docker import`; the learner image is then built with the legacy
 builder from a context that holds only the files the Dockerfile COPYs.
 
-A framework with an image of its own (dlaas.domain.manifest.FRAMEWORK_VERSIONS: PyTorch 1.13) gets
-two more: its layer on the base (`images/Dockerfile.pytorch`, Debian's python3-torch,
-dlaas/base-pytorch:1.13, minutes) and the same learner Dockerfile on that layer
-(dlaas/learner-pytorch:1.13, seconds), so a change to the in-container code never
-reinstalls PyTorch. They are built on request (`frameworks=`, `dlaas images build`), not by
-`dlaas up`.
+A framework with an image of its own (dlaas.domain.manifest.FRAMEWORK_VERSIONS: PyTorch 2.13,
+TensorFlow 2.21, OpenMPI 4.1) gets two more: its layer on the base (FRAMEWORK_LAYERS, e.g.
+`images/Dockerfile.pytorch` as dlaas/base-pytorch:2.13, minutes) and the same learner
+Dockerfile on that layer (dlaas/learner-pytorch:2.13, seconds), so a change to the
+in-container code never reinstalls PyTorch. The pip packages of a layer are resolved on the
+host and served to its build (dlaas/local/wheelhouse.py). They are built on request
+(`frameworks=`, `dlaas images build`), not by `dlaas up`.
 
-Every built image carries a hash of its Dockerfile, build arguments and copied files and
-the id of its base, so a second call with nothing changed returns in well under a second
+Every built image carries a hash of its Dockerfile, build arguments, copied files and wheels
+and the id of its base, so a second call with nothing changed returns in well under a second
 and a changed source rebuilds only what is above it.
 
 With a registry, build the images the ordinary way (see images/README.md).
-CLI: `python -m dlaas.local.images [--force] [--learner-only]`.
+CLI: `python -m dlaas.local.images [--force] [--learner-only | --framework NAME[:VERSION]]`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +43,13 @@ import docker
 import docker.errors
 
 from dlaas.domain.errors import ImageUnavailable
-from dlaas.domain.manifest import FRAMEWORK_VERSIONS, framework_image
+from dlaas.domain.manifest import (
+    FRAMEWORK_ALIASES,
+    FRAMEWORK_VERSIONS,
+    framework_image,
+    framework_version,
+)
+from dlaas.local import wheelhouse
 
 BASE_IMAGE = "dlaas/base:bookworm"
 LEARNER_IMAGE = "dlaas/learner:latest"
@@ -53,11 +61,42 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ("python3", "python3-numpy", "python3-boto3", "ca-certificates")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-LEARNER_DOCKERFILE = REPO_ROOT / "images" / "Dockerfile.learner"
+IMAGES_DIR = REPO_ROOT / "images"
+LEARNER_DOCKERFILE = IMAGES_DIR / "Dockerfile.learner"
 
-# The Dockerfile of each framework's layer on the base, and the build argument that takes
-# the version (FRAMEWORK_VERSIONS in dlaas.domain.manifest says which versions exist).
-FRAMEWORK_DOCKERFILES = {"pytorch": (REPO_ROOT / "images" / "Dockerfile.pytorch", "TORCH_VERSION")}
+
+@dataclass(frozen=True)
+class FrameworkLayer:
+    """How one framework version's layer on the base is built."""
+
+    dockerfile: str  # under images/
+    note: str  # for the progress line: what it installs, how long it takes here
+    wheels: tuple[str, ...] = ()  # pip requirements, resolved on the host (wheelhouse.py)
+    no_deps: tuple[str, ...] = ()  # pip requirements installed without their dependencies
+    buildargs: dict[str, str] = field(default_factory=dict)
+
+
+# Every (framework, version) of FRAMEWORK_VERSIONS (dlaas.domain.manifest), and nothing else
+# (a unit test keeps the two in step). Times as measured on this machine (2 cores).
+FRAMEWORK_LAYERS = {
+    ("pytorch", "2.13"): FrameworkLayer(
+        "Dockerfile.pytorch", "pip, torch 2.13.0 CPU, under 2 minutes", ("torch==2.13.0+cpu",)
+    ),
+    ("tensorflow", "2.21"): FrameworkLayer(
+        "Dockerfile.tensorflow",
+        "pip, tensorflow-cpu 2.21.0 and tf_keras, under 2 minutes",
+        # Keras 2 beside Keras 3: MultiWorkerMirroredStrategy fits with it (TF_USE_LEGACY_KERAS=1,
+        # examples/keras); Keras 3 cannot (keras-team/keras#20585). Without its dependency
+        # `tensorflow`: a second TensorFlow (600 MB) into the same directory as tensorflow-cpu.
+        wheels=("tensorflow-cpu==2.21.0",),
+        no_deps=("tf_keras==2.21.0",),
+    ),
+    ("mpi", "4.1"): FrameworkLayer(
+        "Dockerfile.mpi",
+        "Debian's OpenMPI, mpi4py, OpenSSH, seconds",
+        buildargs={"OPENMPI_VERSION": "4.1"},
+    ),
+}
 
 Progress = Callable[[str], None]
 
@@ -71,7 +110,9 @@ class ImageSpec:
     base: str
     note: str  # for the progress line: how long it takes
     buildargs: dict[str, str] = field(default_factory=dict)
-    needs_network: bool = False  # a RUN step downloads packages
+    needs_network: bool = False  # a RUN step downloads packages (or reads the wheelhouse)
+    wheels: tuple[str, ...] = ()  # pip requirements served to the build (wheelhouse.py)
+    no_deps: tuple[str, ...] = ()  # served too, installed without their dependencies
 
 
 def learner_spec(base: str = BASE_IMAGE, tag: str = LEARNER_IMAGE) -> ImageSpec:
@@ -80,20 +121,27 @@ def learner_spec(base: str = BASE_IMAGE, tag: str = LEARNER_IMAGE) -> ImageSpec:
 
 def framework_specs(name: str, version: str) -> tuple[ImageSpec, ImageSpec]:
     """(the framework's layer on the base, the learner image on that layer) for a version
-    listed in FRAMEWORK_VERSIONS: dlaas/base-pytorch:1.13, dlaas/learner-pytorch:1.13."""
-    if version not in FRAMEWORK_VERSIONS.get(name, ()) or name not in FRAMEWORK_DOCKERFILES:
+    listed in FRAMEWORK_VERSIONS: dlaas/base-pytorch:2.13, dlaas/learner-pytorch:2.13."""
+    layer = FRAMEWORK_LAYERS.get((name, version))
+    if layer is None or version not in FRAMEWORK_VERSIONS.get(name, ()):
         known = ", ".join(f"{n} {'/'.join(v)}" for n, v in FRAMEWORK_VERSIONS.items())
         raise ImageUnavailable(f"no image is built for framework {name} {version}; known: {known}")
-    dockerfile, version_arg = FRAMEWORK_DOCKERFILES[name]
-    layer = ImageSpec(
+    buildargs = dict(layer.buildargs)
+    if layer.wheels:
+        buildargs["REQUIREMENTS"] = " ".join(layer.wheels)
+    if layer.no_deps:
+        buildargs["NO_DEPS_REQUIREMENTS"] = " ".join(layer.no_deps)
+    spec = ImageSpec(
         framework_image(BASE_IMAGE, name, version),
-        dockerfile,
+        IMAGES_DIR / layer.dockerfile,
         BASE_IMAGE,
-        "Debian packages, a few minutes",
-        buildargs={version_arg: version},
+        layer.note,
+        buildargs=buildargs,
         needs_network=True,
+        wheels=layer.wheels,
+        no_deps=layer.no_deps,
     )
-    return layer, learner_spec(base=layer.tag, tag=framework_image(LEARNER_IMAGE, name, version))
+    return spec, learner_spec(base=spec.tag, tag=framework_image(LEARNER_IMAGE, name, version))
 
 
 def all_frameworks() -> list[tuple[str, str]]:
@@ -132,14 +180,22 @@ def context_files(root: Path, sources: list[str]) -> list[str]:
 
 
 def source_hash(
-    dockerfile: bytes, root: Path, files: list[str], buildargs: dict[str, str] | None = None
+    dockerfile: bytes,
+    root: Path,
+    files: list[str],
+    buildargs: dict[str, str] | None = None,
+    wheels: list[tuple[str, int]] = (),
 ) -> str:
+    """What an image was built from: Dockerfile, build arguments, copied files, and the
+    wheels served to it by name and size (wheelhouse.listing)."""
     digest = hashlib.sha256()
     digest.update(b"Dockerfile\0" + dockerfile + b"\0")
     for name, value in sorted((buildargs or {}).items()):
         digest.update(f"ARG {name}={value}\0".encode())
     for name in files:
         digest.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
+    for name, size in wheels:
+        digest.update(f"WHEEL {name} {size}\0".encode())
     return digest.hexdigest()
 
 
@@ -245,32 +301,45 @@ def _build(
     digest: str,
     files: list[str],
     progress: Progress,
+    house: Path | None = None,
 ) -> str:
     dockerfile = spec.dockerfile.read_bytes()
     progress(f"building {spec.tag} from {spec.dockerfile.name} on {spec.base} ({spec.note})...")
     started = time.monotonic()
     image_id = None
-    for chunk in client.api.build(
-        fileobj=context_tar(dockerfile, REPO_ROOT, files),
-        custom_context=True,
-        tag=spec.tag,
-        buildargs={"BASE_IMAGE": spec.base, **spec.buildargs},
-        labels={LABEL_SOURCE_HASH: digest, LABEL_BASE_ID: base_id},
-        rm=True,
-        forcerm=True,
-        decode=True,
-        # apt-get in a RUN step needs the archive; with `dockerd --iptables=false` (this
-        # machine, CI) the default bridge reaches nothing, the host's network does.
-        network_mode="host" if spec.needs_network else None,
-    ):
-        if "error" in chunk:
-            raise ImageUnavailable(f"building {spec.tag} failed: {chunk['error'].strip()}")
-        line = chunk.get("stream", "").strip()
-        # apt's summary lines say what a minutes-long package step is doing.
-        if line.startswith(("Step ", "Need to get", "After this operation", "Fetched ")):
-            progress("  " + line)
-        if "aux" in chunk and "ID" in chunk["aux"]:
-            image_id = chunk["aux"]["ID"]
+    with wheelhouse.serve(house) if house is not None else nullcontext(None) as wheels_url:
+        # pip in the build reads these: the served wheelhouse and nothing else.
+        pip_args = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheels_url} if wheels_url else {}
+        for chunk in client.api.build(
+            fileobj=context_tar(dockerfile, REPO_ROOT, files),
+            custom_context=True,
+            tag=spec.tag,
+            buildargs={"BASE_IMAGE": spec.base, **spec.buildargs, **pip_args},
+            labels={LABEL_SOURCE_HASH: digest, LABEL_BASE_ID: base_id},
+            rm=True,
+            forcerm=True,
+            decode=True,
+            # apt-get in a RUN step needs the archive; with `dockerd --iptables=false` (this
+            # machine, CI) the default bridge reaches nothing, the host's network does (and
+            # the wheelhouse on the host's 127.0.0.1: the engine must run on this host).
+            network_mode="host" if spec.needs_network else None,
+        ):
+            if "error" in chunk:
+                raise ImageUnavailable(f"building {spec.tag} failed: {chunk['error'].strip()}")
+            line = chunk.get("stream", "").strip()
+            # apt's and pip's summary lines say what a minutes-long step is doing.
+            if line.startswith(
+                (
+                    "Step ",
+                    "Need to get",
+                    "After this operation",
+                    "Fetched ",
+                    "Successfully installed",
+                )
+            ):
+                progress("  " + line)
+            if "aux" in chunk and "ID" in chunk["aux"]:
+                image_id = chunk["aux"]["ID"]
     if image_id is None:
         image_id = client.images.get(spec.tag).id
     progress(f"{spec.tag} ready ({time.monotonic() - started:.0f} s)")
@@ -288,7 +357,11 @@ def ensure_built(
     base (by its labels); return the image's id."""
     dockerfile = spec.dockerfile.read_bytes()
     files = context_files(REPO_ROOT, copy_sources(dockerfile.decode()))
-    digest = source_hash(dockerfile, REPO_ROOT, files, spec.buildargs)
+    house = None
+    if spec.wheels or spec.no_deps:
+        house = wheelhouse.ensure_wheelhouse(spec.wheels, progress, force, no_deps=spec.no_deps)
+    wheels = wheelhouse.listing(house) if house is not None else []
+    digest = source_hash(dockerfile, REPO_ROOT, files, spec.buildargs, wheels)
     current = _image(client, spec.tag)
     labels = (current.labels or {}) if current is not None else {}
     if (
@@ -299,7 +372,7 @@ def ensure_built(
     ):
         progress(f"{spec.tag} is up to date")
         return current.id
-    new_id = _build(client, spec, base_id, digest, files, progress)
+    new_id = _build(client, spec, base_id, digest, files, progress, house)
     if current is not None and current.id != new_id:
         _remove_quietly(client, current.id)
     return new_id
@@ -315,7 +388,7 @@ def ensure_images(
 
     Builds the base image if it is missing (or `force`), and the learner image if it is
     missing, was built from other sources or another base, or `force`; then the images of
-    `frameworks` ((name, version) pairs of FRAMEWORK_VERSIONS, e.g. ("pytorch", "1.13")).
+    `frameworks` ((name, version) pairs of FRAMEWORK_VERSIONS, e.g. ("pytorch", "2.13")).
     """
     base_id = ensure_base_image(client, progress, force)
     ensure_built(client, learner_spec(), base_id, progress, force)
@@ -353,6 +426,30 @@ def _remove_quietly(client: docker.DockerClient, image_id: str) -> None:
         pass
 
 
+def chosen_frameworks(asked: list[str]) -> list[tuple[str, str]]:
+    """The (name, version) pairs `--framework` options name: `pytorch` (every version),
+    `pytorch:2.13`, `torch:latest`; none named: all of them."""
+    if not asked:
+        return all_frameworks()
+    chosen: list[tuple[str, str]] = []
+    for item in asked:
+        name, _, version = item.partition(":")
+        name = FRAMEWORK_ALIASES.get(name.lower(), name.lower())
+        versions = FRAMEWORK_VERSIONS.get(name)
+        if versions is None:
+            raise ImageUnavailable(
+                f"--framework {item}: no image is built for framework {name}; "
+                f"known: {', '.join(FRAMEWORK_VERSIONS)}"
+            )
+        picked = versions if not version else (framework_version(version, versions),)
+        if None in picked:
+            raise ImageUnavailable(
+                f"--framework {item}: no {name} {version} image; versions: {', '.join(versions)}"
+            )
+        chosen.extend((name, v) for v in picked if (name, v) not in chosen)
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     frameworks = all_frameworks()
     parser = argparse.ArgumentParser(
@@ -364,20 +461,33 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     parser.add_argument("--force", action="store_true", help="rebuild every image")
-    parser.add_argument(
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument(
         "--learner-only",
         action="store_true",
         help="build the learner image only (what `dlaas up` does), not the framework images",
     )
+    only.add_argument(
+        "--framework",
+        action="append",
+        default=[],
+        metavar="NAME[:VERSION]",
+        help="build this framework's image only (repeatable), e.g. pytorch or mpi:4.1",
+    )
     args = parser.parse_args(argv)
     try:
-        client = docker.from_env(timeout=600)
+        chosen = [] if args.learner_only else chosen_frameworks(args.framework)
+    except ImageUnavailable as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    try:
+        client = docker.from_env(timeout=900)
         client.ping()
     except docker.errors.DockerException as exc:
         print(f"error: cannot reach the Docker engine: {exc}", file=sys.stderr)
         return 1
     try:
-        ensure_images(client, force=args.force, frameworks=() if args.learner_only else frameworks)
+        ensure_images(client, force=args.force, frameworks=chosen)
     except ImageUnavailable as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1

@@ -341,13 +341,16 @@ class _Up:
             for i, name in enumerate(names, start=1)
         }  # fmt: skip
         image = os.environ.get("DLAAS_LEARNER_IMAGE") or LEARNER_IMAGE
+        # Framework images are large (PyTorch's 1.5 GB): copied to the nodes only when asked
+        # for by name (comma-separated tags, built first with `dlaas images build`).
+        extra = [t.strip() for t in os.environ.get("DLAAS_NODE_IMAGES", "").split(",") if t.strip()]
         # Named like a job bridge of this platform: the firewall fences the lab in as it does
         # a job network (its nodes' containers reach the host's S3 port and nothing else of
         # the host, nothing is routed from or to it; node-to-node frames are bridged).
         platform_id = self.config.get("platform_id", "")
         bridge = jobspec.bridge_name(platform_id, "swarm-lab") if platform_id else ""
         return SwarmLab(
-            self.state.root / "swarm", nodes=count, labels=labels, images=[image],
+            self.state.root / "swarm", nodes=count, labels=labels, images=[image, *extra],
             progress=lambda line: self.progress(f"swarm: {line}"),
             machine_docker_host=self.docker_host, bridge=bridge,
         )  # fmt: skip

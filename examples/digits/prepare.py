@@ -1,16 +1,14 @@
-"""Put the digits data set where a job can read it (runs on YOUR machine, not in the job).
+"""Make the digits data set the examples train on (runs on YOUR machine, not in the job).
 
-Loads scikit-learn's bundled 8x8 digits (1797 images, no download), saves it as
-digits.npz (X: uint8 [n, 64] with values 0..16, y: uint8 [n]) and uploads it to a bucket:
+Loads scikit-learn's bundled 8x8 digits (1797 images, no download) and saves it as
+digits.npz (X: uint8 [n, 64] with values 0..16, y: uint8 [n]) in a directory:
 
-    AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... \\
-        python examples/digits/prepare.py --endpoint http://127.0.0.1:8333 --bucket digits-data
+    python examples/digits/prepare.py --out data
+    dlaas data upload digits-data data/digits.npz     # into your team's bucket digits-data
 
-or just writes it into a directory (for running train.py locally):
-
-    python examples/digits/prepare.py --out ./data
-
-The endpoint defaults to $DLAAS_S3_ENDPOINT; the bucket is created if missing.
+The examples' manifests name `digits-data` as their training_data; the platform puts the
+bucket's objects in each learner's DATA_DIR. To run an example without the platform, point
+DATA_DIR at the directory (see examples/README.md).
 """
 
 from __future__ import annotations
@@ -42,47 +40,11 @@ def write_local(directory: str | os.PathLike) -> Path:
     return path
 
 
-def upload(endpoint: str, bucket: str, key: str = OBJECT_KEY) -> None:
-    import boto3
-    from botocore.config import Config
-
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        region_name=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
-        config=Config(s3={"addressing_style": "path"}),
-    )  # credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from the env
-    existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
-    if bucket not in existing:
-        s3.create_bucket(Bucket=bucket)
-    s3.put_object(Bucket=bucket, Key=key, Body=digits_npz())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--endpoint", default=os.environ.get("DLAAS_S3_ENDPOINT"), help="S3 URL")
-    parser.add_argument("--bucket", default="digits-data")
-    parser.add_argument("--key", default=OBJECT_KEY)
-    parser.add_argument("--out", help="write digits.npz into this directory instead of uploading")
+    parser.add_argument("--out", default="data", help="the directory for digits.npz (./data)")
     args = parser.parse_args(argv)
-    if args.out:
-        print(f"wrote {write_local(args.out)}")
-        return 0
-    if not args.endpoint:
-        print("error: give --endpoint (or set DLAAS_S3_ENDPOINT)", file=sys.stderr)
-        return 2
-    if not (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")):
-        print("error: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", file=sys.stderr)
-        return 2
-    try:
-        upload(args.endpoint, args.bucket, args.key)
-    except Exception as exc:  # noqa: BLE001 - one clear line, no traceback, no secrets
-        print(
-            f"error: upload to {args.endpoint} failed: {exc.__class__.__name__}: {exc}",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"uploaded s3://{args.bucket}/{args.key} to {args.endpoint}")
+    print(f"wrote {write_local(args.out)}")
     return 0
 
 

@@ -123,9 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     path = find_data(data_dir)
     if path is None:
         print(
-            f"error: no digits.npz in DATA_DIR={data_dir}: upload it with "
-            "`python examples/digits/prepare.py --endpoint URL --bucket digits-data` "
-            "and name that bucket as training_data in the manifest",
+            f"error: no digits.npz in DATA_DIR={data_dir}: make it with "
+            "`python examples/digits/prepare.py --out data` and "
+            "`dlaas data upload digits-data data/digits.npz`, and name that bucket as "
+            "training_data in the manifest",
             file=sys.stderr,
         )
         return 2

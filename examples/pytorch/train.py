@@ -1,7 +1,7 @@
 """Train a small PyTorch MLP on the digits data set, on CPU (a dlaas example job).
 
 The PyTorch counterpart of FfDL's etc/examples/pytorch-model: runs on the platform's
-PyTorch image (framework `pytorch`, version 1.13 or latest: Debian's python3-torch). Reads
+PyTorch image (framework `pytorch`, version 2.13 or latest: torch 2.13.0, CPU). Reads
 digits.npz (made by ../digits/prepare.py) from --data, prints loss and accuracy every epoch,
 saves a checkpoint every epoch (torch.save'd bytes through dlaas.learner.checkpoint) and
 resumes from the newest one when the learner is restarted, and writes the model (--out,
@@ -63,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     if not matches:
         print(
             f"error: no digits.npz under --data {args.data}: upload it with "
-            "`python examples/digits/prepare.py --endpoint URL --bucket BUCKET` and name "
-            "that bucket as training_data in the manifest",
+            "`python examples/digits/prepare.py --out data` and "
+            "`dlaas data upload digits-data data/digits.npz`, and name that bucket as "
+            "training_data in the manifest",
             file=sys.stderr,
         )
         return 2

@@ -24,8 +24,8 @@ from dlaas.domain.accounts import (
     Team,
 )
 from dlaas.domain.errors import DlaasError
+from services.api.deps import CallerDep, DepsDep
 from services.api.models import error_responses
-from services.api.routes import CallerDep, DepsDep
 
 router = APIRouter(prefix="/v1", tags=["accounts"])
 
@@ -222,8 +222,7 @@ def list_teams(deps: DepsDep, caller: CallerDep) -> list[TeamPublic]:
     """Teams with their quotas and what they use now (yours only unless you are an admin)."""
     usage = _usage(deps)
     teams = deps.store.list_teams()
-    if not caller.admin:
-        teams = [t for t in teams if t.name == caller.team]
+    teams = [t for t in teams if caller.can_see_team(t.name)]
     return [_team_public(t, usage.get(t.name)) for t in teams]
 
 

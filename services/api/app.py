@@ -12,7 +12,6 @@ import json
 import logging
 import socket
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,12 +21,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlaas.adapters.logs import LogReader
-from dlaas.adapters.s3 import STORE_UNREACHABLE, client_for_location, platform_client
+from dlaas.adapters.s3 import STORE_UNREACHABLE, platform_client
 from dlaas.adapters.store.base import JobStore, open_store
 from dlaas.config import ApiSettings, PlatformSettings
 from dlaas.domain import errors
-from dlaas.domain.locations import S3Location
 from services.api.auth import Authenticator, AuthMetrics, FailureLimiter, TooManyFailures
+from services.api.deps import Deps
 from services.api.errors import Forbidden, HookNotFound, NoResults, Unauthorized
 from services.api.models import ERROR_MEANINGS, error_responses, manifest_schemas
 
@@ -99,25 +98,6 @@ class Metrics:
         from services.api.opmetrics import PlatformCollector
 
         self.registry.register(PlatformCollector(store, lcm, self.replica))
-
-
-@dataclass
-class Deps:
-    """The adapters every route uses, built once per app."""
-
-    settings: PlatformSettings
-    api: ApiSettings
-    store: JobStore
-    lcm: Any  # dlaas.clients.sdk.LcmClient or anything with submit/halt/resume/scale/delete
-    s3: Any  # boto3 client for the platform's S3
-    scheduler: Any  # dlaas.clients.sdk.SchedulerClient
-    tokens: Authenticator
-    logs: LogReader
-    metrics: Metrics
-    tasks: Any = None  # services.api.tasks.TaskQueue: work queued for the worker
-
-    def s3_for(self, loc: S3Location):
-        return client_for_location(loc, lambda: self.s3)
 
 
 def error_body(code: str, message: str, problems: list[str] | None = None) -> dict[str, Any]:
@@ -237,23 +217,16 @@ def _node_views(settings: PlatformSettings) -> dict[str, Any]:
     """One JobContainers per node, where the learners' live log lines are read: the swarm's
     nodes through its manager, or the machine's one engine. None when the engine does not
     answer now (log lines then come from S3 only)."""
-    import docker as docker_sdk
-
-    from dlaas.adapters.engines.docker_engine import Deployer
-    from dlaas.adapters.engines.swarm_engine import SwarmEngine
+    from dlaas.adapters.engines.connect import engines_for_nodes
     from dlaas.adapters.nodes import NodesError, configured_nodes
 
-    host = settings.swarm_manager or settings.docker_host
     try:
         names = [n.name for n in configured_nodes(settings)]
-        client = docker_sdk.DockerClient(base_url=host)
-    except (NodesError, docker_sdk.errors.DockerException) as exc:
+        return dict(engines_for_nodes(settings, names, down_ok=False))
+    except (NodesError, errors.DlaasError) as exc:
+        host = settings.swarm_manager or settings.docker_host
         log.warning("Docker engine at %s not reachable (%s); logs from S3 only", host, exc)
         return {}
-    if settings.swarm_manager:
-        swarm = SwarmEngine(client, settings.platform_id)
-        return {name: swarm.node(name) for name in names}
-    return {name: Deployer(client, platform_id=settings.platform_id, node=name) for name in names}
 
 
 def create_app(

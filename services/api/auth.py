@@ -1,4 +1,5 @@
-"""Who is calling: bearer tokens looked up in the job store, and who may see which job.
+"""Who is calling: bearer tokens looked up in the job store, and who may see which job
+(the domain's rule, dlaas.domain.authz).
 
 `Authenticator` maps a token to a `Caller` on EVERY request by the token's SHA-256 in the
 store (no cache), so a token revoked through one API replica fails at once on all of them.
@@ -25,13 +26,13 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter
 
 from dlaas.adapters.store.base import JobStore
+from dlaas.domain import authz
 from dlaas.domain.accounts import ADMIN_USER, DEFAULT_TEAM, audit_entry, token_hash
-from dlaas.domain.errors import JobNotFound, TemporaryError
+from dlaas.domain.errors import TemporaryError
 from services.api.errors import Forbidden, Unauthorized
 
 log = logging.getLogger(__name__)
@@ -125,25 +126,13 @@ class AuthMetrics:
         )
 
 
-@dataclass(frozen=True)
-class Caller:
-    user: str
-    team: str = DEFAULT_TEAM
-    admin: bool = False
-
-    def check_owner(self, job_id: str, owner: str) -> None:
-        """Raise JobNotFound unless the caller owns the job or is an admin."""
-        if not (self.admin or owner == self.user):
-            raise JobNotFound(job_id)
+class Caller(authz.Caller):
+    """The domain's Caller (its one rule: `can_see`), with the API's refusal of a route
+    that is for administrators only."""
 
     def require_admin(self) -> None:
         if not self.admin:
             raise Forbidden("this route is for administrators only")
-
-    @property
-    def user_filter(self) -> str | None:
-        """The owner to filter listings by (None: every job, for an admin)."""
-        return None if self.admin else self.user
 
 
 class _Failed(Exception):

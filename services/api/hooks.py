@@ -19,9 +19,10 @@ from dlaas.adapters import egress as egress_pin
 from dlaas.domain import egress, hooks
 from dlaas.domain.errors import InvalidRequest
 from services.api.auth import Caller
+from services.api.deps import CallerDep, DepsDep
 from services.api.errors import HookNotFound
 from services.api.models import error_responses
-from services.api.routes import MAX_OFFSET, CallerDep, DepsDep
+from services.api.routes import MAX_OFFSET
 
 router = APIRouter(prefix="/v1", tags=["webhooks"])
 
@@ -73,7 +74,7 @@ def _public(h: hooks.Hook) -> HookPublic:
 
 def _owned(deps, caller: Caller, hook_id: str) -> hooks.Hook:
     hook = deps.store.get_hook(hook_id[:64])
-    if hook is None or not (caller.admin or hook.user == caller.user):
+    if hook is None or not caller.can_see(hook.user):
         raise HookNotFound(f"hook {hook_id[:64]} not found")
     return hook
 

@@ -18,10 +18,9 @@ from urllib.parse import urlsplit
 
 import yaml
 from botocore.exceptions import ClientError
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import UploadFile
 
@@ -50,10 +49,11 @@ from dlaas.domain.status import Status
 from dlaas.domain.stored import stored_manifest, stored_manifest_or_none
 from services.api import health as health_probes
 from services.api.admission import admit
-from services.api.app import Deps
 from services.api.archive import normalize_archive
 from services.api.auth import Caller
+from services.api.deps import CallerDep, Deps, DepsDep
 from services.api.errors import NoResults
+from services.api.follows import REFUSED_DOC, follows_of
 from services.api.models import (
     ComponentHealthPublic,
     DeleteReply,
@@ -81,24 +81,6 @@ MAX_OFFSET = 10**9
 # A code archive may unpack to this many times its size limit on the job volume.
 UNPACK_FACTOR = 10
 CODE_PREFIX = "code/"
-
-_bearer = HTTPBearer(auto_error=False, description="API token: `Authorization: Bearer <token>`")
-
-
-def get_deps(request: Request) -> Deps:
-    return request.app.state.deps
-
-
-def get_caller(
-    request: Request,
-    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Caller:
-    client = request.client.host if request.client else ""
-    return get_deps(request).tokens.caller(request.headers.get("authorization"), client)
-
-
-DepsDep = Annotated[Deps, Depends(get_deps)]
-CallerDep = Annotated[Caller, Depends(get_caller)]
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 system_router = APIRouter(tags=["system"])
@@ -399,10 +381,10 @@ def _queued_job_ids(deps: Deps, user: str) -> set[str]:
 def get_queue(deps: DepsDep, caller: CallerDep) -> QueueReply:
     """The scheduler's queue (your jobs; the admin's: all), with positions, reasons and ETAs."""
     entries = deps.scheduler.queue()
-    if not caller.admin:
+    if caller.user_filter is not None:
         # The scheduler queues only QUEUED jobs; a job it still lists a moment after its
         # start (the store says PENDING already) is simply not shown.
-        mine = _queued_job_ids(deps, caller.user)
+        mine = _queued_job_ids(deps, caller.user_filter)
         entries = [e for e in entries if e.job_id in mine]
     return QueueReply(entries=[queue_entry(e) for e in entries])
 
@@ -502,9 +484,11 @@ def delete_job(
     responses={
         200: {"content": {"text/plain": {}}, "description": "the log, one line per line"},
         **error_responses(404, 422),
+        **REFUSED_DOC,
     },
 )
-def job_logs(
+async def job_logs(
+    request: Request,
     job_id: str,
     deps: DepsDep,
     caller: CallerDep,
@@ -513,25 +497,35 @@ def job_logs(
         int, Query(ge=0, le=MAX_OFFSET, description="lines to skip, to resume a stream")
     ] = 0,
     follow: Annotated[bool, Query(description="keep streaming until the job ends")] = False,
-) -> StreamingResponse:
-    """Stream a learner's log as text, one line per line; `follow` waits for the job's end."""
-    record = _owned(deps, caller, job_id)
-    manifest = stored_manifest_or_none(record)
-    requested = manifest.learners if manifest is not None else 1
-    learners = learners_with_logs(requested, record.info)
-    if learner >= learners:
-        raise InvalidRequest(f"learner: the job has learners 0..{learners - 1}, not {learner}")
+) -> Response:
+    """Stream a learner's log as text, one line per line; `follow` waits for the job's end.
 
-    def lines() -> Iterator[str]:
-        try:
-            for line in deps.logs.lines(job_id, learner, offset=offset, follow=follow):
-                yield line + "\n"
-        # Broad: the status line is already sent, so whatever breaks the stream, all that
-        # is left is to end it; the trace is kept here.
-        except Exception:  # broad: the reply has begun; only ending it is left
-            log.exception("log stream of %s learner %d broke", job_id, learner)
-
-    return StreamingResponse(lines(), media_type="text/plain; charset=utf-8")
+    A follow holds no thread while it waits (services.api.follows); a user's follows on a
+    replica are limited (429 with `Retry-After` beyond)."""
+    follows = follows_of(request)
+    user = caller.user if follow else None
+    if user is not None and (refused := follows.take(user)) is not None:
+        return refused.response()
+    try:
+        record = await follows.call(_owned, deps, caller, job_id)
+        manifest = stored_manifest_or_none(record)
+        requested = manifest.learners if manifest is not None else 1
+        learners = learners_with_logs(requested, record.info)
+        if learner >= learners:
+            raise InvalidRequest(f"learner: the job has learners 0..{learners - 1}, not {learner}")
+        rounds = await follows.call(deps.logs.rounds, job_id, learner, offset=offset, follow=follow)
+    except BaseException:  # broad: the slot goes back whatever failed (re-raised)
+        if user is not None:
+            follows.give_back(user)
+        raise
+    lines = follows.stream(
+        rounds,
+        lambda line: line + "\n",
+        deps.logs.poll_s / 2,  # a line is seen within about 0.5 s (poll_s 0.5)
+        what=f"log stream of {job_id} learner {learner}",
+        user=user,
+    )
+    return StreamingResponse(lines, media_type="text/plain; charset=utf-8")
 
 
 def results_store_error(exc: Exception, endpoint: str) -> DlaasError:

@@ -1,7 +1,7 @@
 """Deploying and tearing down a job's gang on the nodes of its placement.
 
 Turns a placement into a DeploymentPlan (plan.py, pure) with the job's own S3 identity
-and hands it to the container engine of each node (deployer.py); a deploy the engine
+and hands it to the container engine of each node (dlaas/adapters/engines); a deploy the engine
 refuses for the job's own reason fails the job, one cut short by the platform's own
 trouble leaves it PENDING for the reconciler to deploy again. Also the job's S3
 identity: issued at deploy, revoked at teardown, swept by the leader when missed.
@@ -10,16 +10,13 @@ identity: issued at deploy, revoked at teardown, swept by the leader when missed
 from __future__ import annotations
 
 import logging
-import sqlite3
 
-import botocore.exceptions
-import pyetcd.exceptions
-import pymongo.errors
-import requests
-
+from dlaas.adapters.s3 import ensure_bucket, platform_client
 from dlaas.adapters.store.base import JobRecord
 from dlaas.config import PlatformSettings
 from dlaas.domain import errors, jobspec
+from dlaas.domain.job_keys import ssh_private_key
+from dlaas.domain.launch import LAUNCHER_MPI
 from dlaas.domain.locations import S3Location, job_locations
 from dlaas.domain.manifest import Manifest, resolve_image
 from dlaas.domain.namespace import job_policy
@@ -35,18 +32,6 @@ log = logging.getLogger(__name__)
 HELPER_FINISH_TIMEOUT_S = 30.0
 # How often the leader revokes the S3 identities of jobs whose containers are gone.
 IDENTITY_SWEEP_S = 5.0
-
-# Failures of the platform's own services while deploying, which pass: the engine not
-# answering (docker's APIError is a requests error; its 4xx refusals are DeployRefused by
-# then), the job store (a locked SQLite, MongoDB away), etcd, S3 and the network.
-INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
-    requests.exceptions.RequestException,
-    sqlite3.OperationalError,
-    pymongo.errors.PyMongoError,
-    pyetcd.exceptions.Etcd3Exception,
-    botocore.exceptions.BotoCoreError,
-    OSError,
-)
 
 
 class Deployment:
@@ -109,6 +94,11 @@ class Deployment:
                 results=results,
                 code=code,
                 nodes=[p["node"] for p in placement],
+                ssh_key=ssh_private_key(
+                    self.settings.s3_secret_key.get_secret_value().encode(), job_id
+                )
+                if manifest.framework.launcher == LAUNCHER_MPI
+                else b"",
             )
             names = deployer.deploy(plan)
         except errors.ImageUnavailable as exc:
@@ -120,15 +110,11 @@ class Deployment:
             self._fail(job_id, exc.message, jobspec.JobErrorCode.DEPLOY_REFUSED)
             return
         except errors.TemporaryError as exc:
-            log.warning("deploy %s: %s; will retry", job_id, exc.message)
-            return
-        except INFRASTRUCTURE_ERRORS as exc:
             # The platform's own trouble, not the job's (the engine stopped answering, the
-            # store is locked, etcd or S3 is away): the job stays PENDING, deployed again
-            # by `redeploy_stale`, or requeued if its node is lost.
-            log.warning(
-                "deploy %s on %s: %s: %s; will retry", job_id, node, type(exc).__name__, exc
-            )
+            # store is locked, etcd or S3 is away: each adapter says so): the job stays
+            # PENDING, deployed again by `redeploy_stale`, or requeued if its node is lost.
+            cause = f" ({exc.__cause__!r})" if exc.__cause__ is not None else ""
+            log.warning("deploy %s on %s: %s%s; will retry", job_id, node, exc.message, cause)
             return
         except Exception as exc:  # broad: a bug here would fail every redeploy too
             # Neither the job's known faults nor known infrastructure trouble: a bug here
@@ -192,22 +178,8 @@ class Deployment:
 
     def _ensure_bucket(self, bucket: str) -> None:
         if self._s3 is None:
-            from dlaas.adapters.s3 import platform_client
-
             self._s3 = platform_client(self.settings)
-        try:
-            self._s3.head_bucket(Bucket=bucket)  # type: ignore[attr-defined]
-        except botocore.exceptions.ClientError:
-            try:
-                self._s3.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
-            except botocore.exceptions.ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") not in (
-                    "BucketAlreadyOwnedByYou",
-                    "BucketAlreadyExists",
-                ):
-                    raise errors.TemporaryError(f"results bucket {bucket}: {exc}") from None
-        except botocore.exceptions.BotoCoreError as exc:
-            raise errors.TemporaryError(f"the platform's S3 is not answering: {exc}") from None
+        ensure_bucket(self._s3, bucket)
 
     def _revoke(self, job_id: str) -> None:
         """Revoke the job's S3 identity; a failure is left to the leader's sweep."""

@@ -1,5 +1,7 @@
 """The LifecycleManager gRPC service: each call to one LCM use case, errors mapped once
-(dlaas.adapters.grpc_errors.translate_errors; translate_stream_errors for a stream).
+(dlaas.adapters.grpc_errors.translate_errors; translate_stream_errors for a stream). etcd,
+the job store, an engine or S3 away is the TemporaryError its adapter raised: UNAVAILABLE
+(a 503 at the API), which clients retry; this module names no library's errors.
 
 Besides the job use cases of `Lcm`: training metrics (metrics.py's `MetricsQueries`) and
 each node's measured utilization in `Cluster` (utilization.py's sampler; without one,
@@ -8,13 +10,11 @@ every node's utilization is unknown).
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
-from dlaas.adapters import grpc_errors
+from dlaas.adapters.grpc_errors import translate_errors, translate_stream_errors
 from dlaas.domain.metric_query import MetricQuery, metric_query
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc
-from services.lcm.deployment import INFRASTRUCTURE_ERRORS
 from services.lcm.metrics import MetricsQueries
 from services.lcm.utilization import UNKNOWN, Utilization
 
@@ -22,14 +22,6 @@ if TYPE_CHECKING:
     from services.lcm.node_health import NodeRow
     from services.lcm.service import Lcm
     from services.lcm.utilization import UtilizationSampler
-
-
-# etcd, the job store, the engine or S3 away: UNAVAILABLE (a 503 at the API), which clients
-# retry, instead of an internal error.
-translate_errors = functools.partial(grpc_errors.translate_errors, temporary=INFRASTRUCTURE_ERRORS)
-translate_stream_errors = functools.partial(
-    grpc_errors.translate_stream_errors, temporary=INFRASTRUCTURE_ERRORS
-)
 
 
 class LcmServicer(lcm_pb2_grpc.LifecycleManagerServicer):

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 
-import docker
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from dlaas.adapters.engines.connect import engines_for_nodes
 from dlaas.adapters.engines.docker_engine import Deployer
-from dlaas.adapters.engines.swarm_engine import SwarmEngine
 from dlaas.adapters.etcd_status import StatusKeeper, connect
 from dlaas.adapters.grpc_server import configure_logging, start_server, wait_for_termination
 from dlaas.adapters.leader import LeaderElection
@@ -23,8 +23,8 @@ from dlaas.adapters.notify import hook_notifier
 from dlaas.adapters.store import open_store
 from dlaas.clients.sdk import SchedulerClient
 from dlaas.config import PlatformSettings
+from dlaas.domain.errors import PermanentError
 from dlaas.domain.keys import EtcdKeys
-from dlaas.domain.ports import ContainerEngine
 from dlaas.v1 import lcm_pb2_grpc
 from services.lcm.grpc_api import LcmServicer
 from services.lcm.service import Lcm
@@ -43,14 +43,6 @@ class LcmSettings(BaseSettings):
     utilization_interval_s: float = Field(default=5.0, gt=0.5, le=300)
 
 
-def _engine(host: str) -> docker.DockerClient:
-    """A client even for an engine that is down now (API version pinned instead of asked)."""
-    try:
-        return docker.DockerClient(base_url=host)
-    except docker.errors.DockerException:
-        return docker.DockerClient(base_url=host, version="1.41")
-
-
 def main() -> None:
     log = configure_logging("lcm")
     settings = PlatformSettings()
@@ -62,21 +54,16 @@ def main() -> None:
         etcd, store, settings.etcd_prefix, notifier=hook_notifier(settings, store)
     )
     nodes = nodes_or_exit(settings, "lcm")
-    deployers: dict[str, ContainerEngine]
-    usage: dict[str, UsageSource | None]
-    if settings.swarm_manager:
-        # The swarm, through its manager's API alone; each node is a view of it.
-        swarm = SwarmEngine(_engine(settings.swarm_manager), settings.platform_id)
-        deployers = {n.name: swarm.node(n.name) for n in nodes}
-        # The manager's API has no container stats: a swarm node's utilization is unknown.
-        usage = {n.name: None for n in nodes}
-    else:
-        # The machine's one engine: the one node.
-        engine = _engine(settings.docker_host)
-        deployers = {
-            n.name: Deployer(engine, platform_id=settings.platform_id, node=n.name) for n in nodes
-        }
-        usage = {n.name: DockerUsage(engine, settings.platform_id, n.name) for n in nodes}
+    try:
+        # Also for an engine that is down now: the LCM starts, and counts the node lost.
+        deployers = engines_for_nodes(settings, [n.name for n in nodes])
+    except PermanentError as exc:
+        sys.exit(f"lcm: {exc.message}")
+    # A swarm manager's API has no container stats: a swarm node's utilization is unknown.
+    usage: dict[str, UsageSource | None] = {
+        name: DockerUsage(d.client, settings.platform_id, name) if isinstance(d, Deployer) else None
+        for name, d in deployers.items()
+    }
     sampler = UtilizationSampler(usage, lcm_settings.utilization_interval_s)
     lcm = Lcm(settings, keeper, store, deployers, SchedulerClient(settings.scheduler_addr), nodes)
     listen = lcm_settings.listen or settings.lcm_addr.split(",")[0]

@@ -13,6 +13,7 @@ import threading
 
 from dlaas.adapters.store.base import JobRecord
 from dlaas.domain import errors
+from dlaas.domain.authz import on_behalf_of
 from dlaas.domain.jobspec import JobErrorCode
 from dlaas.domain.locations import check_buckets
 from dlaas.domain.manifest import Manifest, parse_manifest, resolve_image, scale_problem
@@ -22,10 +23,6 @@ from dlaas.v1 import scheduler_pb2
 from services.lcm.restart_policy import backoff_s
 
 log = logging.getLogger(__name__)
-
-ADMIN = "admin"
-# Kept for imports elsewhere (node health before the status sets moved): use REQUEUEABLE.
-RUNNING = REQUEUEABLE
 
 
 class JobUseCases:
@@ -105,9 +102,10 @@ class JobUseCases:
         )
 
     def owned(self, job_id: str, user: str) -> JobRecord:
+        """The job's record if the call's user may see it (the platform's one rule,
+        dlaas.domain.authz); else JobNotFound, the answer for a missing job."""
         record = self.store.get(job_id)
-        if user and user != ADMIN and record.user != user:
-            raise errors.JobNotFound(job_id)  # the same answer as for a missing job
+        on_behalf_of(user).check_owner(job_id, record.user)
         return record
 
     def _state(self, job_id: str):

@@ -203,7 +203,7 @@ def test_supervisor_process_exits_when_down_removes_its_record(tmp_path):
 
 
 def _plan(name: str, kind: str, epochs: int, command: str, learners: str, cpus: float):
-    code = REPO / ("examples/digits" if kind == "digits" else "examples/ddp")
+    code = REPO / ("examples/digits" if kind == "digits" else "tests/fixtures/jobs/numpy-allreduce")
     results = "digits-results" if kind == "digits" else "digits-ddp-results"
     text = chaos._manifest(name, learners, cpus, "normal", command, results)
     return chaos.JobPlan(name, kind, epochs, text, code)

@@ -34,7 +34,7 @@ import pytest
 from dlaas.adapters.engines.docker_engine import Deployer
 from dlaas.adapters.logs import LogReader
 from dlaas.clients.client import pack_code
-from dlaas.domain import jobspec
+from dlaas.domain import jobspec, launch
 from dlaas.domain.locations import S3Location
 from dlaas.learner.paths import RUN_START_META
 
@@ -110,7 +110,7 @@ class Gang:
         return self.start(
             jobspec.learner_name(self.job_id, 0),
             ["python3", "-m", "dlaas.learner.run", "--", command],
-            jobspec.learner_env(self.job_id, 0, 1),
+            launch.learner_env(self.job_id, 0, 1),
             jobspec.ROLE_LEARNER,
             **{jobspec.LABEL_LEARNER: "0"},  # as the LCM labels a learner
         )
@@ -150,7 +150,7 @@ class FollowedReader(LogReader):
         super().__init__(None, None, {"local": engine}, lambda _loc: s3_client, poll_s=0.05)
         self.done = threading.Event()
 
-    def _final(self, job_id: str) -> bool:
+    def _final(self, job_id: str, shared: bool = False) -> bool:
         return self.done.is_set()
 
 

@@ -24,7 +24,7 @@ from dlaas.adapters.store.sqlite import SqliteJobStore
 from dlaas.clients.sdk import LcmClient, SchedulerClient
 from dlaas.config import ApiSettings, PlatformSettings
 from dlaas.domain.accounts import TokenRecord, User, token_hash
-from dlaas.domain.errors import DeployRefused
+from dlaas.domain.errors import DeployRefused, TemporaryError, temporary_on_all
 from dlaas.domain.status import Status
 from dlaas.local.processes import free_port
 from dlaas.v1 import lcm_pb2_grpc, scheduler_pb2_grpc
@@ -303,9 +303,15 @@ class DeployingEngine(NoEngine):
         return [c.name for c in plan.containers]
 
 
+# The REAL store's mapping of SQLite's outages, for the methods the fakes below redefine.
+sqlite_outage = temporary_on_all((sqlite3.OperationalError,), "the job store")
+
+
+@sqlite_outage
 class LockedOnceStore(SqliteJobStore):
     """The real SQLite store, whose read of a job fails while `locked` (after `skip` more
-    reads) as a store held locked by another writer does (sqlite3.OperationalError)."""
+    reads) as a store held locked by another writer does (sqlite3.OperationalError, which
+    the store raises as TemporaryError)."""
 
     locked = False
     skip = 0
@@ -362,6 +368,7 @@ def test_the_jobs_own_fault_during_deploy_still_fails_it(make_lcm):
 # --------------------------------------------------------------- 7: the store's mirror repaired
 
 
+@sqlite_outage
 class MirrorLostStore(SqliteJobStore):
     """The real SQLite store, whose next status mirror fails while `lose` is set (as a crash,
     or a locked store, between etcd's write and the store's would)."""
@@ -378,7 +385,7 @@ class MirrorLostStore(SqliteJobStore):
 def lose_mirror(lcm: Lcm, job_id: str, target: Status, **kw) -> None:
     """Move the job in etcd while the store's mirror of it fails."""
     lcm.store.lose = True
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(TemporaryError, match="OperationalError"):
         lcm.keeper.transition(job_id, target, f"to {target}", **kw)
     assert lcm.store.get(job_id).status != target  # the store is behind etcd now
 

@@ -16,8 +16,10 @@ import pyetcd.exceptions
 import pytest
 from error_samples import all_classes, sample
 
+from dlaas.adapters.etcd_status import StatusKeeper
 from dlaas.adapters.grpc_errors import translate_errors
 from dlaas.adapters.grpc_server import start_server
+from dlaas.adapters.store.sqlite import SqliteJobStore
 from dlaas.clients.sdk import SchedulerClient
 from dlaas.domain import errors
 from dlaas.local.processes import free_port
@@ -99,14 +101,40 @@ def test_nobody_listening_is_temporary():
     assert "not answering" in caught.value.message
 
 
-class LcmOutage(scheduler_pb2_grpc.SchedulerServicer):
-    """Raises `self.error` from Release under the LCM's translation (its outages named)."""
+class FailingEtcd:
+    """FAKE etcd client: every read raises `error`, as pyetcd does with etcd away."""
 
-    error: Exception = RuntimeError("unset")
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def get(self, key):
+        raise self.error
+
+
+class LockedStore(SqliteJobStore):
+    """The REAL SQLite store, whose connection fails with `error` (a locked, unreadable file)."""
+
+    error: Exception | None = None
+
+    def _connection(self):
+        if self.error is not None:
+            raise self.error
+        return super()._connection()
+
+
+class LcmOutage(scheduler_pb2_grpc.SchedulerServicer):
+    """Reads a job through the REAL etcd and store adapters in Release, under the LCM's
+    translation: `outage` is what the library under one of them raises."""
+
+    def __init__(self, outage: Exception, tmp_path):
+        store = LockedStore(tmp_path / "jobs.db")
+        store.error = outage
+        self.keeper = StatusKeeper(FailingEtcd(outage), store)
+        self.read = self.keeper.store.get if isinstance(outage, sqlite3.Error) else self.keeper.get
 
     @lcm_translate_errors
     def Release(self, request, context):
-        raise self.error
+        self.read("job-1")
 
 
 @pytest.mark.parametrize(
@@ -118,12 +146,14 @@ class LcmOutage(scheduler_pb2_grpc.SchedulerServicer):
     ],
     ids=type,
 )
-def test_an_lcm_outage_is_temporary_and_names_no_host(outage):
+def test_an_lcm_outage_is_temporary_and_names_no_host(outage, tmp_path):
     """The stack's LCM started before etcd answered: its submit was an internal error (a
-    500 at the API) instead of a retryable 503."""
-    servicer = LcmOutage()
-    servicer.error = outage
-    with serving(servicer) as client, pytest.raises(errors.TemporaryError) as caught:
+    500 at the API) instead of a retryable 503. The adapters (etcd's, the store's) say
+    so themselves now: the LCM's servicer names no library's errors."""
+    with (
+        serving(LcmOutage(outage, tmp_path)) as client,
+        pytest.raises(errors.TemporaryError) as caught,
+    ):
         client.release("job-1")
     assert type(outage).__name__ in caught.value.message
     for secret in ("10.0.0.9", "hunter2", "/secret/path"):

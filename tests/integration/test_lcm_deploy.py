@@ -143,7 +143,8 @@ def test_an_engine_that_does_not_answer_is_retried_not_failed(lcm, docker_client
     def unreachable(plan):
         raise requests.exceptions.ConnectionError("connection refused")
 
-    monkeypatch.setattr(lcm.deployer, "deploy", unreachable)
+    # Under the real deploy, which says what the engine's silence is: temporary.
+    monkeypatch.setattr(lcm.deployer, "_deploy", unreachable)
     lcm.place_round()
     assert lcm.keeper.get(job).status == Status.PENDING  # deployed again later
     monkeypatch.undo()

@@ -31,8 +31,8 @@ OWN_ERRORS = {
     ("post", "/v1/jobs/{job_id}/halt"): {404, 409},
     ("post", "/v1/jobs/{job_id}/resume"): {404, 409},
     ("post", "/v1/jobs/{job_id}/scale"): {404, 409, 422},
-    ("get", "/v1/jobs/{job_id}/logs"): {404, 422},
-    ("get", "/v1/jobs/{job_id}/metrics"): {404, 422},
+    ("get", "/v1/jobs/{job_id}/logs"): {404, 422, 429},
+    ("get", "/v1/jobs/{job_id}/metrics"): {404, 422, 429},
     ("get", "/v1/jobs/{job_id}/results"): {404, 422},
     ("delete", "/v1/jobs/{job_id}"): {404, 409, 422},
     ("get", "/v1/queue"): set(),
@@ -148,11 +148,11 @@ def test_the_submit_route_documents_the_manifest_schema(spec):
     [
         MANIFEST.format(learners=2, results="r"),
         (EXAMPLES / "digits" / "manifest.yaml").read_text(),
-        (EXAMPLES / "ddp" / "manifest.yaml").read_text(),
+        (EXAMPLES / "pytorch-ddp" / "manifest-torchrun.yaml").read_text(),
         MANIFEST.format(learners=1, results="r").replace("memory: 512MiB", "memory: 2048")
         + "priority: high\n",
     ],
-    ids=["test-manifest", "digits", "ddp", "memory-number-priority-class"],
+    ids=["test-manifest", "digits", "pytorch-ddp-torchrun", "memory-number-priority-class"],
 )
 def test_accepted_manifests_match_the_documented_schema(spec, text):
     from dlaas.domain.manifest import parse_manifest

@@ -15,7 +15,8 @@ from dataclasses import replace
 
 import pytest
 
-from dlaas.adapters.engines.swarm_engine import SECRET_PATH, SwarmEngine
+from dlaas.adapters.engines.swarm_engine import SwarmEngine
+from dlaas.adapters.engines.swarm_spec import SECRET_PATH
 from dlaas.adapters.nodes import LABEL_NODE
 from dlaas.domain import jobspec
 from dlaas.domain.errors import TemporaryError

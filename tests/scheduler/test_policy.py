@@ -114,6 +114,15 @@ def test_can_ever_fit_refuses_a_gang_bigger_than_the_cluster():
     assert can_ever_fit(q("ok", learners=2, gpus=4), nodes(2)) == (True, "")
 
 
+def test_a_gpu_job_on_a_cpu_only_cluster_is_refused_saying_the_cluster_has_no_gpu():
+    ok, reason = can_ever_fit(q("gpu", learners=1, gpus=1), [Node("local", 0, 2.0, 4096)])
+    assert not ok
+    assert reason == (
+        "gpus: 1 GPU(s) per learner, and this cluster has no GPU (its 1 healthy node(s) are "
+        "CPU-only); set gpus: 0 to train on CPUs"
+    )
+
+
 def test_cpu_only_jobs_are_placed_by_cpu_and_memory():
     box = [Node("local", 0, 2.0, 4096)]
     queue = [QueuedJob(f"j{i}", "u", 1, 0, 0.5, 512, 0, float(i)) for i in range(6)]

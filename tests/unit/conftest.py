@@ -43,6 +43,8 @@ SERVER_FIXTURES = frozenset(
         "docker_client",
         "learner_image",
         "pytorch_image",
+        "tensorflow_image",
+        "mpi_image",
         "docker_host",
         "docker_gateway",
     }

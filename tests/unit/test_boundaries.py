@@ -29,6 +29,8 @@ PURE_FILES = [
     "dlaas/domain/jobspec.py",
     "dlaas/domain/errors.py",
     "dlaas/domain/plan.py",
+    "dlaas/domain/launch.py",
+    "dlaas/domain/job_keys.py",
     "services/jobmonitor/decide.py",
     "services/jobmonitor/workqueue.py",
     "dlaas/domain/ports.py",
@@ -39,6 +41,9 @@ PURE_FILES = [
     "dlaas/domain/metric_query.py",
     "services/lcm/utilization.py",
     "dlaas/domain/hooks.py",
+    "dlaas/domain/authz.py",
+    "dlaas/adapters/engines/swarm_spec.py",
+    "dlaas/adapters/engines/reports.py",
 ]
 PURE_GLOBS = ["services/scheduler/policy/**/*.py"]
 

@@ -73,7 +73,7 @@ def test_elastic_job_started_smaller_gets_the_smaller_count():
 
 
 def test_unknown_framework_without_image_is_refused_with_the_field():
-    m = parse_manifest(MANIFEST.replace("name: python", "name: tensorflow"))
+    m = parse_manifest(MANIFEST.replace("name: python", "name: caffe"))
     with pytest.raises(ImageUnavailable, match="framework.name"):
         resolve_image(m, "dlaas/learner:latest")
 

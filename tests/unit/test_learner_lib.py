@@ -232,27 +232,37 @@ def test_image_context_is_what_the_dockerfile_copies_and_the_hash_tracks_it(tmp_
         assert tar.getnames() == ["Dockerfile", "pkg/a.py"]
 
 
-def test_the_pytorch_image_is_two_specs_and_its_version_is_part_of_the_hash():
-    layer, learner = images.framework_specs("pytorch", "1.13")
-    assert (layer.tag, layer.base) == ("dlaas/base-pytorch:1.13", images.BASE_IMAGE)
-    assert layer.buildargs == {"TORCH_VERSION": "1.13"} and layer.needs_network
+def test_the_pytorch_image_is_two_specs_and_its_wheels_are_part_of_the_hash():
+    layer, learner = images.framework_specs("pytorch", "2.13")
+    assert (layer.tag, layer.base) == ("dlaas/base-pytorch:2.13", images.BASE_IMAGE)
+    assert layer.buildargs == {"REQUIREMENTS": "torch==2.13.0+cpu"} and layer.needs_network
     # The learner Dockerfile, unchanged, on the torch layer: the same in-container code.
-    assert (learner.tag, learner.base) == ("dlaas/learner-pytorch:1.13", layer.tag)
+    assert (learner.tag, learner.base) == ("dlaas/learner-pytorch:2.13", layer.tag)
     assert learner.dockerfile == images.LEARNER_DOCKERFILE and not learner.needs_network
-    # Dockerfile.pytorch copies nothing: its context is the Dockerfile alone.
+    assert not learner.wheels
+    # Dockerfile.pytorch copies nothing: its context is the Dockerfile alone (the wheels
+    # are served to the build, never sent in the context).
     assert images.copy_sources(layer.dockerfile.read_text()) == []
     text = layer.dockerfile.read_bytes()
-    assert images.source_hash(text, REPO, [], {"TORCH_VERSION": "1.13"}) != images.source_hash(
-        text, REPO, [], {"TORCH_VERSION": "2.0"}
+    args = {"REQUIREMENTS": "torch==2.13.0+cpu"}
+    assert images.source_hash(text, REPO, [], args) != images.source_hash(
+        text, REPO, [], {"REQUIREMENTS": "torch==2.14.0+cpu"}
     )
-    # No build argument hashes as before: the learner image's label did not change.
-    assert images.source_hash(text, REPO, [], {}) == images.source_hash(text, REPO, [])
-    assert images.all_frameworks() == [("pytorch", "1.13")]
+    wheel = ("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl", 191794682)
+    with_wheel = images.source_hash(text, REPO, [], args, [wheel])
+    assert with_wheel != images.source_hash(text, REPO, [], args)
+    assert with_wheel != images.source_hash(text, REPO, [], args, [(wheel[0], wheel[1] + 1)])
+    # No build argument and no wheel hash as before: the learner image's label did not change.
+    assert images.source_hash(text, REPO, [], {}, []) == images.source_hash(text, REPO, [])
+    assert images.all_frameworks() == [("pytorch", "2.13"), ("tensorflow", "2.21"), ("mpi", "4.1")]
 
 
-@pytest.mark.parametrize(("name", "version"), [("pytorch", "2.0"), ("tensorflow", "1.13")])
+@pytest.mark.parametrize(("name", "version"), [("pytorch", "1.13"), ("tensorflow", "1.15")])
 def test_a_framework_image_that_is_not_built_is_refused_naming_what_is(name, version):
-    with pytest.raises(ImageUnavailable, match=f"framework {name} {version}; known: pytorch 1.13"):
+    with pytest.raises(
+        ImageUnavailable,
+        match=f"framework {name} {version}; known: pytorch 2.13, tensorflow 2.21, mpi 4.1",
+    ):
         images.framework_specs(name, version)
 
 

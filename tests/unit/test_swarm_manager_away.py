@@ -14,7 +14,7 @@ import pytest
 import requests.exceptions
 from lcm_fakes import fake_lcm
 
-from dlaas.adapters.engines.swarm_engine import SwarmNodeView
+from dlaas.adapters.engines.swarm_node import SwarmNodeView
 from dlaas.adapters.nodes import NodeSpec, SwarmNode
 from dlaas.domain.status import Status
 

@@ -1,6 +1,6 @@
-"""How a Swarm task's state reads as a container's (dlaas/adapters/engines/swarm_engine.py, pure)."""
+"""How a Swarm task's state reads as a container's (dlaas/adapters/engines/swarm_spec.py, pure)."""
 
-from dlaas.adapters.engines.swarm_engine import container_of
+from dlaas.adapters.engines.swarm_spec import container_of
 
 SERVICE = {"ID": "s1", "Spec": {"Name": "dlaas-j-learner-0", "Mode": {"Replicated": {"Replicas": 1}},
            "Labels": {"dlaas.job": "j", "dlaas.role": "learner", "dlaas.learner": "0"}}}  # fmt: skip

@@ -22,18 +22,21 @@ EngineUnreachable when the engine does not answer (refused, broken, timed out).
 Errors: an engine that refuses a container for the job's own reason (a 4xx; the OCI
 runtime failing to create or start it) raises DeployRefused, with the engine's reason
 with env values hidden: deploying again would be refused again. A name conflict is a
-TemporaryError; a missing image ImageUnavailable; anything else (the engine not
-answering, a 5xx of its own) propagates for the caller to retry.
+TemporaryError; a missing image ImageUnavailable; the engine not answering, or failing
+on its own account (a 5xx), a TemporaryError too (`ENGINE_OUTAGES`): the LCM's calls raise
+no Docker or requests error, so that no caller imports either to classify it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import re
+import tarfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from pathlib import PurePosixPath
 
 import docker
 import docker.errors
@@ -41,8 +44,9 @@ import requests.exceptions
 from docker.types import DeviceRequest
 
 from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet
+from dlaas.adapters.engines.reports import epoch, redact
 from dlaas.domain import jobspec
-from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError
+from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError, temporary_on
 from dlaas.domain.plan import ContainerSpec, DeploymentPlan
 from dlaas.domain.ports import (
     EXITED_STATES,
@@ -64,10 +68,6 @@ _NODE_TROUBLE = re.compile(
     r"|cannot allocate memory|resource temporarily unavailable|too many open files",
     re.IGNORECASE,
 )
-# runc quotes a bad env entry whole ("NAME=value"); values may hold secrets.
-_QUOTED_ENV = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)=(?:[^"\\]|\\.)*"')
-SECRET_ENV_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
-MAX_REASON_CHARS = 500
 
 # What a call raises when the engine itself does not answer (as opposed to an API error
 # about one object): the connection was refused, broke or timed out. (An event stream
@@ -78,6 +78,11 @@ NO_ANSWER = (
     requests.exceptions.ChunkedEncodingError,
     ConnectionError,
 )
+
+# What the LCM's calls (ContainerEngine) raise as TemporaryError: the engine not answering,
+# or an API error not mapped to the job's own fault (docker's APIError is a requests error).
+ENGINE_OUTAGES = (requests.exceptions.RequestException, OSError)
+engine_outage = temporary_on(ENGINE_OUTAGES, "the container engine")
 
 
 def refusal(exc: docker.errors.APIError) -> bool:
@@ -95,26 +100,21 @@ def refusal(exc: docker.errors.APIError) -> bool:
     )
 
 
-def redact(text: str, plan: DeploymentPlan) -> str:
-    """The engine's message fit for the job's status: env values out, bounded length."""
-    text = _QUOTED_ENV.sub(r'"\1=<hidden>"', text)
-    for spec in plan.containers:
-        for name, value in spec.env.items():
-            if value and len(value) >= 4 and SECRET_ENV_NAME.search(name):
-                text = text.replace(value, "<hidden>")
-    return text[:MAX_REASON_CHARS]
-
-
-def epoch(stamp: str) -> float | None:
-    """Docker's RFC 3339 time with nanoseconds as seconds; None for its zero time."""
-    if not stamp or stamp.startswith("0001-"):
-        return None
-    head, _, frac = stamp.rstrip("Z").partition(".")
-    try:
-        t = datetime.fromisoformat(head + "+00:00").timestamp()
-    except ValueError:
-        return None
-    return t + (float("0." + frac) if frac.isdigit() else 0.0)
+def secret_files_tar(files: tuple[tuple[str, bytes], ...]) -> bytes:
+    """A tar of the secret files (mode 0400, root's) and their folders, to unpack at /."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        folders = sorted({str(parent) for path, _ in files for parent in PurePosixPath(path).parents}
+                         - {"/"})  # fmt: skip
+        for folder in folders:
+            info = tarfile.TarInfo(folder.lstrip("/"))
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for path, content in files:
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(content), 0o400
+            tar.addfile(info, io.BytesIO(content))
+    return buf.getvalue()
 
 
 def container_of(c, node: str = "") -> Container:
@@ -266,6 +266,7 @@ class Deployer(ContainerEngine):
 
     # ---- the LCM's own (ContainerEngine) ----------------------------------------------
 
+    @engine_outage
     def image_present(self, image: str) -> bool:
         try:
             self.client.images.get(image)
@@ -358,7 +359,7 @@ class Deployer(ContainerEngine):
         networking = api.create_networking_config(
             {plan.network: api.create_endpoint_config(aliases=list(spec.aliases))}
         )
-        return api.create_container(
+        cid = api.create_container(
             image=spec.image,
             command=spec.command,
             name=spec.name,
@@ -368,6 +369,11 @@ class Deployer(ContainerEngine):
             networking_config=networking,
             hostname=spec.aliases[0] if spec.aliases else None,
         )["Id"]
+        if spec.files:
+            # Before the start, so the job never runs without them; a failure removes the
+            # gang's containers like a failed create.
+            api.put_archive(cid, "/", secret_files_tar(spec.files))
+        return cid
 
     def _try_create(self, spec: ContainerSpec, plan: DeploymentPlan) -> str | Exception:
         """The new container's id, or what stopped its creation."""
@@ -388,6 +394,7 @@ class Deployer(ContainerEngine):
             ]
         return [DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])]
 
+    @engine_outage
     def deploy(self, plan: DeploymentPlan) -> list[str]:
         """Create what is missing and start what is not running; return the container names.
 
@@ -436,6 +443,7 @@ class Deployer(ContainerEngine):
             except docker.errors.NotFound:
                 pass
 
+    @engine_outage
     def containers(self, job_id: str, role: str | None = None) -> list:
         label = [f"{jobspec.LABEL_JOB}={job_id}"]
         if role:
@@ -444,17 +452,20 @@ class Deployer(ContainerEngine):
         # container's id for stop/kill/wait/remove/start, its name in "Names") is in it.
         return self.client.containers.list(all=True, filters={"label": label}, sparse=True)
 
+    @engine_outage
     def stop_learners(self, job_id: str, timeout: int = 10) -> None:
         running = [
             c for c in self.containers(job_id, jobspec.ROLE_LEARNER) if c.status == "running"
         ]
         list(self._pool.map(lambda c: quiet(c.stop, timeout=timeout), running))
 
+    @engine_outage
     def signal_helper(self, job_id: str) -> None:
         for c in self.containers(job_id, jobspec.ROLE_HELPER):
             if c.status == "running":
                 quiet(c.kill, signal=jobspec.HELPER_FINISH_SIGNAL)
 
+    @engine_outage
     def wait_helper(self, job_id: str, timeout_s: float) -> bool:
         """Wait until the job's helper has exited (stored what it must); False on timeout."""
         for c in self.containers(job_id, jobspec.ROLE_HELPER):
@@ -467,6 +478,7 @@ class Deployer(ContainerEngine):
                 return False
         return True
 
+    @engine_outage
     def remove_job(self, job_id: str) -> None:
         """Remove every container, the network and the volume of a job (missing ones are fine)."""
         list(self._pool.map(lambda c: quiet(c.remove, force=True), self.containers(job_id)))

@@ -8,6 +8,9 @@ status is then set only if this entry is newer than the one it shows, so a late 
 of an older step never moves the status backwards.
 
 Indexes: unique `job_id`; (user, created_at) and (status, created_at) for the listings.
+
+Errors: pymongo's own (the server not answering, failing over, refusing) leave every
+method as the domain's TemporaryError.
 """
 
 from __future__ import annotations
@@ -17,20 +20,21 @@ from dataclasses import asdict
 from typing import Any
 
 import pymongo
-from pymongo.errors import DuplicateKeyError
+from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from dlaas.adapters.store.base import JobRecord, JobStore
 
 # Shared with the SQLite backend so both agree on the same edge cases.
 from dlaas.adapters.store.sqlite import check_info_keys, first_history
 from dlaas.domain.accounts import DEFAULT_MAX_PRIORITY, AuditEntry, Quota, Team, TokenRecord, User
-from dlaas.domain.errors import JobNotFound
+from dlaas.domain.errors import JobNotFound, temporary_on_all
 from dlaas.domain.hooks import Delivery, Hook
 from dlaas.domain.status import Status, Transition
 
 _NEWEST_FIRST = [("created_at", pymongo.DESCENDING), ("job_id", pymongo.DESCENDING)]
 
 
+@temporary_on_all((PyMongoError,), "the job store")
 class MongoJobStore(JobStore):
     """A store on MongoDB.
 

@@ -9,6 +9,9 @@ upgrade. History lives in its own table whose primary key (job_id, seq) makes
 
 Threads share one connection behind a lock; a forked child notices the new pid and
 opens its own connection (an SQLite connection must never cross a fork).
+
+Errors: the file locked past the busy timeout, unreadable or on a full disk
+(sqlite3.OperationalError) leaves every method as the domain's TemporaryError.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 from dlaas.adapters.store.base import JobRecord, JobStore
 from dlaas.domain.accounts import DEFAULT_MAX_PRIORITY, AuditEntry, Quota, Team, TokenRecord, User
-from dlaas.domain.errors import JobNotFound
+from dlaas.domain.errors import JobNotFound, temporary_on_all
 from dlaas.domain.hooks import Delivery, Hook
 from dlaas.domain.status import Status, Transition
 
@@ -140,6 +143,7 @@ def check_info_keys(info: dict[str, Any]) -> None:
             raise ValueError(f"info key {key!r}: must be a non-empty string without '.' or '$'")
 
 
+@temporary_on_all((sqlite3.OperationalError,), "the job store")
 class SqliteJobStore(JobStore):
     def __init__(self, path: str | os.PathLike[str]):
         self.path = str(path)

@@ -31,8 +31,9 @@ from dlaas.clients.sdk import NodeInfo, NodeUtilization
 from dlaas.domain.errors import InvalidManifest
 from dlaas.domain.manifest import parse_manifest
 from dlaas.domain.status import ACTIVE, Status
+from services.api.deps import CallerDep, DepsDep
 from services.api.models import error_responses
-from services.api.routes import CallerDep, DepsDep, audit
+from services.api.routes import audit
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
 
@@ -195,7 +196,7 @@ def list_nodes(deps: DepsDep, caller: CallerDep) -> NodesReply:
         job = placed_job(record, record.manifest_yaml)
         if job is not None:
             placed.append(job)
-    visible = None if caller.admin else {p.job_id for p in placed if p.user == caller.user}
+    visible = {p.job_id for p in placed if caller.can_see(p.user)}
     return nodes_public(deps.lcm.cluster(), allocation(placed), visible)
 
 

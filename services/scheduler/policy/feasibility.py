@@ -20,6 +20,11 @@ def can_ever_fit(job: QueuedJob, nodes: Sequence[Node]) -> tuple[bool, str]:
         return False, "resources per learner must not be negative"
     if n < 1:
         return False, "learners must be at least 1"
+    if job.gpus_per_learner and not any(nf.node.gpus for nf in idx.nodes.values()):
+        return False, (
+            f"gpus: {job.gpus_per_learner} GPU(s) per learner, and this cluster has no GPU "
+            f"(its {len(idx.nodes)} healthy node(s) are CPU-only); set gpus: 0 to train on CPUs"
+        )
     if job.gpu_type and not any(nf.node.gpu_type == job.gpu_type for nf in idx.nodes.values()):
         return False, f"no healthy node has gpu_type {job.gpu_type!r}"
     plan = idx.place(

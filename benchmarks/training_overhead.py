@@ -1,0 +1,281 @@
+"""What the platform costs a data-parallel PyTorch job: seconds per epoch on the platform
+against the same processes run bare, and the time from submit to the job's first line.
+
+    python benchmarks/training_overhead.py [--learners 1,2,4] [--swarm] [--epochs 20] [--runs 3]
+        [--json]
+
+The job is examples/pytorch-ddp (torch.distributed DDP over gloo, one process per learner,
+OMP_NUM_THREADS=1 on both sides so that CPU limits are not what is measured), submitted over
+REST to a platform this script brings up (`dlaas.local.platform.up`, the machine's Docker
+engine; with --swarm also a 2-node local swarm whose nodes declare 1.1 CPUs, so a gang of
+two 1-CPU learners spans both and all-reduces over the overlay: a CPU per process, as the
+bare processes have on this 2-core machine).
+
+Bare: the very same python and torch binaries (the PyTorch learner image's file system,
+exported once and entered with chroot), the same command and env, N processes on the host's
+loopback with RANK/WORLD_SIZE set by hand: no container, no job network, no wrapper.
+
+Per shape, `--runs` times each, alternated: `platform_epoch_s` and `bare_epoch_s` are the
+median over the runs of rank 0's training loop (its `steps=... seconds=...` summary: the
+steps, each epoch's evaluation and checkpoint) divided by the epochs, `ratio` = platform /
+bare (targets: <= 1.05 for 1 learner, <= 1.15 for 2-4), and `first_line_s` (the median) the
+time from just before the POST to the example's first log line (it prints it once the
+process group is up and the data loaded, just before the first step). With --json the last
+line is {"epochs", "runs", "shapes": [{"shape", "learners", "nodes", "platform_epoch_s",
+"bare_epoch_s", "ratio", "first_line_s", "platform_runs", "bare_runs"}]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from dlaas.clients.client import pack_code
+from dlaas.local import platform
+
+EXAMPLE = REPO / "examples" / "pytorch-ddp"
+IMAGE = "dlaas/learner-pytorch:2.13"
+CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
+# rank 0's summary: the whole training loop (steps, each epoch's evaluation and checkpoint).
+LOOP = re.compile(r"^steps=(\d+) seconds=([0-9.]+) steps_per_s=")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# A heavier step than the example's default (64 hidden units: a step is all latency, no
+# training): 2,048 hidden units, so a step is compute and an all-reduce of 600 KB, as in
+# real training; batches of 16, so an epoch has 90 steps on one learner.
+TRAIN_ARGS = "--hidden 2048 --batch-size 16"
+
+
+def manifest(learners: int, epochs: int, cpus: float) -> str:
+    return (
+        f"name: overhead-{learners}\nlearners: {learners}\ncpus: {cpus}\nmemory: 1GiB\n"
+        "data_stores:\n  - id: digits\n    type: s3\n"
+        "    training_data: {container: digits-data}\n"
+        "    training_results: {container: digits-results}\n"
+        "framework:\n  name: pytorch\n  version: latest\n"
+        f"  command: python train.py --epochs {epochs} {TRAIN_ARGS}\n"
+        "env: {OMP_NUM_THREADS: '1'}\n"
+    )
+
+
+def epoch_seconds(lines: list[str], epochs: int) -> float:
+    """Seconds per epoch of the whole training loop, from rank 0's summary line."""
+    found = [float(m.group(2)) for line in lines if (m := LOOP.match(line))]
+    if not found:
+        raise RuntimeError(f"no steps= line in:\n{chr(10).join(lines[-20:])}")
+    return found[-1] / epochs
+
+
+def client(home: Path) -> httpx.Client:
+    cfg = json.loads((home / "client.json").read_text())
+    return httpx.Client(base_url=cfg["url"], timeout=60,
+                        headers={"Authorization": f"Bearer {cfg['token']}"})  # fmt: skip
+
+
+def upload_digits(http: httpx.Client) -> bytes:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prepare", REPO / "examples/digits/prepare.py")
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    data = prepare.digits_npz()
+    reply = http.put("/v1/data/digits-data/digits.npz", content=data)
+    reply.raise_for_status()
+    return data
+
+
+def on_platform(http: httpx.Client, learners: int, epochs: int, cpus: float) -> dict:
+    code, name = pack_code(EXAMPLE)
+    files = {
+        "manifest": ("m.yaml", manifest(learners, epochs, cpus).encode(), "application/yaml"),
+        "code": (name, code, "application/gzip"),
+    }
+    started = time.monotonic()
+    reply = http.post("/v1/jobs", files=files)
+    reply.raise_for_status()
+    job_id = reply.json()["job_id"]
+    first_line = None
+    while True:
+        job = http.get(f"/v1/jobs/{job_id}").json()
+        if first_line is None:
+            lines = http.get(f"/v1/jobs/{job_id}/logs", params={"learner": 0}).text.splitlines()
+            if any(line.startswith("torch ") for line in lines):
+                first_line = time.monotonic() - started
+        if job["status"] in ("COMPLETED", "FAILED", "HALTED"):
+            break
+        if time.monotonic() - started > 900:
+            raise RuntimeError(f"{job_id} still {job['status']} after 900 s")
+        time.sleep(0.2)
+    lines = http.get(f"/v1/jobs/{job_id}/logs", params={"learner": 0}).text.splitlines()
+    if job["status"] != "COMPLETED":
+        raise RuntimeError(f"{job_id} {job['status']}: {job['history'][-1]}\n{lines[-20:]}")
+    return {"epoch_s": epoch_seconds(lines, epochs), "first_line_s": round(first_line or 0.0, 2),
+            "nodes": sorted({e.get("node", "") for e in job.get("learners") or []})}  # fmt: skip
+
+
+def export_image(root: Path) -> Path:
+    """The PyTorch learner image's file system, for the bare runs (same binaries)."""
+    import docker
+
+    root.mkdir(parents=True, exist_ok=True)
+    api = docker.from_env(timeout=600)
+    made = api.containers.create(IMAGE, command=["true"])
+    try:
+        tar = subprocess.Popen(["tar", "-x", "-C", str(root)], stdin=subprocess.PIPE)
+        for chunk in made.export():
+            tar.stdin.write(chunk)
+        tar.stdin.close()
+        if tar.wait() != 0:
+            raise RuntimeError("unpacking the image failed")
+    finally:
+        made.remove(force=True)
+        api.close()
+    (root / "etc" / "resolv.conf").write_text("")
+    # As a container has them: /proc, /dev (and its /dev/shm) of the host.
+    subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
+    subprocess.run(["mount", "--bind", "/dev", str(root / "dev")], check=True)
+    return root
+
+
+def release_image(root: Path) -> bool:
+    """Unmount what export_image mounted; whether nothing of the host is mounted there now
+    (only then may the folder be deleted: a bound /dev would go with it)."""
+    for mount in ("dev", "proc"):
+        if os.path.ismount(root / mount):
+            subprocess.run(["umount", "-l", str(root / mount)], check=False)
+    return not any(os.path.ismount(root / m) for m in ("dev", "proc"))
+
+
+def bare(rootfs: Path, data: bytes, learners: int, epochs: int) -> float:
+    """The example's processes in the image's file system, on the host's loopback."""
+    work = rootfs / "bench"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "data").mkdir(parents=True)
+    (work / "data" / "digits.npz").write_bytes(data)
+    shutil.copy(EXAMPLE / "train.py", work / "train.py")
+    port = str(free_port())
+    procs = []
+    for rank in range(learners):
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": str(learners),
+            "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+            "DATA_DIR": "/bench/data", "RESULT_DIR": f"/bench/results-{rank}",
+            "CHECKPOINT_DIR": f"/bench/checkpoints-{rank}",
+        }  # fmt: skip
+        cmd = [
+            CHROOT,
+            str(rootfs),
+            "sh",
+            "-c",
+            f"cd /bench && python train.py --epochs {epochs} {TRAIN_ARGS}",
+        ]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))  # fmt: skip
+    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"bare run failed:\n{outputs[0][-2000:]}")
+    return epoch_seconds(outputs[0].splitlines(), epochs)
+
+
+def shape(name: str, learners: int, runs: int, platform_run, bare_run) -> dict:
+    """`runs` platform runs and as many bare ones, alternated."""
+    ons, bares = [], []
+    for _ in range(runs):
+        ons.append(platform_run())
+        bares.append(bare_run())
+    on_s = statistics.median(o["epoch_s"] for o in ons)
+    bare_s = statistics.median(bares)
+    return {
+        "shape": name,
+        "learners": learners,
+        "nodes": ons[-1]["nodes"],
+        "platform_epoch_s": round(on_s, 4),
+        "bare_epoch_s": round(bare_s, 4),
+        "ratio": round(on_s / bare_s, 3),
+        "first_line_s": round(statistics.median(o["first_line_s"] for o in ons), 2),
+        "platform_runs": [round(o["epoch_s"], 4) for o in ons],
+        "bare_runs": [round(b, 4) for b in bares],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--learners", default="1,2,4", help="docker-backend gang sizes")
+    ap.add_argument("--swarm", action="store_true", help="also 2 learners on 2 swarm nodes")
+    ap.add_argument("--epochs", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=3, help="runs of each side per shape")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    sizes = [int(n) for n in args.learners.split(",") if n]
+    cpus = os.cpu_count() or 2
+    shapes: list[dict] = []
+    tmp = Path(tempfile.mkdtemp(prefix="dlaas-overhead-"))
+    home = tmp / "home"
+    try:
+        rootfs = export_image(tmp / "rootfs")
+        platform.up(home, progress=lambda line: None)
+        try:
+            http = client(home)
+            data = upload_digits(http)
+            for n in sizes:
+                # A learner's share of the machine, as the bare processes get it.
+                share = round(min(1.0, cpus / n), 2)
+                shapes.append(shape("docker", n, args.runs,
+                                    lambda n=n, share=share: on_platform(http, n, args.epochs, share),
+                                    lambda n=n: bare(rootfs, data, n, args.epochs)))  # fmt: skip
+                print(json.dumps(shapes[-1]), flush=True)
+        finally:
+            platform.down(home, progress=lambda line: None)
+        if args.swarm:
+            os.environ.update(DLAAS_NODE_CPUS="1.1", DLAAS_NODE_IMAGES=IMAGE)
+            swarm_home = tmp / "swarm-home"
+            platform.up(swarm_home, progress=lambda line: None, nodes=2)
+            try:
+                http = client(swarm_home)
+                data = upload_digits(http)
+                shapes.append(shape("swarm-2-nodes", 2, args.runs,
+                                    lambda: on_platform(http, 2, args.epochs, 1.0),
+                                    lambda: bare(rootfs, data, 2, args.epochs)))  # fmt: skip
+                print(json.dumps(shapes[-1]), flush=True)
+            finally:
+                platform.down(swarm_home, progress=lambda line: None)
+    finally:
+        if release_image(tmp / "rootfs"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"left {tmp} in place: its /dev or /proc is still mounted", file=sys.stderr)
+    result = {"epochs": args.epochs, "runs": args.runs, "shapes": shapes}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for s in shapes:
+            print(f"{s['shape']:>14} x{s['learners']}: platform {s['platform_epoch_s']:.3f} s/epoch, "
+                  f"bare {s['bare_epoch_s']:.3f}, ratio {s['ratio']:.3f}, "
+                  f"first line {s['first_line_s']:.1f} s")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

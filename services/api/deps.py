@@ -1,0 +1,61 @@
+"""The REST API's dependencies, in one place: the adapters every route uses (`Deps`, built
+once per app by app.py's `create_app`) and who is calling (`Caller`, from the request's
+bearer token). Routes take them as `DepsDep` and `CallerDep`; whether the caller may see
+a job or a hook is the domain's one rule (dlaas.domain.authz, `Caller.can_see`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from dlaas.adapters.logs import LogReader
+from dlaas.adapters.s3 import client_for_location
+from dlaas.adapters.store.base import JobStore
+from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.domain.locations import S3Location
+from services.api.auth import Authenticator, Caller
+
+if TYPE_CHECKING:
+    from services.api.app import Metrics
+
+
+@dataclass
+class Deps:
+    """The adapters every route uses, built once per app."""
+
+    settings: PlatformSettings
+    api: ApiSettings
+    store: JobStore
+    lcm: Any  # dlaas.clients.sdk.LcmClient or anything with submit/halt/resume/scale/delete
+    s3: Any  # boto3 client for the platform's S3
+    scheduler: Any  # dlaas.clients.sdk.SchedulerClient
+    tokens: Authenticator
+    logs: LogReader
+    metrics: Metrics
+    tasks: Any = None  # services.api.tasks.TaskQueue: work queued for the worker
+
+    def s3_for(self, loc: S3Location):
+        return client_for_location(loc, lambda: self.s3)
+
+
+_bearer = HTTPBearer(auto_error=False, description="API token: `Authorization: Bearer <token>`")
+
+
+def get_deps(request: Request) -> Deps:
+    return request.app.state.deps
+
+
+def get_caller(
+    request: Request,
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Caller:
+    client = request.client.host if request.client else ""
+    return get_deps(request).tokens.caller(request.headers.get("authorization"), client)
+
+
+DepsDep = Annotated[Deps, Depends(get_deps)]
+CallerDep = Annotated[Caller, Depends(get_caller)]

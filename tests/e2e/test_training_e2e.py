@@ -1,0 +1,138 @@
+"""End to end, the training people write: the examples' ordinary torch.distributed (DDP,
+one process per learner and torchrun with two per learner), mpi4py and Keras
+MultiWorkerMirroredStrategy code, submitted over REST to a platform brought up for this
+module (`dlaas.local.platform.up`, the machine's Docker engine), in the framework images
+(`dlaas images build`). Each job runs to COMPLETED and its workers end with the same
+weights (each prints `... weights_sha256=<hex>` at its end).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import test_platform_e2e as platform_e2e
+from test_platform_e2e import logs, submit, wait_cleaned, wait_final
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+
+REPO = Path(__file__).resolve().parents[2]
+HASH = re.compile(r"weights_sha256=([0-9a-f]{64})")
+
+# The platform of this module, brought up as test_platform_e2e brings up its own.
+home = platform_e2e.home
+live = platform_e2e.live
+
+
+def run_example(live, example: str, manifest: str = "manifest.yaml", timeout: float = 300):
+    http, _, docker_client = live
+    job_id = submit(http, (REPO / "examples" / example / manifest).read_text(),
+                    REPO / "examples" / example)  # fmt: skip
+    job = wait_final(http, job_id, timeout=timeout)
+    history = [(h["status"], h["reason"]) for h in job["history"]]
+    texts = ["\n".join(logs(http, job_id, learner)) for learner in range(len(job["learners"]))]
+    assert job["status"] == "COMPLETED", (history, [t[-3000:] for t in texts])
+    wait_cleaned(docker_client, job_id)
+    return job, texts
+
+
+def agreed_hashes(texts: list[str]) -> list[str]:
+    found = [h for text in texts for h in HASH.findall(text)]
+    assert found, [t[-2000:] for t in texts]
+    assert len(set(found)) == 1, found  # every worker ended with the same weights
+    return found
+
+
+@pytest.mark.timeout(900)  # a new machine builds the PyTorch image first
+def test_pytorch_ddp_on_two_learners_trains_and_its_ranks_agree(live, pytorch_image):
+    _job, texts = run_example(live, "pytorch-ddp")
+    assert len(agreed_hashes(texts)) == 2  # rank 0 and rank 1, one per learner
+    assert any(re.search(r"epoch \d+/\d+", line) for line in texts[0].splitlines())
+
+
+@pytest.mark.timeout(900)
+def test_pytorch_ddp_through_torchrun_runs_two_processes_per_learner(live, pytorch_image):
+    _job, texts = run_example(live, "pytorch-ddp", "manifest-torchrun.yaml")
+    assert len(agreed_hashes(texts)) == 4  # 2 learners x 2 torchrun processes
+    ranks = {int(r) for text in texts for r in re.findall(r"rank (\d+) weights_sha256", text)}
+    assert ranks == {0, 1, 2, 3}
+
+
+@pytest.mark.timeout(900)
+def test_mpi4py_allreduce_training_on_two_learners_ends_with_learner_zeros_mpirun(live, mpi_image):
+    _job, texts = run_example(live, "mpi")
+    # mpirun on learner 0 gathers every rank's output into learner 0's log.
+    assert len(agreed_hashes(texts)) >= 2
+
+
+@pytest.mark.timeout(1200)
+def test_keras_multi_worker_mirrored_strategy_on_two_learners(live, tensorflow_image):
+    _job, texts = run_example(live, "keras", timeout=600)
+    assert len(agreed_hashes(texts)) == 2
+
+
+DIES = """\
+import os, sys, time
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 3:
+    print("rank 3: giving up", flush=True)
+    sys.exit(7)
+dist.barrier()  # the others wait here for a rank that is gone
+print("never", flush=True)
+"""
+
+
+@pytest.mark.timeout(900)
+def test_a_torchrun_worker_that_dies_ends_the_gang_naming_its_learner(
+    live, pytorch_image, tmp_path
+):
+    http, _, docker_client = live
+    (tmp_path / "dies.py").write_text(DIES)
+    manifest = (
+        "name: dies\nlearners: 2\ncpus: 0.5\nmemory: 1GiB\n"
+        "framework: {name: pytorch, command: python dies.py, launcher: torchrun, "
+        "processes_per_learner: 2}\n"
+    )
+    job_id = submit(http, manifest, tmp_path)
+    job = wait_final(http, job_id, timeout=300)
+    assert job["status"] == "FAILED", job["history"]
+    reason = job["history"][-1]["reason"]
+    assert "learner 1" in reason, reason  # rank 3 is learner 1's second process
+    wait_cleaned(docker_client, job_id)
+
+
+FFDL = REPO / "tests" / "fixtures" / "ffdl"
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize(
+    ("name", "buckets", "image_fixture"),
+    [
+        ("pytorch-model", ["tf_training_data"], "pytorch_image"),
+        ("pytorch-launch-dist", ["tf_training_data"], "pytorch_image"),
+        ("keras-test", ["dlaas-ci-keras-training-data"], "tensorflow_image"),
+    ],
+)
+def test_ffdls_own_examples_run_with_their_own_code(live, request, name, buckets, image_fixture):
+    """FfDL's pytorch-model, keras-test and pytorch-launch-dist in their shapes (fixtures
+    written by us: their manifests' fields, '_' bucket names, their commands and scripts),
+    changed only as the docs say (no connection block: the platform's own store)."""
+    request.getfixturevalue(image_fixture)
+    http, _, docker_client = live
+    spec = importlib.util.spec_from_file_location("prepare", REPO / "examples/digits/prepare.py")
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    for bucket in buckets:  # FfDL's names, '_' and all, as a user uploads to them
+        reply = http.put(f"/v1/data/{bucket}/digits.npz", content=prepare.digits_npz())
+        assert reply.status_code == 200, reply.text
+    job_id = submit(http, (FFDL / name / "manifest.yml").read_text(), FFDL / name)
+    job = wait_final(http, job_id, timeout=600)
+    learners = len(job["learners"]) or 1
+    texts = ["\n".join(logs(http, job_id, i)) for i in range(learners)]
+    assert job["status"] == "COMPLETED", ([(h["status"], h["reason"]) for h in job["history"]],
+                                          [t[-2500:] for t in texts])  # fmt: skip
+    wait_cleaned(docker_client, job_id)
