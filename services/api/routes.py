@@ -48,6 +48,7 @@ from dlaas.domain.secretbox import SecretBox
 from dlaas.domain.status import Status
 from dlaas.domain.stored import stored_manifest, stored_manifest_or_none
 from services.api import health as health_probes
+from services.api.admission import admit
 from services.api.archive import normalize_archive
 from services.api.auth import Caller
 from services.api.deps import CallerDep, Deps, DepsDep
@@ -195,6 +196,7 @@ def audit(deps: Deps, caller: Caller, action: str, target: str, detail: str = ""
 def _submit(deps: Deps, caller: Caller, text: str, manifest: Manifest, code: bytes | None):
     # Bucket names resolve in the caller's team namespace: refuse any other before storing.
     check_buckets(manifest, caller.team)
+    admit(manifest, caller, deps.store, deps.settings)  # store endpoints, priority ceiling
     job_id = new_job_id()
     key = ""
     if code is not None:
