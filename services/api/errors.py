@@ -1,8 +1,15 @@
-"""Errors only the REST API raises; app.py maps them with the domain errors."""
+"""Errors only the REST API raises, and the body every error reply has; app.py maps them
+with the domain errors."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from dlaas.domain.errors import DlaasError, PermanentError
+
+
+def error_body(code: str, message: str, problems: list[str] | None = None) -> dict[str, Any]:
+    return {"error": code, "message": message, "problems": problems or []}
 
 
 class Unauthorized(DlaasError):

@@ -11,7 +11,7 @@ their max only with `auto_grow`, if nobody waiting could use them.
 
 from __future__ import annotations
 
-from .feasibility import gang_shape
+from .feasibility import placed_shape
 from .model import Decision, QueuedJob, RunningJob
 from .state import RoundState
 
@@ -82,7 +82,7 @@ class Elastic(RoundState):
                 j,
                 allocs,
                 f"started on learners given back by {', '.join(r.job_id for r, _ in shrinks)} "
-                f"({gang_shape(j)}, {len(allocs)} learner(s))",
+                f"({placed_shape(j, len(allocs))})",
             )
             return True
         return False
