@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from dlaas.adapters.store.base import JobStore
 from dlaas.domain.accounts import (
     DEFAULT_MAX_PRIORITY,
     DEFAULT_TEAM,
@@ -27,6 +26,7 @@ from dlaas.domain.accounts import (
     token_prefix,
 )
 from dlaas.domain.errors import InvalidRequest, JobExists
+from dlaas.domain.ports import AccountStore
 
 DAY_S = 86_400.0
 
@@ -43,18 +43,24 @@ class IssuedToken:
     expires_at: float
 
 
-def ensure_team(store: JobStore, name: str, now: float | None = None) -> Team:
+def ensure_team(store: AccountStore, name: str, now: float | None = None) -> Team:
     """The team, made (without a quota) if it does not exist yet."""
     check_name("team", name)
     now = time.time() if now is None else now
     store.add_team(Team(name, Quota(), now))
+    return _stored_team(store, name)
+
+
+def _stored_team(store: AccountStore, name: str) -> Team:
+    """The team just written; one removed meanwhile (by another request) is not found."""
     team = store.get_team(name)
-    assert team is not None
+    if team is None:
+        raise AccountNotFound(f"team: no team {name!r}")
     return team
 
 
 def add_team(
-    store: JobStore,
+    store: AccountStore,
     actor: str,
     name: str,
     quota: Quota,
@@ -75,15 +81,13 @@ def add_team(
     return team
 
 
-def set_max_priority(store: JobStore, actor: str, name: str, ceiling: int, now: float) -> Team:
+def set_max_priority(store: AccountStore, actor: str, name: str, ceiling: int, now: float) -> Team:
     """Set the highest priority the team's users may submit with."""
     check_max_priority(ceiling)
     if not store.set_max_priority(name, ceiling):
         raise AccountNotFound(f"team: no team {name!r}")
     store.append_audit(audit_entry(now, actor, "set-max-priority", name, str(ceiling)))
-    team = store.get_team(name)
-    assert team is not None
-    return team
+    return _stored_team(store, name)
 
 
 def check_max_priority(ceiling: int) -> None:
@@ -93,7 +97,7 @@ def check_max_priority(ceiling: int) -> None:
         )
 
 
-def check_priority(store: JobStore, team: str, priority: int) -> None:
+def check_priority(store: AccountStore, team: str, priority: int) -> None:
     """Refuse a priority above the team's ceiling (a team not in the store, such as the
     users made before teams had ceilings, has the default one)."""
     found = store.get_team(team)
@@ -105,14 +109,12 @@ def check_priority(store: JobStore, team: str, priority: int) -> None:
         )
 
 
-def set_quota(store: JobStore, actor: str, name: str, quota: Quota, now: float) -> Team:
+def set_quota(store: AccountStore, actor: str, name: str, quota: Quota, now: float) -> Team:
     check_quota(quota)
     if not store.set_quota(name, quota):
         raise AccountNotFound(f"team: no team {name!r}")
     store.append_audit(audit_entry(now, actor, "set-quota", name, _quota_text(quota)))
-    team = store.get_team(name)
-    assert team is not None
-    return team
+    return _stored_team(store, name)
 
 
 def check_quota(q: Quota) -> None:
@@ -129,7 +131,7 @@ def _quota_text(q: Quota) -> str:
 
 
 def add_user(
-    store: JobStore,
+    store: AccountStore,
     actor: str,
     name: str,
     team: str = DEFAULT_TEAM,
@@ -155,7 +157,7 @@ def add_user(
 
 
 def issue_token(
-    store: JobStore,
+    store: AccountStore,
     actor: str,
     name: str,
     expires_days: float = 0,
@@ -178,7 +180,7 @@ def issue_token(
     return IssuedToken(user, token, expires_at)
 
 
-def revoke(store: JobStore, actor: str, who: str, now: float | None = None) -> int:
+def revoke(store: AccountStore, actor: str, who: str, now: float | None = None) -> int:
     """Revoke every token of user `who`, or the token `who`; how many tokens were valid."""
     now = time.time() if now is None else now
     if store.get_user(who) is not None:

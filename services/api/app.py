@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlaas.adapters.logs import LogReader
 from dlaas.adapters.s3 import STORE_UNREACHABLE, platform_client
-from dlaas.adapters.store.base import JobStore, open_store
+from dlaas.adapters.store import JobStore, open_store
 from dlaas.config import ApiSettings, PlatformSettings
 from dlaas.domain import errors
 from services.api.auth import Authenticator, AuthMetrics, FailureLimiter, TooManyFailures

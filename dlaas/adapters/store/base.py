@@ -172,17 +172,5 @@ class JobStore(abc.ABC):
         """The user's hooks that want `event`."""
         return [h for h in self.list_hooks(user) if event in h.events]
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a default: without connections, nothing to do
         """Release connections."""
-
-
-def open_store(url: str) -> JobStore:
-    """A store for `url`: `mongodb://...` selects MongoDB, `sqlite:///path` or a path SQLite."""
-    if url.startswith(("mongodb://", "mongodb+srv://")):
-        from dlaas.adapters.store.mongo import MongoJobStore
-
-        return MongoJobStore(url)
-    from dlaas.adapters.store.sqlite import SqliteJobStore
-
-    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
-    return SqliteJobStore(path)
