@@ -115,6 +115,9 @@ class PlatformSettings(_Settings):
     # Webhooks go to public addresses only; these networks ("127.0.0.0/8,10.0.0.0/8") are
     # allowed too, for receivers the operator runs inside (dlaas.domain.hooks).
     hooks_allow_networks: str = ""
+    # The operator's failure-triage rows (a YAML list of {pattern, label, action[, explain]},
+    # dlaas.domain.triage), read once when the job monitor starts; "" for the built-in only.
+    triage_file: str = ""
 
     @field_validator("hooks_allow_networks")
     @classmethod

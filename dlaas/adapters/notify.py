@@ -39,6 +39,12 @@ class Notifier(abc.ABC):
         """Job `job_id` left `previous` (None: it was just submitted) by transition `seq`.
         Returns at once; never raises."""
 
+    def event(self, job_id: str, event: str, seq: int, t: Transition, occurrence: str) -> None:
+        """An event that is no transition (hooks.STALLED), `t` its body's status and reason:
+        queued like a transition's, its deliveries' idempotency key ending in `occurrence`
+        (one per occurrence). Returns at once; never raises."""
+        return
+
 
 class NoNotifier(Notifier):
     """Nobody hears of transitions (tools and tests that need no webhooks)."""
@@ -63,7 +69,7 @@ class HookNotifier(Notifier):
         self.redis_url = redis_url
         self.visibility_timeout_s = visibility_timeout_s
         self.publish_timeout_s = publish_timeout_s
-        self._queue: queue.Queue[tuple[str, int, Transition, str]] = queue.Queue(backlog)
+        self._queue: queue.Queue[tuple[str, int, Transition, str, str]] = queue.Queue(backlog)
         self._app = None
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -71,11 +77,13 @@ class HookNotifier(Notifier):
 
     def transition(self, job_id: str, previous: Status | None, seq: int, t: Transition) -> None:
         event = hooks.event_for(previous, t)
-        if event is None:
-            return
+        if event is not None:
+            self.event(job_id, event, seq, t, "")
+
+    def event(self, job_id: str, event: str, seq: int, t: Transition, occurrence: str) -> None:
         self._ensure_thread()
         try:
-            self._queue.put_nowait((job_id, seq, t, event))
+            self._queue.put_nowait((job_id, seq, t, event, occurrence))
         except queue.Full:
             self._dropped += 1
             log.warning("webhooks: backlog full, event %s of job %s dropped (%d so far)",
@@ -89,14 +97,16 @@ class HookNotifier(Notifier):
 
     def _run(self) -> None:
         while True:
-            job_id, seq, t, event = self._queue.get()
+            job_id, seq, t, event, occurrence = self._queue.get()
             try:
-                self.publish(job_id, seq, t, event)
+                self.publish(job_id, seq, t, event, occurrence)
             except Exception:  # broad: the thread must outlive any one event's trouble
                 log.warning("webhooks: event %s of job %s not queued", event, job_id,
                             exc_info=True)  # fmt: skip
 
-    def publish(self, job_id: str, seq: int, t: Transition, event: str) -> int:
+    def publish(
+        self, job_id: str, seq: int, t: Transition, event: str, occurrence: str = ""
+    ) -> int:
         """Queue one delivery per hook of the job's owner that wants `event`; how many."""
         from kombu.exceptions import OperationalError
 
@@ -107,6 +117,7 @@ class HookNotifier(Notifier):
         queued = 0
         for hook in self.store.hooks_for(user, event):
             key = hooks.idempotency_key(hook.hook_id, job_id, seq)
+            key += f".{occurrence}" if occurrence else ""
             kwargs = {
                 "hook_id": hook.hook_id,
                 "body": hooks.payload(event, job_id, seq, t, key),

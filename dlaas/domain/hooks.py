@@ -45,9 +45,12 @@ RESUMED = "resumed"  # a halted job queued again by its user
 COMPLETED = "completed"
 FAILED = "failed"  # with the reason and error code
 HALTED = "halted"
+# No transition: the job monitor saw no learner log for the job's stall_after (with the
+# evidence in the reason); sent whatever the manifest's on_stall does next.
+STALLED = "stalled"
 EVENTS = (
-    QUEUED, STARTED, PREEMPTED, SHRUNK, GROWN, RESCALED, RESTARTED, RESUMED, COMPLETED, FAILED,
-    HALTED,
+    QUEUED, STARTED, PREEMPTED, SHRUNK, GROWN, RESCALED, RESTARTED, RESUMED, STALLED, COMPLETED,
+    FAILED, HALTED,
 )  # fmt: skip
 
 MAX_URL = 2048

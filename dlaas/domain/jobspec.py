@@ -68,6 +68,15 @@ class JobErrorCode(StrEnum):
     TERMINATED = "terminated"  # SIGTERM from outside (exit 143, or a helper's unasked exit 0)
     ENGINE_LOST = "engine_lost"  # the engine restarted under the container (exit 255)
     CONTAINERS_MISSING = "containers_missing"
+    # What a failed learner's last log lines say (the triage catalog: dlaas.domain.triage).
+    GPU_OOM = "gpu_oom"  # CUDA out of memory: not restarted
+    MISSING_MODULE = "missing_module"  # ModuleNotFoundError: the image lacks a module
+    DISK_FULL = "disk_full"  # No space left on device
+    COLLECTIVE_TIMEOUT = "collective_timeout"  # NCCL/gloo timeout: restarted (the platform's)
+    PEER_RESET = "peer_reset"  # a peer's connection reset: restarted (the platform's)
+    # The job monitor's limits (services/jobmonitor/limits.py).
+    STALLED = "stalled"  # no learner logged for the job's stall_after (on_stall: fail)
+    DEADLINE_EXCEEDED = "deadline_exceeded"  # ran for its max_duration
     # The helper (its exit codes: dlaas.domain.jobspec.HELPER_EXIT_REASONS).
     HELPER_FAILED = "helper_failed"  # a helper exit code the contract does not name
     STORE_TIMEOUT = "store_timeout"

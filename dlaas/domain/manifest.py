@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -40,6 +40,7 @@ from dlaas.domain.launch import (
     RESERVED_ENV,
     launcher_problem,
 )
+from dlaas.domain.triage import MAX_MANIFEST_ROWS, TriageRow
 
 # Store types that are S3 (FfDL used several names for the same thing).
 S3_STORE_TYPES = frozenset({"s3", "s3_datastore", "mount_cos", "cos", "s3_object_store"})
@@ -102,6 +103,25 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URL_RE = re.compile(r"^https?://[^\s/?#]+(?:[/?#]\S*)?$", re.IGNORECASE)
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+# Bounds of the job monitor's limits (services/jobmonitor/limits.py).
+MAX_STALL_AFTER_S = 7 * 86400
+MAX_DURATION_S = 366 * 86400
+_DURATION_RE = re.compile(
+    r"^\s*(?:(\d{1,6})d)?\s*(?:(\d{1,7})h)?\s*(?:(\d{1,9})m)?\s*(?:(\d{1,10})s?)?\s*$"
+)
+
+
+def parse_duration_s(value: str) -> int:
+    """Seconds from "90", "90s", "30m", "2h", "1h30m", "2d"; ValueError saying the form."""
+    m = _DURATION_RE.match(value)
+    if not value.strip() or not m or not any(m.groups()):
+        raise ValueError(
+            f"{value[:40]!r} is not a duration; use seconds or e.g. 30m, 2h, 1h30m, 2d"
+        )
+    d, h, mins, secs = (int(g or 0) for g in m.groups())
+    return d * 86400 + h * 3600 + mins * 60 + secs
 
 
 def parse_memory_mb(value: Any) -> int:
@@ -306,6 +326,17 @@ class Manifest(_Model):
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     max_restarts: int = Field(default=0, ge=0, le=100)
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV)
+    # The job's own failure-triage rows, read before the operator's and the built-in ones
+    # (dlaas.domain.triage); bounded, for they run inside the job monitor.
+    triage: list[TriageRow] = Field(default_factory=list, max_length=MAX_MANIFEST_ROWS)
+    # Seconds with no new log line from any learner after which the job counts as stalled
+    # (services/jobmonitor/limits.py); 0: the platform's default. on_stall: what then.
+    stall_after: int = Field(default=0, ge=0, le=MAX_STALL_AFTER_S)
+    on_stall: Literal["notify", "restart", "fail"] = "notify"
+    # Running time (queued, pending and halted time not counted) after which the job is
+    # stopped like a halt and fails `deadline_exceeded`: seconds or "2h", "30m", "1h30m";
+    # 0: none (the platform's maximum still applies).
+    max_duration: int = Field(default=0, ge=0, le=MAX_DURATION_S)
 
     @field_validator("name")
     @classmethod
@@ -328,6 +359,13 @@ class Manifest(_Model):
         if mib < MIN_MEMORY_MB:
             raise ValueError(f"must be at least {MIN_MEMORY_MB} MiB (Docker's minimum)")
         return mib
+
+    @field_validator("max_duration", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # YAML's yes/no would pass as 1/0 seconds
+            raise ValueError("must be seconds or a duration such as 30m or 2h")  # noqa: TRY004
+        return parse_duration_s(v) if isinstance(v, str) else v
 
     @field_validator("evaluation_metrics")
     @classmethod

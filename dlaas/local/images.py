@@ -61,9 +61,8 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ("python3", "python3-numpy", "python3-boto3", "ca-certificates")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-LEARNER_DOCKERFILE = REPO_ROOT / "images" / "Dockerfile.learner"
-
 IMAGES_DIR = REPO_ROOT / "images"
+LEARNER_DOCKERFILE = IMAGES_DIR / "Dockerfile.learner"
 
 
 @dataclass(frozen=True)
@@ -72,28 +71,29 @@ class FrameworkLayer:
 
     dockerfile: str  # under images/
     note: str  # for the progress line: what it installs, how long it takes here
-    buildargs: dict[str, str] = field(default_factory=dict)
     wheels: tuple[str, ...] = ()  # pip requirements, resolved on the host (wheelhouse.py)
+    no_deps: tuple[str, ...] = ()  # pip requirements installed without their dependencies
+    buildargs: dict[str, str] = field(default_factory=dict)
 
 
 # Every (framework, version) of FRAMEWORK_VERSIONS (dlaas.domain.manifest), and nothing else
-# (a unit test keeps the two in step). Times and sizes measured on this machine (2 cores).
+# (a unit test keeps the two in step). Times as measured on this machine (2 cores).
 FRAMEWORK_LAYERS = {
     ("pytorch", "2.13"): FrameworkLayer(
-        "Dockerfile.pytorch",
-        "pip, torch 2.13.0 CPU, about 3 minutes",
-        wheels=("torch==2.13.0+cpu",),
+        "Dockerfile.pytorch", "pip, torch 2.13.0 CPU, under 2 minutes", ("torch==2.13.0+cpu",)
     ),
     ("tensorflow", "2.21"): FrameworkLayer(
         "Dockerfile.tensorflow",
-        "pip, tensorflow-cpu 2.21.0, about 4 minutes",
+        "pip, tensorflow-cpu 2.21.0 and tf_keras, under 2 minutes",
         # Keras 2 beside Keras 3: MultiWorkerMirroredStrategy fits with it (TF_USE_LEGACY_KERAS=1,
-        # examples/keras); Keras 3 cannot (keras-team/keras#20585).
-        wheels=("tensorflow-cpu==2.21.0", "tf_keras==2.21.0"),
+        # examples/keras); Keras 3 cannot (keras-team/keras#20585). Without its dependency
+        # `tensorflow`: a second TensorFlow (600 MB) into the same directory as tensorflow-cpu.
+        wheels=("tensorflow-cpu==2.21.0",),
+        no_deps=("tf_keras==2.21.0",),
     ),
     ("mpi", "4.1"): FrameworkLayer(
         "Dockerfile.mpi",
-        "Debian's OpenMPI, mpi4py and OpenSSH, about a minute",
+        "Debian's OpenMPI, mpi4py, OpenSSH, seconds",
         buildargs={"OPENMPI_VERSION": "4.1"},
     ),
 }
@@ -112,6 +112,7 @@ class ImageSpec:
     buildargs: dict[str, str] = field(default_factory=dict)
     needs_network: bool = False  # a RUN step downloads packages (or reads the wheelhouse)
     wheels: tuple[str, ...] = ()  # pip requirements served to the build (wheelhouse.py)
+    no_deps: tuple[str, ...] = ()  # served too, installed without their dependencies
 
 
 def learner_spec(base: str = BASE_IMAGE, tag: str = LEARNER_IMAGE) -> ImageSpec:
@@ -128,6 +129,8 @@ def framework_specs(name: str, version: str) -> tuple[ImageSpec, ImageSpec]:
     buildargs = dict(layer.buildargs)
     if layer.wheels:
         buildargs["REQUIREMENTS"] = " ".join(layer.wheels)
+    if layer.no_deps:
+        buildargs["NO_DEPS_REQUIREMENTS"] = " ".join(layer.no_deps)
     spec = ImageSpec(
         framework_image(BASE_IMAGE, name, version),
         IMAGES_DIR / layer.dockerfile,
@@ -136,6 +139,7 @@ def framework_specs(name: str, version: str) -> tuple[ImageSpec, ImageSpec]:
         buildargs=buildargs,
         needs_network=True,
         wheels=layer.wheels,
+        no_deps=layer.no_deps,
     )
     return spec, learner_spec(base=spec.tag, tag=framework_image(LEARNER_IMAGE, name, version))
 
@@ -353,7 +357,9 @@ def ensure_built(
     base (by its labels); return the image's id."""
     dockerfile = spec.dockerfile.read_bytes()
     files = context_files(REPO_ROOT, copy_sources(dockerfile.decode()))
-    house = wheelhouse.ensure_wheelhouse(spec.wheels, progress, force) if spec.wheels else None
+    house = None
+    if spec.wheels or spec.no_deps:
+        house = wheelhouse.ensure_wheelhouse(spec.wheels, progress, force, no_deps=spec.no_deps)
     wheels = wheelhouse.listing(house) if house is not None else []
     digest = source_hash(dockerfile, REPO_ROOT, files, spec.buildargs, wheels)
     current = _image(client, spec.tag)

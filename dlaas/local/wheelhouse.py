@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,10 +61,13 @@ def cache_root() -> Path:
     return Path(base) / "dlaas" / "wheels"
 
 
-def house_for(requirements: tuple[str, ...], root: Path | None = None) -> Path:
+def house_for(
+    requirements: tuple[str, ...], root: Path | None = None, no_deps: tuple[str, ...] = ()
+) -> Path:
     """The wheelhouse directory of a set of requirements (one per set, so a changed pin
     never mixes its wheels with the old ones)."""
-    key = hashlib.sha256("\0".join((*requirements, *TARGET)).encode()).hexdigest()[:16]
+    words = (*requirements, *(("--no-deps", *no_deps) if no_deps else ()), *TARGET)
+    key = hashlib.sha256("\0".join(words).encode()).hexdigest()[:16]
     return (root or cache_root()) / key
 
 
@@ -79,38 +83,50 @@ def ensure_wheelhouse(
     progress: Progress = print,
     force: bool = False,
     root: Path | None = None,
+    no_deps: tuple[str, ...] = (),
 ) -> Path:
-    """The complete wheelhouse of `requirements`, downloaded now if it is not (or `force`:
-    pip then checks the index again and keeps the files it already has)."""
-    house = house_for(requirements, root)
+    """The complete wheelhouse of `requirements` and their dependencies, and of `no_deps`
+    without theirs (tf_keras, whose `tensorflow` would install a second TensorFlow beside
+    tensorflow-cpu); downloaded now if it is not complete (or `force`: pip then checks the
+    index again and keeps the files it already has)."""
+    house = house_for(requirements, root, no_deps)
     if not force and (house / COMPLETE).is_file():
         return house
     house.mkdir(parents=True, exist_ok=True)
     (house / COMPLETE).unlink(missing_ok=True)
+    progress(f"resolving {' '.join((*requirements, *no_deps))} into {house} (pip download)...")
+    started = time.monotonic()
+    if requirements:
+        _download(house, requirements)
+    if no_deps:
+        _download(house, ("--no-deps", *no_deps))
+    (house / COMPLETE).write_text("\n".join((*requirements, *no_deps)) + "\n")
+    wheels = listing(house)
+    megabytes = sum(size for _name, size in wheels) / 2**20
+    progress(f"  {len(wheels)} wheels, {megabytes:.0f} MB ({time.monotonic() - started:.0f} s)")
+    return house
+
+
+def _download(house: Path, args: tuple[str, ...]) -> None:
     local = wheel_dir()
     find_links = ("--find-links", str(local)) if local.is_dir() else ()
-    progress(f"resolving {' '.join(requirements)} into {house} (pip download)...")
     cmd = [
         sys.executable, "-m", "pip", "download", "--dest", str(house), "--no-cache-dir",
-        "--disable-pip-version-check", "--progress-bar=off", *find_links, *TARGET,
-        *requirements,
+        "--disable-pip-version-check", "--progress-bar=off", *find_links, *TARGET, *args,
     ]  # fmt: skip
+    what = " ".join(arg for arg in args if not arg.startswith("-"))
     try:
         done = subprocess.run(
             cmd, check=False, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S
         )
     except subprocess.TimeoutExpired:
-        raise ImageUnavailable(
-            f"pip download of {' '.join(requirements)} took over {DOWNLOAD_TIMEOUT_S} s"
-        ) from None
+        raise ImageUnavailable(f"pip download of {what} took over {DOWNLOAD_TIMEOUT_S} s") from None
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
         raise ImageUnavailable(
-            f"pip download of {' '.join(requirements)} failed (exit {done.returncode}); "
+            f"pip download of {what} failed (exit {done.returncode}); "
             f"local wheels are taken from {local} (${WHEEL_DIR_ENV}):\n{tail}"
         )
-    (house / COMPLETE).write_text("\n".join(requirements) + "\n")
-    return house
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):

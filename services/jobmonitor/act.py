@@ -15,9 +15,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from dlaas.domain import jobspec
+from dlaas.adapters.notify import NoNotifier, Notifier
+from dlaas.domain import hooks, jobspec
 from dlaas.domain.ports import Container, EngineUnreachable, StatusRepo
-from dlaas.domain.status import Status, between
+from dlaas.domain.status import Status, Transition, between
 from dlaas.domain.steps import Outcome, run_step
 from services.jobmonitor import decide as d
 from services.jobmonitor.observe import (
@@ -29,6 +30,8 @@ from services.jobmonitor.observe import (
     INFO_REQUEUE,
     INFO_RUN,
     INFO_SIGNALLED_AT,
+    INFO_STALL,
+    INFO_STALLS,
     Observer,
     RunInfo,
     Seen,
@@ -44,6 +47,9 @@ _WALKED = between(Status.PROCESSING, Status.COMPLETED)
 # scheduler's calls; they raise DlaasError (PermanentError: never retry) like dlaas.clients.sdk's.
 Requeue = Callable[..., object]
 
+
+# Stalls kept in a job's info (the oldest go first).
+MAX_STALLS = 20
 
 # Container states after which a learner is over (Docker's words); any other state a
 # learner was last seen in is over too once the cleanup removed its container.
@@ -78,6 +84,7 @@ class Actor:
         mark: Callable[[str], None],
         stop_grace_s: int,
         release_retry_s: float,
+        notifier: Notifier | None = None,
     ):
         self.observer = observer
         self.queue = queue
@@ -88,6 +95,7 @@ class Actor:
         self.mark = mark
         self.stop_grace_s = stop_grace_s
         self.release_retry_s = release_retry_s
+        self.notifier = notifier or NoNotifier()
         self._stopping: set[str] = set()  # learner container ids being stopped
 
     def apply(self, job_id: str, decision: d.Decision, seen: Seen) -> None:
@@ -124,6 +132,8 @@ class Actor:
                 for h in seen.helpers:
                     if not h.exited:
                         self._on(seen, h, "kill")
+            elif isinstance(action, d.MarkStalled):
+                self._mark_stalled(job_id, action, seen)
             elif isinstance(action, d.StopLearners):
                 self._stop_learners(seen)
             elif isinstance(action, d.ReleaseAllocation):
@@ -195,6 +205,22 @@ class Actor:
                 "job %s: restart requested (%s); the LCM answered %s", job_id, action, step.value
             )
         info.update({INFO_REQUEUE: {"at": self.clock(), "reason": action.reason}})
+
+    def _mark_stalled(self, job_id: str, action: d.MarkStalled, seen: Seen) -> None:
+        """The stall's evidence into the job's info (shown by `dlaas show` and REST), and
+        the `stalled` event to the owner's hooks (its key: the stall's activity time)."""
+        now = self.clock()
+        stall = {
+            "at": now,
+            "since": action.since,
+            "reason": action.reason,
+            "learners": list(action.evidence),
+        }
+        stalls = [*(seen.run.info.get(INFO_STALLS) or []), stall][-MAX_STALLS:]
+        seen.run.update({INFO_STALL: stall, INFO_STALLS: stalls})
+        state = seen.view.state
+        body = Transition(state.status, now, action.reason, jobspec.JobErrorCode.STALLED)
+        self.notifier.event(job_id, hooks.STALLED, state.seq, body, f"stall-{action.since:.3f}")
 
     def _retry_soon(self, job_id: str) -> None:
         self.queue.due_at(job_id, self.clock() + self.release_retry_s)

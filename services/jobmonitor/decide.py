@@ -22,6 +22,12 @@ to restart the gang from its last checkpoint (`Requeue`); the LCM counts the res
 against the manifest's max_restarts, records them and fails the job when none are left.
 A job whose containers the monitor cannot see because their Docker engine is down never
 gets here: node health is the LCM's call, and it requeues such jobs itself.
+
+Which kind a failed learner's is comes from classify.py, its last log lines first
+(the triage catalog, dlaas.domain.triage). A running job's limits (limits.py) are judged
+here too: a deadline passed stops the learners like a halt, then fails the job
+`deadline_exceeded`; a job whose learners stopped logging is marked stalled, then failed or
+restarted if its manifest says so. The actions are in actions.py.
 """
 
 from __future__ import annotations
@@ -29,19 +35,48 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dlaas.domain.jobspec import (
-    EVENT_DATA_READY,
-    EVENT_ERROR,
-    HELPER_EXIT_REASONS,
-    HELPER_EXIT_STORE_UNREACHABLE,
-    ROLE_HELPER,
-    JobErrorCode,
-)
+from dlaas.domain.jobspec import EVENT_DATA_READY, ROLE_HELPER, JobErrorCode
 from dlaas.domain.ports import Container
-from dlaas.domain.status import FINAL, TERMINAL, JobState, Status, between, can_transition
+from dlaas.domain.status import (
+    FINAL,
+    TERMINAL,
+    JobState,
+    Status,
+    Transition,
+    between,
+    can_transition,
+)
+from dlaas.domain.triage import CATALOG, Rule
+from services.jobmonitor import limits
+from services.jobmonitor.actions import (
+    Action,
+    Cleanup,
+    Decision,
+    KillHelper,
+    MarkStalled,
+    ReleaseAllocation,
+    Requeue,
+    RestartHelper,
+    SignalHelperFinish,
+    StopLearners,
+    TransitionTo,
+)
+from services.jobmonitor.classify import (
+    ERROR_CONTAINERS_MISSING,
+    ERROR_ENGINE_LOST,
+    ERROR_STORE_TIMEOUT,
+    ERROR_TERMINATED,
+    EXIT_ENGINE_LOST,
+    EXIT_SIGKILL,
+    EXIT_SIGTERM,
+    Failure,
+    classify_helper,
+    classify_learner,
+)
+from services.jobmonitor.limits import DEFAULT_POLL_S, ON_STALL_NOTIFY, Activity
 
-# How many of a failed learner's last log lines go into the job's failure reason.
-LOG_TAIL_LINES = 10
+ERROR_STALLED = JobErrorCode.STALLED
+ERROR_DEADLINE = JobErrorCode.DEADLINE_EXCEEDED
 # How long a helper may take to store logs after the finish signal on a final job.
 DEFAULT_HELPER_TIMEOUT_S = 60.0
 # How long a helper may take to store results and logs while the job is STORING.
@@ -50,31 +85,6 @@ DEFAULT_STORE_TIMEOUT_S = 600.0
 # deployed); the learners run (beside the helper) from DOWNLOADING through PROCESSING.
 _LCM_OWNS = between(Status.QUEUED, Status.PENDING)
 _LEARNERS_RUN = between(Status.DOWNLOADING, Status.PROCESSING)
-
-# The codes this detector records (their one home: dlaas.domain.errors.JobErrorCode).
-ERROR_EXIT_CODE = JobErrorCode.EXIT_CODE
-ERROR_OOM = JobErrorCode.OOM_KILLED
-ERROR_HELPER = JobErrorCode.HELPER_FAILED
-ERROR_CONTAINERS_MISSING = JobErrorCode.CONTAINERS_MISSING
-ERROR_STORE_TIMEOUT = JobErrorCode.STORE_TIMEOUT
-ERROR_KILLED = JobErrorCode.KILLED
-ERROR_TERMINATED = JobErrorCode.TERMINATED
-
-# Exit codes of a container whose main process died of a signal sent from outside: Docker
-# (and the init process) report 128 + the signal number.
-EXIT_SIGKILL = 137
-EXIT_SIGTERM = 143
-# What a restarted Docker engine records for a container whose process died with the old
-# engine (it cannot learn the real exit code).
-EXIT_ENGINE_LOST = 255
-ERROR_ENGINE_LOST = JobErrorCode.ENGINE_LOST
-
-# Helper failures that are the job's own fault (bad location, credentials, archive, its
-# own data store not answering: HELPER_EXIT_CONNECTION_UNREACHABLE): a restart would fail
-# the same way. The one the platform's: its own store not answering (exit
-# HELPER_EXIT_STORE_UNREACHABLE) restarts; unknown codes fail as helper_failed. By exit
-# code, not error code: both kinds of unreachable store report `store_unreachable`.
-HELPER_INFRA_EXITS = frozenset({HELPER_EXIT_STORE_UNREACHABLE})
 
 # How long the monitor waits for the LCM to act on a restart request before asking again
 # (the LCM lets the helper sync checkpoints and logs first, which takes a while).
@@ -106,100 +116,25 @@ class JobView:
     # How often this run's helper was restarted alone.
     helper_restarts: int = 0
     requeue_retry_s: float = DEFAULT_REQUEUE_RETRY_S
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Why a job's containers failed, and whose fault it is."""
-
-    reason: str
-    error_code: str
-    exit_code: int | None = None
-    # True: the platform's trouble, restart from the last checkpoint; False: the job's own.
-    infrastructure: bool = False
+    # What a failed learner's last lines are read against (the manifest's, the operator's,
+    # the built-in rows: dlaas.domain.triage), and the job's image its reason names.
+    triage_rules: Sequence[Rule] = CATALOG
+    image: str = ""
+    # Stalls (limits.py): learner -> its log activity; 0 s: not watched.
+    learner_activity: Mapping[int, Activity] = field(default_factory=dict)
+    stall_after_s: float = 0.0
+    on_stall: str = ON_STALL_NOTIFY
+    stall_marked_for: float | None = None  # the activity time of the stall last marked
+    poll_s: float = DEFAULT_POLL_S
+    # The deadline (limits.py): the job's status history; 0 s: none.
+    history: Sequence[Transition] = ()
+    max_duration_s: float = 0.0
+    deadline_source: str = "max_duration"
 
 
 # --- actions -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TransitionTo:
-    target: Status
-    reason: str
-    error_code: str = ""
-    exit_code: int | None = None
-
-
-@dataclass(frozen=True)
-class SignalHelperFinish:
-    reason: str
-
-
-@dataclass(frozen=True)
-class KillHelper:
-    reason: str
-
-
-@dataclass(frozen=True)
-class StopLearners:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Cleanup:
-    reason: str
-    # Set when the helper was killed or failed after the job ended: the stored logs may be
-    # incomplete, and the job info says so.
-    logs_incomplete: bool = False
-
-
-@dataclass(frozen=True)
-class ReleaseAllocation:
-    reason: str
-    ended: bool = False  # COMPLETED or FAILED: the scheduler learns the job's run time
-
-
-@dataclass(frozen=True)
-class RestartHelper:
-    """Start the job's helper container again in place; the learners keep running.
-
-    The helper lost (killed or stopped from outside) while the learners train is restarted
-    alone: the job volume still holds data, code and the ready mark, so the new helper
-    process adopts the running gang and goes on syncing checkpoints and logs.
-    """
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class Requeue:
-    """Ask the LCM to restart the gang from its last checkpoint (counts as a restart)."""
-
-    reason: str
-    error_code: str
-
-
-Action = (
-    TransitionTo
-    | SignalHelperFinish
-    | KillHelper
-    | StopLearners
-    | Cleanup
-    | ReleaseAllocation
-    | Requeue
-    | RestartHelper
-)
-
 # A helper restarted this many times in one run is not restarted alone again: the gang is.
 MAX_HELPER_RESTARTS = 3
-
-
-@dataclass(frozen=True)
-class Decision:
-    actions: list[Action]
-    # Look at the job again at this time even if nothing happens (a timeout is pending).
-    recheck_at: float | None = None
-
 
 # --- the rules -----------------------------------------------------------------------
 
@@ -216,8 +151,14 @@ def decide(view: JobView) -> Decision:
     status = view.state.status
     if status not in FINAL:
         change = _status_change(view, helper, learners)
+        if change is None:
+            marks, change = _stalled(view, learners)
+            actions += marks
+        if isinstance(change, StopLearners):  # the deadline: they checkpoint first
+            return Decision([*actions, change], view.now + limits.STOP_RECHECK_S)
         if isinstance(change, Requeue):
-            return _requeue(view, change)
+            asked = _requeue(view, change)
+            return Decision([*actions, *asked.actions], asked.recheck_at)
         if isinstance(change, RestartHelper):
             return Decision([change])
         if change is not None:
@@ -227,7 +168,7 @@ def decide(view: JobView) -> Decision:
         return _storing(view, helper, learners, actions)
     if status in FINAL:
         return _final(view, helper, learners, status, actions)
-    return Decision(actions)
+    return Decision(actions, _recheck(view, learners, status))
 
 
 def _helper_lost_alone(
@@ -253,7 +194,7 @@ def _helper_lost_alone(
 
 def _status_change(
     view: JobView, helper: Container | None, learners: list[Container]
-) -> TransitionTo | Requeue | RestartHelper | None:
+) -> TransitionTo | Requeue | RestartHelper | StopLearners | None:
     """The one status change (or restart request) the containers call for, or None."""
     status = view.state.status
     if status in _LCM_OWNS:
@@ -269,6 +210,9 @@ def _status_change(
         and all(c.exited and c.exit_code == 0 for c in learners)
     )
 
+    over = _deadline(view, learners, all_done)
+    if over is not None:
+        return over
     restart_helper = _helper_lost_alone(view, helper, learners, all_done)
     if restart_helper is not None:
         return restart_helper
@@ -303,6 +247,75 @@ def _status_change(
     return None
 
 
+def _deadline(
+    view: JobView, learners: list[Container], all_done: bool
+) -> TransitionTo | StopLearners | None:
+    """A job past its running-time limit: stop its learners (SIGTERM: they checkpoint),
+    then, none running, fail it `deadline_exceeded` (its helper then stores everything)."""
+    if view.max_duration_s <= 0 or view.state.status not in _LEARNERS_RUN or all_done:
+        return None
+    left = view.max_duration_s - limits.running_s(view.history, view.state, view.now)
+    if left > 0:
+        return None
+    reached = view.now + left
+    if any(
+        c.exited and (c.exit_code or c.oom_killed) and (c.finished_at or reached) < reached
+        for c in learners
+    ):
+        return None  # it failed before its deadline: that failure is the reason
+    reason = (
+        f"deadline: ran {limits.duration_text(view.max_duration_s)} "
+        f"({view.deadline_source}; queued, pending and halted time not counted)"
+    )
+    if view.state.status == Status.PROCESSING and any(c.running for c in learners):
+        return StopLearners(f"{reason}; learners stopped (SIGTERM) to checkpoint")
+    return TransitionTo(
+        Status.FAILED,
+        f"{reason}; stopped like a halt, results and logs stored",
+        ERROR_DEADLINE,
+    )
+
+
+def _stalled(
+    view: JobView, learners: list[Container]
+) -> tuple[list[Action], TransitionTo | Requeue | None]:
+    """A PROCESSING job no running learner of which logged for stall_after: mark it once
+    (evidence, hook event), then what its manifest says (notify: nothing more)."""
+    if view.state.status != Status.PROCESSING or view.stall_after_s <= 0:
+        return [], None
+    if not any(c.running for c in learners):
+        return [], None
+    since = limits.last_activity(learners, view.learner_activity)
+    if since is None or view.now - since < view.stall_after_s:
+        return [], None
+    found = limits.evidence(learners, view.learner_activity)
+    reason = limits.stall_reason(found, view.now - since, view.stall_after_s)
+    marks: list[Action] = []
+    if view.stall_marked_for != since:
+        marks.append(MarkStalled(reason, since, tuple(found)))
+    if view.on_stall == limits.ON_STALL_FAIL:
+        return marks, TransitionTo(Status.FAILED, reason, ERROR_STALLED)
+    if view.on_stall == limits.ON_STALL_RESTART:
+        return marks, Requeue(reason, ERROR_STALLED)
+    return marks, None
+
+
+def _recheck(view: JobView, learners: list[Container], status: Status) -> float | None:
+    """When to look at a running job again for its limits: its deadline; for stalls, the
+    next poll of its learners' logs, or when the stall is due if sooner."""
+    times = []
+    if view.max_duration_s > 0 and status in _LEARNERS_RUN:
+        left = view.max_duration_s - limits.running_s(view.history, view.state, view.now)
+        if left > 0:  # past it, _deadline has acted
+            times.append(view.now + left)
+    if view.stall_after_s > 0 and status == Status.PROCESSING:
+        since = limits.last_activity(learners, view.learner_activity)
+        times.append(view.now + view.poll_s)
+        if since is not None and since + view.stall_after_s > view.now:  # else seen now
+            times.append(since + view.stall_after_s)
+    return min(times) if times else None
+
+
 def _requeue(view: JobView, change: Requeue) -> Decision:
     """Ask the LCM once per failure; ask again only if it did nothing for a long while."""
     if view.requeue_requested_at is not None:
@@ -310,60 +323,6 @@ def _requeue(view: JobView, change: Requeue) -> Decision:
         if view.now < again:
             return Decision([], again)
     return Decision([change], view.now + view.requeue_retry_s)
-
-
-# --- classification ----------------------------------------------------------------
-
-
-def classify_learner(c: Container, tail: Sequence[str] = ()) -> Failure:
-    """Why a learner that exited non-zero (or was OOM-killed) failed, and whose fault it is."""
-    code = c.exit_code
-    if c.oom_killed:
-        # The job asked for too little memory, or its program uses too much: the same
-        # gang would run out again, so no restart.
-        reason = f"learner {c.learner} was killed: out of memory (exit code {code})"
-        return Failure(_with_tail(reason, tail), ERROR_OOM, code)
-    if code == EXIT_SIGKILL:
-        # SIGKILL that was not the OOM killer: docker kill, a dying node, a chaos test.
-        reason = f"learner {c.learner} was killed from outside (SIGKILL, exit code {code})"
-        return Failure(reason, ERROR_KILLED, code, infrastructure=True)
-    if code == EXIT_SIGTERM:
-        # The platform stops learners only of ended or requeued jobs (status written first),
-        # so a SIGTERM on a running job came from outside: docker stop, an engine shutdown.
-        reason = f"learner {c.learner} was stopped from outside (SIGTERM, exit code {code})"
-        return Failure(reason, ERROR_TERMINATED, code, infrastructure=True)
-    reason = f"learner {c.learner} exited with code {code}"
-    return Failure(_with_tail(reason, tail), ERROR_EXIT_CODE, code)
-
-
-def classify_helper(helper: Container, events: Sequence[Mapping] = ()) -> Failure:
-    """Why a helper that exited non-zero failed, and whose fault it is."""
-    code = helper.exit_code
-    if helper.oom_killed:
-        return Failure("the helper ran out of memory", ERROR_OOM, code)
-    if code == EXIT_SIGKILL:
-        return Failure(
-            f"the helper was killed from outside (SIGKILL, exit code {code})",
-            ERROR_KILLED,
-            code,
-            infrastructure=True,
-        )
-    if code == EXIT_SIGTERM:  # it exits 0 on SIGTERM once its handler is in place
-        return Failure(
-            f"the helper was stopped from outside (SIGTERM, exit code {code})",
-            ERROR_TERMINATED,
-            code,
-            infrastructure=True,
-        )
-    error_code, text = HELPER_EXIT_REASONS.get(
-        code or 0, (ERROR_HELPER, f"helper exited with code {code}")
-    )
-    message = next(
-        (str(e.get("message", "")) for e in reversed(events) if e.get("event") == EVENT_ERROR),
-        "",
-    )
-    reason = f"{text}: {message}" if message else text
-    return Failure(reason, error_code, infrastructure=code in HELPER_INFRA_EXITS)
 
 
 def _first_failure(
@@ -391,7 +350,8 @@ def _first_failure(
         return Failure(reason, ERROR_ENGINE_LOST, EXIT_ENGINE_LOST, infrastructure=True)
     if first.role == ROLE_HELPER:
         return classify_helper(first, view.helper_events)
-    return classify_learner(first, view.log_tails.get(first.learner or 0, ()))
+    tail = view.log_tails.get(first.learner or 0, ())
+    return classify_learner(first, tail, view.triage_rules, view.image)
 
 
 def _missing(view: JobView, helper: Container | None, learners: list[Container]) -> Failure | None:
@@ -413,11 +373,6 @@ def _missing(view: JobView, helper: Container | None, learners: list[Container])
         which = ", ".join(str(i) for i in gone)
         reason = f"learner {which} container is gone while the job was {status}"
     return Failure(reason, ERROR_CONTAINERS_MISSING, infrastructure=True)
-
-
-def _with_tail(reason: str, tail: Sequence[str]) -> str:
-    lines = [line for line in tail if line.strip()][-LOG_TAIL_LINES:]
-    return reason + "; last log lines:\n" + "\n".join(lines) if lines else reason
 
 
 def _storing(

@@ -1,8 +1,9 @@
 """Entrypoint of the job monitor: `python -m services.jobmonitor.main`.
 
 Configuration: the platform settings (`DLAAS_*`: etcd endpoints and prefix, job store URL,
-the machine's Docker engine or the swarm manager, scheduler and LCM addresses) plus the
-monitor's own timings (`DLAAS_MONITOR_*`). One monitor watches every node: a gang may span
+the machine's Docker engine or the swarm manager, scheduler and LCM addresses, the
+operator's triage rows DLAAS_TRIAGE_FILE) plus the monitor's own timings and limits
+(`DLAAS_MONITOR_*`). One monitor watches every node: a gang may span
 nodes, and only a view of all its containers tells a failed job from a running one.
 Runs until SIGTERM or SIGINT.
 """
@@ -13,7 +14,8 @@ import signal
 import sys
 import threading
 
-from pydantic import ValidationError
+import yaml
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dlaas.adapters.engines.connect import engines_for_nodes
@@ -25,12 +27,17 @@ from dlaas.adapters.store import open_store
 from dlaas.config import PlatformSettings
 from dlaas.domain.errors import PermanentError
 from dlaas.domain.ports import JobContainers
+from dlaas.domain.triage import Rule, operator_rules
+from services.jobmonitor.activity import Limits
 from services.jobmonitor.decide import (
     DEFAULT_HELPER_TIMEOUT_S,
     DEFAULT_REQUEUE_RETRY_S,
     DEFAULT_STORE_TIMEOUT_S,
 )
+from services.jobmonitor.limits import DEFAULT_POLL_S, DEFAULT_STALL_AFTER_S, MAX_STALL_AFTER_S
 from services.jobmonitor.monitor import JobMonitor
+
+MAX_TRIAGE_FILE = 256 * 1024
 
 
 class MonitorSettings(BaseSettings):
@@ -50,6 +57,15 @@ class MonitorSettings(BaseSettings):
     resync_s: float = 15.0
     # Grace time for learners to stop on SIGTERM before Docker kills them.
     stop_grace_s: int = 10
+    # Stalls (services/jobmonitor/limits.py): seconds without a new learner log line when a
+    # manifest names no stall_after (0: such jobs are not watched), the most a manifest
+    # may ask, and how often a PROCESSING job's learner logs are looked at.
+    stall_after_s: float = Field(DEFAULT_STALL_AFTER_S, ge=0)
+    max_stall_after_s: float = Field(MAX_STALL_AFTER_S, gt=0)
+    stall_poll_s: float = Field(DEFAULT_POLL_S, gt=0, le=60)
+    # The most running time any job gets (its max_duration, if shorter, ends it first);
+    # 0: no maximum.
+    max_duration_s: float = Field(0, ge=0)
 
 
 def main() -> None:
@@ -62,6 +78,10 @@ def main() -> None:
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
         sys.exit(f"jobmonitor: bad configuration: {problems}")
+    try:
+        rules = load_triage_file(settings.triage_file)
+    except ValueError as exc:
+        sys.exit(f"jobmonitor: bad configuration: DLAAS_TRIAGE_FILE: {exc}")
 
     # Imported here: the SDK pulls in gRPC, which the pure parts of this service never need.
     from dlaas.clients.sdk import LcmClient, SchedulerClient
@@ -80,12 +100,15 @@ def main() -> None:
     else:
         where = f"node {', '.join(engines)} ({settings.docker_host})"
     store = open_store(settings.store_url)
+    notifier = hook_notifier(settings, store)
     keeper = StatusKeeper(
-        connect(settings.etcd_hostports()), store, settings.etcd_prefix,
-        notifier=hook_notifier(settings, store),
+        connect(settings.etcd_hostports()), store, settings.etcd_prefix, notifier=notifier,
     )  # fmt: skip
     scheduler = SchedulerClient(settings.scheduler_addr)
     lcm = LcmClient(settings.lcm_addr)
+    limits = Limits(
+        rules, ms.stall_after_s, ms.max_stall_after_s, ms.stall_poll_s, ms.max_duration_s
+    )
     monitor = JobMonitor(
         engines,
         keeper,
@@ -98,6 +121,8 @@ def main() -> None:
         resync_s=ms.resync_s,
         stop_grace_s=ms.stop_grace_s,
         reconnect_max_s=ms.reconnect_max_s,
+        limits=limits,
+        notifier=notifier,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -108,6 +133,25 @@ def main() -> None:
     scheduler.close()
     store.close()
     log.info("job monitor stopped")
+
+
+def load_triage_file(path: str) -> tuple[Rule, ...]:
+    """The operator's triage rows from `path` ("": none); ValueError naming the file and
+    the row that is wrong."""
+    if not path:
+        return ()
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TRIAGE_FILE + 1)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_TRIAGE_FILE:
+        raise ValueError(f"{path}: larger than {MAX_TRIAGE_FILE // 1024} KiB")
+    try:
+        rows = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
+    return operator_rules(rows, path)
 
 
 if __name__ == "__main__":

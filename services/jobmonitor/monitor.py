@@ -32,10 +32,12 @@ import time
 from collections.abc import Callable, Mapping
 
 from dlaas.adapters.etcd_status import StatusKeeper
+from dlaas.adapters.notify import Notifier
 from dlaas.adapters.store.base import JobStore
 from dlaas.domain.ports import EngineUnreachable, JobContainers, StatusRepo
 from services.jobmonitor import decide as d
 from services.jobmonitor.act import Actor, Requeue
+from services.jobmonitor.activity import Limits
 from services.jobmonitor.observe import NoStatus, Observer, Seen
 from services.jobmonitor.watchers import Reachability, Watchers
 from services.jobmonitor.workqueue import WorkQueue
@@ -68,6 +70,8 @@ class JobMonitor:
         release_retry_s: float = 5.0,
         reconnect_max_s: float = 10.0,
         owns_job: Callable[[str], bool] = lambda job_id: True,
+        limits: Limits | None = None,
+        notifier: Notifier | None = None,
     ):
         self.engines: dict[str, JobContainers] = dict(engines)
         if not self.engines:
@@ -87,11 +91,12 @@ class JobMonitor:
             self.engines, self.reach, keeper, store, clock,
             mark=self.mark, stopping=lambda: self._stop.is_set(),
             helper_timeout_s=helper_timeout_s, store_timeout_s=store_timeout_s,
-            requeue_retry_s=requeue_retry_s,
+            requeue_retry_s=requeue_retry_s, limits=limits,
         )  # fmt: skip
         self.actor = Actor(
             self.observer, self.queue, keeper, release, requeue, clock,
             mark=self.mark, stop_grace_s=stop_grace_s, release_retry_s=release_retry_s,
+            notifier=notifier,
         )  # fmt: skip
         self._deleted: set[str] = set()  # jobs whose status key we saw deleted
         self._unknown: set[str] = set()  # jobs with containers but no status (warned once)

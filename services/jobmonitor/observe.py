@@ -24,11 +24,15 @@ from dlaas.adapters.store.base import JobRecord, JobStore
 from dlaas.domain import jobspec
 from dlaas.domain.errors import JobNotFound
 from dlaas.domain.jobspec import EVENT_DATA_READY, EVENT_ERROR
+from dlaas.domain.manifest import Manifest
 from dlaas.domain.namespace import user_text
 from dlaas.domain.ports import Container, EngineUnreachable, JobContainers, StatusRepo
 from dlaas.domain.status import Status, between
 from dlaas.domain.stored import stored_manifest_or_none
+from dlaas.domain.triage import rules_for
 from services.jobmonitor import decide as d
+from services.jobmonitor.activity import ACTIVITY_TAIL_LINES, Limits, LogActivity
+from services.jobmonitor.classify import LOG_TAIL_LINES
 from services.jobmonitor.watchers import Reachability
 
 log = logging.getLogger("dlaas.jobmonitor")
@@ -42,6 +46,8 @@ INFO_LOGS_INCOMPLETE = "logs_incomplete"
 INFO_LOGS_NOTE = "logs_note"
 INFO_REQUEUE = "restart_requested"  # {"at": time, "reason": why} when it asked the LCM
 INFO_HELPER_RESTARTS = "helper_restarts"  # [{"at": time, "reason": why}] in this run
+INFO_STALL = "stall"  # the stall last marked in this run: {"at", "since", "reason", "learners"}
+INFO_STALLS = "stalls"  # every stall marked (the last MAX_STALLS), across runs
 # What a new run starts with: the previous run's bookkeeping no longer applies.
 _FRESH_RUN: dict[str, Any] = {
     INFO_SIGNALLED_AT: None,
@@ -51,6 +57,7 @@ _FRESH_RUN: dict[str, Any] = {
     INFO_LOGS_NOTE: None,
     INFO_REQUEUE: None,
     INFO_HELPER_RESTARTS: None,
+    INFO_STALL: None,
 }
 
 
@@ -158,6 +165,7 @@ class Observer:
         helper_timeout_s: float,
         store_timeout_s: float,
         requeue_retry_s: float,
+        limits: Limits | None = None,
     ):
         self.engines = engines
         self.reach = reach
@@ -169,6 +177,7 @@ class Observer:
         self.helper_timeout_s = helper_timeout_s
         self.store_timeout_s = store_timeout_s
         self.requeue_retry_s = requeue_retry_s
+        self.limits = limits or Limits()
 
         self._lock = threading.Lock()
         # Helper container id -> events seen on its log stream / its follower thread.
@@ -177,7 +186,8 @@ class Observer:
         self._helpers: dict[str, set[str]] = {}  # job -> helper container ids seen
         self._exited_events: dict[str, list[dict]] = {}  # helper container id -> its events
         self._learner_info: dict[str, list[dict]] = {}  # job -> last learners info written
-        self._manifest_learners: dict[str, int | None] = {}
+        self._manifests: dict[str, Manifest | None] = {}
+        self._activity = LogActivity(clock)
         self._waiting: set[str] = set()  # jobs left alone while a node is down (logged once)
 
     def observe(self, job_id: str) -> Seen | NoStatus | None:
@@ -235,7 +245,7 @@ class Observer:
             others = [c for c in containers if c.role != jobspec.ROLE_HELPER]
             judged = [*others, fold_helpers(helpers)]
         tails = {
-            c.learner: self.tail(c, where[c.id], d.LOG_TAIL_LINES)
+            c.learner: self.tail(c, where[c.id], LOG_TAIL_LINES)
             for c in containers
             if c.role == jobspec.ROLE_LEARNER
             and c.exited
@@ -248,6 +258,22 @@ class Observer:
             self.record_learners(job_id, info, containers)
 
         requested = mine.get(INFO_REQUEUE)
+        manifest = self.manifest(job_id, record)
+        lim = self.limits.of(manifest)
+        activity = (
+            self._activity.look(
+                job_id,
+                state.status,
+                containers,
+                lambda c: self.reach.call(
+                    where[c.id], self.engines[where[c.id]].logs, c, tail=ACTIVITY_TAIL_LINES
+                ),
+                mine.get(INFO_STALL),
+            )
+            if lim["stall_after_s"] > 0
+            else {}
+        )
+        stall = mine.get(INFO_STALL)
         view = d.JobView(
             state=state,
             containers=judged,
@@ -264,6 +290,13 @@ class Observer:
             requeue_requested_at=requested.get("at") if isinstance(requested, dict) else None,
             requeue_retry_s=self.requeue_retry_s,
             helper_restarts=len(mine.get(INFO_HELPER_RESTARTS) or []),
+            triage_rules=rules_for(manifest.triage if manifest else (), self.limits.triage),
+            image=str(info.get("image") or ""),
+            learner_activity=activity,
+            stall_marked_for=stall.get("since") if isinstance(stall, dict) else None,
+            poll_s=self.limits.poll_s,
+            history=record.history if record is not None else (),
+            **lim,
         )
         return Seen(
             view, containers, where, helper, RunInfo(self.store, job_id, run, info), helpers
@@ -402,11 +435,17 @@ class Observer:
         placed = record.info.get("learners")
         if isinstance(placed, list) and placed:
             return len(placed)
-        if job_id not in self._manifest_learners:
-            # An unreadable manifest (older rules): trust the containers that exist.
-            manifest = stored_manifest_or_none(record)
-            self._manifest_learners[job_id] = manifest.learners if manifest else None
-        return self._manifest_learners[job_id]
+        # An unreadable manifest (older rules): trust the containers that exist.
+        manifest = self.manifest(job_id, record)
+        return manifest.learners if manifest else None
+
+    def manifest(self, job_id: str, record: JobRecord | None) -> Manifest | None:
+        """The job's manifest, parsed once per job; None when unreadable (older rules)."""
+        if record is None:
+            return None
+        if job_id not in self._manifests:
+            self._manifests[job_id] = stored_manifest_or_none(record)
+        return self._manifests[job_id]
 
     def record_learners(self, job_id: str, info: dict, containers: list[Container]) -> None:
         """Mirror learner states into the job info (only when they changed)."""
@@ -436,7 +475,8 @@ class Observer:
                 self._followers.pop(helper_id, None)
                 self._exited_events.pop(helper_id, None)
             self._learner_info.pop(job_id, None)
-            self._manifest_learners.pop(job_id, None)
+            self._manifests.pop(job_id, None)
+            self._activity.forget(job_id)
             self._waiting.discard(job_id)
 
 

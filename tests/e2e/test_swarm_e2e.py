@@ -30,15 +30,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory, docker_client, pytorch_image):
+def home(tmp_path_factory, docker_client, pytorch_image, mpi_image):
     try:
         check_requirements()
     except SwarmLabError as e:
         pytest.skip(str(e))
     home = tmp_path_factory.mktemp("swarm-platform")
-    # Nodes of 0.6 CPUs: a gang of two 0.5-CPU learners spans both. The PyTorch image goes
-    # to the nodes for the DDP job (no registry: saved and loaded).
-    settings = {"DLAAS_NODE_CPUS": "0.6", "DLAAS_NODE_IMAGES": pytorch_image}
+    # Nodes of 0.6 CPUs: a gang of two 0.5-CPU learners spans both. The PyTorch and MPI
+    # images go to the nodes for the DDP and MPI jobs (no registry: saved and loaded).
+    settings = {"DLAAS_NODE_CPUS": "0.6", "DLAAS_NODE_IMAGES": f"{pytorch_image},{mpi_image}"}
     saved = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     try:
@@ -86,6 +86,21 @@ def test_a_pytorch_ddp_gang_spans_two_nodes_and_its_ranks_agree(home, http):
     sums = [s for text in texts for s in re.findall(r"weights_sha256=([0-9a-f]{64})", text)]
     assert len(sums) == 2 and len(set(sums)) == 1  # gloo all-reduced across the overlay
     print(f"pytorch ddp across 2 swarm nodes: COMPLETED in {took:.1f}s")
+
+
+def test_an_mpi_job_spans_two_nodes_with_mpirun_over_ssh_and_its_key_as_a_swarm_secret(home, http):
+    from test_platform_e2e import logs, submit, wait_final
+
+    example = REPO / "examples/mpi"
+    manifest = (example / "manifest.yaml").read_text().replace("cpus: 1\n", "cpus: 0.5\n")
+    job_id = submit(http, manifest, example)
+    job = wait_final(http, job_id, timeout=300)
+    text = "\n".join(logs(http, job_id, 0))
+    assert job["status"] == "COMPLETED", ([(h["status"], h["reason"]) for h in job["history"]],
+                                          text[-2500:])  # fmt: skip
+    assert sorted(e["node"] for e in job["learners"]) == ["node-1", "node-2"]
+    sums = re.findall(r"weights_sha256=([0-9a-f]{64})", text)
+    assert len(sums) == 2 and len(set(sums)) == 1  # both ranks, across the overlay
 
     # The job's services, overlay network and secret leave the swarm.
     manager = SwarmLab(home / "swarm").info().manager_socket

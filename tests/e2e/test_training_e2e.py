@@ -8,6 +8,7 @@ weights (each prints `... weights_sha256=<hex>` at its end).
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -101,4 +102,37 @@ def test_a_torchrun_worker_that_dies_ends_the_gang_naming_its_learner(
     assert job["status"] == "FAILED", job["history"]
     reason = job["history"][-1]["reason"]
     assert "learner 1" in reason, reason  # rank 3 is learner 1's second process
+    wait_cleaned(docker_client, job_id)
+
+
+FFDL = REPO / "tests" / "fixtures" / "ffdl"
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize(
+    ("name", "buckets", "image_fixture"),
+    [
+        ("pytorch-model", ["tf_training_data"], "pytorch_image"),
+        ("pytorch-launch-dist", ["tf_training_data"], "pytorch_image"),
+        ("keras-test", ["dlaas-ci-keras-training-data"], "tensorflow_image"),
+    ],
+)
+def test_ffdls_own_examples_run_with_their_own_code(live, request, name, buckets, image_fixture):
+    """FfDL's pytorch-model, keras-test and pytorch-launch-dist in their shapes (fixtures
+    written by us: their manifests' fields, '_' bucket names, their commands and scripts),
+    changed only as the docs say (no connection block: the platform's own store)."""
+    request.getfixturevalue(image_fixture)
+    http, _, docker_client = live
+    spec = importlib.util.spec_from_file_location("prepare", REPO / "examples/digits/prepare.py")
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    for bucket in buckets:  # FfDL's names, '_' and all, as a user uploads to them
+        reply = http.put(f"/v1/data/{bucket}/digits.npz", content=prepare.digits_npz())
+        assert reply.status_code == 200, reply.text
+    job_id = submit(http, (FFDL / name / "manifest.yml").read_text(), FFDL / name)
+    job = wait_final(http, job_id, timeout=600)
+    learners = len(job["learners"]) or 1
+    texts = ["\n".join(logs(http, job_id, i)) for i in range(learners)]
+    assert job["status"] == "COMPLETED", ([(h["status"], h["reason"]) for h in job["history"]],
+                                          [t[-2500:] for t in texts])  # fmt: skip
     wait_cleaned(docker_client, job_id)

@@ -270,7 +270,11 @@ def test_an_archive_that_climbs_out_is_refused(job, s3_client):
 def test_two_learners_exchange_gradients_over_the_job_network(job, s3_client):
     data, code, results = _bucket(s3_client), _bucket(s3_client), f"r-{job.id}"
     s3_client.put_object(Bucket=data, Key="digits.npz", Body=digits_npz())
-    s3_client.put_object(Bucket=code, Key="c.tgz", Body=tar_dir(REPO / "tests" / "fixtures" / "jobs" / "numpy-allreduce"))
+    s3_client.put_object(
+        Bucket=code,
+        Key="c.tgz",
+        Body=tar_dir(REPO / "tests" / "fixtures" / "jobs" / "numpy-allreduce"),
+    )
     helper = job.helper(
         NUM_LEARNERS="2",
         DLAAS_DATA_BUCKET=data,

@@ -12,7 +12,7 @@ import ast
 from source_scan import offenders, walk
 
 from dlaas.domain.jobspec import HELPER_EXIT_REASONS, JobErrorCode
-from services.jobmonitor import decide
+from services.jobmonitor import classify, decide
 
 
 def test_the_codes_keep_their_values():
@@ -23,6 +23,13 @@ def test_the_codes_keep_their_values():
         "TERMINATED": "terminated",
         "ENGINE_LOST": "engine_lost",
         "CONTAINERS_MISSING": "containers_missing",
+        "GPU_OOM": "gpu_oom",
+        "MISSING_MODULE": "missing_module",
+        "DISK_FULL": "disk_full",
+        "COLLECTIVE_TIMEOUT": "collective_timeout",
+        "PEER_RESET": "peer_reset",
+        "STALLED": "stalled",
+        "DEADLINE_EXCEEDED": "deadline_exceeded",
         "HELPER_FAILED": "helper_failed",
         "STORE_TIMEOUT": "store_timeout",
         "DATA_NOT_FOUND": "data_not_found",
@@ -39,7 +46,7 @@ def test_the_codes_keep_their_values():
 
 
 def test_the_detector_and_the_helper_contract_use_the_enum():
-    named = [getattr(decide, n) for n in dir(decide) if n.startswith("ERROR_")]
+    named = [getattr(m, n) for m in (decide, classify) for n in dir(m) if n.startswith("ERROR_")]
     assert named and all(isinstance(c, JobErrorCode) for c in named)
     assert all(isinstance(code, JobErrorCode) for code, _ in HELPER_EXIT_REASONS.values())
 

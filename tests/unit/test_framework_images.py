@@ -97,3 +97,29 @@ def test_the_framework_option_refuses_what_has_no_image(asked, problem):
     with pytest.raises(ImageUnavailable) as info:
         images.chosen_frameworks([asked])
     assert info.value.message.startswith(problem)
+
+
+def test_dlaas_images_build_passes_its_frameworks_to_the_builder(monkeypatch):
+    from typer.testing import CliRunner
+
+    from dlaas.clients.cli import app
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(images, "main", lambda argv: calls.append(argv) or 0)
+    args = ["images", "build", "--force", "--framework", "torch", "--framework", "mpi:4.1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert calls == [["--force", "--framework", "torch", "--framework", "mpi:4.1"]]
+    assert CliRunner().invoke(app, ["images", "build", "--learner-only"]).exit_code == 0
+    assert calls[-1] == ["--learner-only"]
+
+
+def test_tensorflow_brings_tf_keras_without_a_second_tensorflow():
+    layer, _learner = images.framework_specs("tensorflow", "2.21")
+    assert (layer.wheels, layer.no_deps) == (("tensorflow-cpu==2.21.0",), ("tf_keras==2.21.0",))
+    assert layer.buildargs == {
+        "REQUIREMENTS": "tensorflow-cpu==2.21.0",
+        "NO_DEPS_REQUIREMENTS": "tf_keras==2.21.0",
+    }
+    text = layer.dockerfile.read_text()
+    assert "--no-deps ${NO_DEPS_REQUIREMENTS}" in text and "ARG REQUIREMENTS=tensorflow-cpu" in text

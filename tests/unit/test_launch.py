@@ -247,3 +247,24 @@ def test_the_jobs_ssh_key_is_its_own_and_the_same_on_every_replica():
     assert public_half(one) == public_half(ssh_private_key(b"secret", "job-1"))
     assert public_half(one) != public_half(ssh_private_key(b"secret", "job-2"))
     assert public_half(one) != public_half(ssh_private_key(b"other", "job-1"))
+
+
+def test_the_env_follows_the_gang_after_a_resize_or_a_move():
+    text = manifest("name: pytorch, command: python t.py, launcher: torchrun",
+                    min_learners=1, max_learners=4)  # fmt: skip
+    loc = S3Location("http://s3:8333", "ak", "sk", "results")
+
+    def deployed(learners: int, nodes: list[str]):
+        return deployment_plan(platform_id="p1", job_id="job-1", user="alice",
+                               manifest=parse_manifest(text), learners=learners,
+                               gpu_indices=[() for _ in nodes], image="i", helper_image="h",
+                               data=None, results=loc, code=None, nodes=nodes)  # fmt: skip
+
+    for learners, nodes in ((3, ["a", "b", "a"]), (1, ["c"])):
+        for i, spec in enumerate(deployed(learners, nodes).learners):
+            env = spec.env
+            assert (env["WORLD_SIZE"], env["PET_NNODES"], env["NUM_LEARNERS"]) == (
+                str(learners),
+            ) * 3
+            assert env["RANK"] == env["PET_NODE_RANK"] == env["LEARNER_ID"] == str(i)
+            assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "learner-0"

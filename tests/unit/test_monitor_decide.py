@@ -19,6 +19,7 @@ from dlaas.domain.jobspec import (
 )
 from dlaas.domain.ports import Container
 from dlaas.domain.status import JobState, Status
+from services.jobmonitor import classify
 from services.jobmonitor import decide as d
 from services.jobmonitor.decide import (
     Cleanup,
@@ -212,7 +213,7 @@ def test_learner_nonzero_exit_fails_with_code_and_last_log_lines():
     assert (t.target, t.error_code, t.exit_code) == (Status.FAILED, "exit_code", 3)
     assert t.reason.startswith("learner 1 exited with code 3; last log lines:\n")
     tail = t.reason.split("\n")[1:]
-    assert len(tail) == d.LOG_TAIL_LINES and tail[-1] == "Traceback: boom"
+    assert len(tail) == classify.LOG_TAIL_LINES and tail[-1] == "Traceback: boom"
     assert "line 15" not in tail
     # Then as a final job: release, stop the others, let the helper store the logs.
     assert kinds(dec) == [TransitionTo, ReleaseAllocation, StopLearners, SignalHelperFinish]
@@ -262,7 +263,7 @@ def test_helper_data_not_found_fails_with_its_error_message():
 
 def test_helper_unknown_exit_code_is_helper_failed():
     t = transition(decide(view(Status.DOWNLOADING, [helper("exited", 99), learner(0)])))
-    assert t.error_code == d.ERROR_HELPER and "99" in t.reason
+    assert t.error_code == classify.ERROR_HELPER and "99" in t.reason
 
 
 # ---- classification: the job's own fault fails, infrastructure restarts ---------------
@@ -276,13 +277,13 @@ def requeues(decision: d.Decision) -> list[Requeue]:
 def test_a_learner_exit_code_from_the_program_fails_the_job_without_restart(code):
     dec = decide(view(Status.PROCESSING, [helper(), learner(0, "exited", code), learner(1)]))
     t = transition(dec)
-    assert (t.target, t.error_code, t.exit_code) == (Status.FAILED, d.ERROR_EXIT_CODE, code)
+    assert (t.target, t.error_code, t.exit_code) == (Status.FAILED, classify.ERROR_EXIT_CODE, code)
     assert requeues(dec) == []
 
 
 def test_an_oom_killed_learner_fails_without_restart_even_with_exit_137():
-    f = d.classify_learner(learner(0, "exited", 137, oom=True))
-    assert (f.error_code, f.exit_code, f.infrastructure) == (d.ERROR_OOM, 137, False)
+    f = classify.classify_learner(learner(0, "exited", 137, oom=True))
+    assert (f.error_code, f.exit_code, f.infrastructure) == (classify.ERROR_OOM, 137, False)
     dec = decide(view(Status.PROCESSING, [helper(), learner(0, "exited", 137, oom=True)]))
     assert requeues(dec) == [] and transition(dec).target == Status.FAILED
 
@@ -292,7 +293,7 @@ def test_a_learner_killed_from_outside_asks_the_lcm_for_a_restart():
     # Only the request: no status change, nothing stopped or removed (the LCM tears down
     # after the helper has synced the checkpoints).
     assert dec.actions == [
-        Requeue("learner 1 was killed from outside (SIGKILL, exit code 137)", d.ERROR_KILLED)
+        Requeue("learner 1 was killed from outside (SIGKILL, exit code 137)", classify.ERROR_KILLED)
     ]
     assert dec.recheck_at == NOW + d.DEFAULT_REQUEUE_RETRY_S
 
@@ -315,7 +316,11 @@ def test_exit_255_after_the_engine_was_lost_asks_for_a_restart():
     for lost_at in (NOW - 1, None):
         dec = decide(view(Status.PROCESSING, died, engine_lost_at=lost_at))
         t = transition(dec)
-        assert (t.target, t.error_code, t.exit_code) == (Status.FAILED, d.ERROR_EXIT_CODE, 255)
+        assert (t.target, t.error_code, t.exit_code) == (
+            Status.FAILED,
+            classify.ERROR_EXIT_CODE,
+            255,
+        )
 
 
 def test_infrastructure_failure_while_downloading_also_restarts():
@@ -330,8 +335,8 @@ def test_infrastructure_failure_while_downloading_also_restarts():
         (HELPER_EXIT_STORE_REFUSED, "store_refused"),
         (HELPER_EXIT_BAD_ARCHIVE, "bad_archive"),
         (HELPER_EXIT_UPLOAD_FAILED, "upload_failed"),
-        (2, d.ERROR_HELPER),  # bad configuration: a platform bug a restart would repeat
-        (99, d.ERROR_HELPER),
+        (2, classify.ERROR_HELPER),  # bad configuration: a platform bug a restart would repeat
+        (99, classify.ERROR_HELPER),
     ],
 )
 def test_helper_errors_that_would_repeat_fail_the_job(code, error_code):
@@ -341,7 +346,7 @@ def test_helper_errors_that_would_repeat_fail_the_job(code, error_code):
 
 def test_an_oom_killed_helper_fails_the_job():
     dec = decide(view(Status.PROCESSING, [helper("exited", 137, oom=True), learner(0)]))
-    assert transition(dec).error_code == d.ERROR_OOM and requeues(dec) == []
+    assert transition(dec).error_code == classify.ERROR_OOM and requeues(dec) == []
 
 
 def test_an_unreachable_data_store_restarts_with_the_helpers_message():
@@ -433,7 +438,7 @@ def test_the_first_failure_decides_a_kill_then_its_consequence_restarts():
     # The program's own failure first: the job fails, the later kill does not matter.
     user_first = [helper(), learner(0, "exited", 137, at=NOW), learner(1, "exited", 1, at=NOW - 3)]
     t = transition(decide(view(Status.PROCESSING, user_first)))
-    assert (t.error_code, t.exit_code) == (d.ERROR_EXIT_CODE, 1)
+    assert (t.error_code, t.exit_code) == (classify.ERROR_EXIT_CODE, 1)
 
 
 def test_a_helper_killed_before_a_learner_failed_is_the_cause():
@@ -455,7 +460,9 @@ def test_a_helper_killed_while_storing_restarts_from_the_checkpoint():
         )
     )
     assert dec.actions == [
-        Requeue("the helper was killed from outside (SIGKILL, exit code 137)", d.ERROR_KILLED)
+        Requeue(
+            "the helper was killed from outside (SIGKILL, exit code 137)", classify.ERROR_KILLED
+        )
     ]
 
 

@@ -82,3 +82,23 @@ def test_a_failed_download_says_why_and_leaves_the_house_incomplete(tmp_path, mo
     assert message.startswith("pip download of torch==2.13.0+cpu failed (exit 1)")
     assert "$DLAAS_WHEEL_DIR" in message and "No matching distribution" in message
     assert not (wheelhouse.house_for(TORCH, tmp_path) / wheelhouse.COMPLETE).exists()
+
+
+def test_a_no_deps_requirement_is_downloaded_without_its_dependencies(tmp_path, monkeypatch):
+    # tf_keras asks for `tensorflow`: resolved with it, a second TensorFlow would be served.
+    monkeypatch.setenv(wheelhouse.WHEEL_DIR_ENV, str(tmp_path / "none"))
+    ran = []
+
+    def fake_run(cmd, **kwargs):
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    tf = ("tensorflow-cpu==2.21.0",)
+    house = wheelhouse.ensure_wheelhouse(
+        tf, lambda _l: None, root=tmp_path, no_deps=("tf_keras==2.21.0",)
+    )
+    assert [cmd[-1] for cmd in ran] == ["tensorflow-cpu==2.21.0", "tf_keras==2.21.0"]
+    assert "--no-deps" not in ran[0] and ran[1][-2] == "--no-deps"
+    assert house != wheelhouse.house_for(tf, tmp_path)  # its own house
+    assert (house / wheelhouse.COMPLETE).read_text() == "tensorflow-cpu==2.21.0\ntf_keras==2.21.0\n"
