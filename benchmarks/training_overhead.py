@@ -7,8 +7,9 @@ against the same processes run bare, and the time from submit to the job's first
 The job is examples/pytorch-ddp (torch.distributed DDP over gloo, one process per learner,
 OMP_NUM_THREADS=1 on both sides so that CPU limits are not what is measured), submitted over
 REST to a platform this script brings up (`dlaas.local.platform.up`, the machine's Docker
-engine; with --swarm also a 2-node local swarm whose nodes declare 0.6 CPUs, so a gang of
-two 0.5-CPU learners spans both and all-reduces over the overlay).
+engine; with --swarm also a 2-node local swarm whose nodes declare 1.1 CPUs, so a gang of
+two 1-CPU learners spans both and all-reduces over the overlay: a CPU per process, as the
+bare processes have on this 2-core machine).
 
 Bare: the very same python and torch binaries (the PyTorch learner image's file system,
 exported once and entered with chroot), the same command and env, N processes on the host's
@@ -248,14 +249,14 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             platform.down(home, progress=lambda line: None)
         if args.swarm:
-            os.environ.update(DLAAS_NODE_CPUS="0.6", DLAAS_NODE_IMAGES=IMAGE)
+            os.environ.update(DLAAS_NODE_CPUS="1.1", DLAAS_NODE_IMAGES=IMAGE)
             swarm_home = tmp / "swarm-home"
             platform.up(swarm_home, progress=lambda line: None, nodes=2)
             try:
                 http = client(swarm_home)
                 data = upload_digits(http)
                 shapes.append(shape("swarm-2-nodes", 2, args.runs,
-                                    lambda: on_platform(http, 2, args.epochs, 0.5),
+                                    lambda: on_platform(http, 2, args.epochs, 1.0),
                                     lambda: bare(rootfs, data, 2, args.epochs)))  # fmt: skip
                 print(json.dumps(shapes[-1]), flush=True)
             finally:
