@@ -373,7 +373,7 @@ def validate(
     # have one is the platform's, not the cluster's. What depends on the cluster (GPUs,
     # an image present on the nodes) is only a warning here; submit checks it again.
     try:
-        from dlaas.domain.manifest import resolve_image
+        from dlaas.domain.frameworks import resolve_image
 
         resolve_image(manifest, "dlaas/learner:latest")
     except ImageUnavailable as exc:
