@@ -191,9 +191,7 @@ def _follow(client: DlaasClient, job_id: str, learners: list[int], offset: int =
         job = client.get_job(job_id)
         # The stream ends when the job is final; give a lagging mirror a moment.
         deadline = time.monotonic() + 10
-        while (
-            job["status"] not in ("COMPLETED", "FAILED", "HALTED") and time.monotonic() < deadline
-        ):
+        while job["status"] not in FINAL and time.monotonic() < deadline:
             time.sleep(0.5)
             job = client.get_job(job_id)
     return job
@@ -400,7 +398,7 @@ def delete(
     client = ctx.obj.client()
     if not force:
         status = str(client.get_job(job)["status"])
-        if status not in {s.value for s in FINAL}:
+        if status not in FINAL:
             if status == Status.QUEUED.value:  # nothing of it runs: no work is lost
                 what = f"{job} is QUEUED: deleting it takes it out of the queue for good"
             else:
