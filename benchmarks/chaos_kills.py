@@ -45,7 +45,8 @@ import time
 from collections.abc import Callable, Iterable
 
 from benchmarks.chaos_checks import EPOCH_RE, RESUME_RE
-from benchmarks.chaos_watch import FINAL, Platform, Tracker, Watcher, _docker_ts, log
+from benchmarks.chaos_watch import Platform, Tracker, Watcher, _docker_ts, log
+from dlaas.domain.status import FINAL
 from dlaas.local.probes import grpc_answers, http_ok
 from dlaas.local.state import record_alive
 

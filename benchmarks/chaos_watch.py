@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.chaos_checks import EPOCH_RE, JobPlan, RunTimeline, duplicates
+from dlaas.domain.status import FINAL
 from dlaas.local.state import StateDir
 
-FINAL = {"COMPLETED", "FAILED", "HALTED"}
 POLL_DOCKER_S = 0.2
 # Longest a watcher follows a container's engine that stopped answering (it may come back).
 REFOLLOW_S = 120.0

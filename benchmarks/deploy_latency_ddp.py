@@ -21,6 +21,7 @@ import httpx
 
 from benchmarks.deploy_latency_docker import percentile
 from benchmarks.deploy_latency_swarm import START_TIMEOUT_S, StartWatch
+from dlaas.domain.status import FINAL
 
 DDP_NODE_MEMORY_MB = "800"  # a 2 x 512 MiB gang spans two nodes, a 2 x 256 MiB one fits one
 DDP_SHAPES = {"two_nodes": "512MiB", "one_node": "256MiB"}
@@ -71,7 +72,7 @@ def measure_ddp(url: str, token: str, watch: StartWatch, runs: int, epochs: int)
                 deadline = time.time() + DDP_TIMEOUT_S
                 while time.time() < deadline:
                     job = http.get(f"/v1/jobs/{job_id}").json()
-                    if job["status"] in ("COMPLETED", "FAILED", "HALTED"):
+                    if job["status"] in FINAL:
                         break
                     time.sleep(0.5)
                 if job["status"] != "COMPLETED":

@@ -25,6 +25,7 @@ import docker
 import httpx
 
 from dlaas.domain import jobspec
+from dlaas.domain.status import FINAL
 
 MANIFEST = """
 name: latency-probe
@@ -94,7 +95,7 @@ def measure_latency(url: str, token: str, client: docker.DockerClient, jobs: int
             # Let it end, so every job is measured on an idle node.
             while time.time() < deadline:
                 status = http.get(f"/v1/jobs/{job_id}").json()["status"]
-                if status in ("COMPLETED", "FAILED", "HALTED"):
+                if status in FINAL:
                     break
                 time.sleep(0.1)
     events.close()

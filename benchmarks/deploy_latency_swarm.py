@@ -30,6 +30,7 @@ import httpx
 
 from benchmarks.deploy_latency_docker import MANIFEST, percentile
 from dlaas.domain import jobspec
+from dlaas.domain.status import FINAL
 
 SWARM_NODES = 2
 # Each node declares 0.6 CPUs (as tests/e2e/test_swarm_e2e.py does): a 0.5-CPU learner fits
@@ -149,7 +150,7 @@ def _wait_job_gone(http: httpx.Client, api, job_id: str) -> None:
     measured on idle nodes."""
     deadline = time.time() + END_TIMEOUT_S
     while time.time() < deadline:
-        if http.get(f"/v1/jobs/{job_id}").json()["status"] in ("COMPLETED", "FAILED", "HALTED"):
+        if http.get(f"/v1/jobs/{job_id}").json()["status"] in FINAL:
             break
         time.sleep(0.2)
     label = {"label": f"{jobspec.LABEL_JOB}={job_id}"}
