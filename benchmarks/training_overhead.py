@@ -1,25 +1,28 @@
 """What the platform costs a data-parallel PyTorch job: seconds per epoch on the platform
 against the same processes run bare, and the time from submit to the job's first line.
 
-    python benchmarks/training_overhead.py [--learners 1,2,4] [--swarm] [--epochs 6] [--json]
+    python benchmarks/training_overhead.py [--learners 1,2,4] [--swarm] [--epochs 20] [--runs 3]
+        [--json]
 
 The job is examples/pytorch-ddp (torch.distributed DDP over gloo, one process per learner,
 OMP_NUM_THREADS=1 on both sides so that CPU limits are not what is measured), submitted over
 REST to a platform this script brings up (`dlaas.local.platform.up`, the machine's Docker
-engine; with --swarm also a 2-node local swarm whose nodes declare 0.6 CPUs, so a gang of
-two 0.5-CPU learners spans both and all-reduces over the overlay).
+engine; with --swarm also a 2-node local swarm whose nodes declare 1.1 CPUs, so a gang of
+two 1-CPU learners spans both and all-reduces over the overlay: a CPU per process, as the
+bare processes have on this 2-core machine).
 
 Bare: the very same python and torch binaries (the PyTorch learner image's file system,
 exported once and entered with chroot), the same command and env, N processes on the host's
 loopback with RANK/WORLD_SIZE set by hand: no container, no job network, no wrapper.
 
-Per shape: `platform_epoch_s` and `bare_epoch_s` are the median of the example's
-`epoch_s=` values (rank 0's, the first epoch left out: it includes the warm-up), `ratio` =
-platform / bare (targets: <= 1.05 for 1 learner, <= 1.15 for 2-4), and `first_line_s` the
+Per shape, `--runs` times each, alternated: `platform_epoch_s` and `bare_epoch_s` are the
+median over the runs of rank 0's training loop (its `steps=... seconds=...` summary: the
+steps, each epoch's evaluation and checkpoint) divided by the epochs, `ratio` = platform /
+bare (targets: <= 1.05 for 1 learner, <= 1.15 for 2-4), and `first_line_s` (the median) the
 time from just before the POST to the example's first log line (it prints it once the
 process group is up and the data loaded, just before the first step). With --json the last
-line is {"epochs", "shapes": [{"shape", "learners", "platform_epoch_s", "bare_epoch_s",
-"ratio", "first_line_s"}]}.
+line is {"epochs", "runs", "shapes": [{"shape", "learners", "nodes", "platform_epoch_s",
+"bare_epoch_s", "ratio", "first_line_s", "platform_runs", "bare_runs"}]}.
 """
 
 from __future__ import annotations
@@ -48,13 +51,20 @@ from dlaas.local import platform
 EXAMPLE = REPO / "examples" / "pytorch-ddp"
 IMAGE = "dlaas/learner-pytorch:2.13"
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
-EPOCH_S = re.compile(r"^epoch \d+/\d+ .*epoch_s=([0-9.]+)")
+# rank 0's summary: the whole training loop (steps, each epoch's evaluation and checkpoint).
+LOOP = re.compile(r"^steps=(\d+) seconds=([0-9.]+) steps_per_s=")
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# A heavier step than the example's default (64 hidden units: a step is all latency, no
+# training): 2,048 hidden units, so a step is compute and an all-reduce of 600 KB, as in
+# real training; batches of 16, so an epoch has 90 steps on one learner.
+TRAIN_ARGS = "--hidden 2048 --batch-size 16"
 
 
 def manifest(learners: int, epochs: int, cpus: float) -> str:
@@ -64,16 +74,17 @@ def manifest(learners: int, epochs: int, cpus: float) -> str:
         "    training_data: {container: digits-data}\n"
         "    training_results: {container: digits-results}\n"
         "framework:\n  name: pytorch\n  version: latest\n"
-        f"  command: python train.py --epochs {epochs}\n"
+        f"  command: python train.py --epochs {epochs} {TRAIN_ARGS}\n"
         "env: {OMP_NUM_THREADS: '1'}\n"
     )
 
 
-def epoch_seconds(lines: list[str]) -> float:
-    found = [float(m.group(1)) for line in lines if (m := EPOCH_S.match(line))]
-    if len(found) < 2:
-        raise RuntimeError(f"fewer than two epoch lines in:\n{chr(10).join(lines[-20:])}")
-    return statistics.median(found[1:])
+def epoch_seconds(lines: list[str], epochs: int) -> float:
+    """Seconds per epoch of the whole training loop, from rank 0's summary line."""
+    found = [float(m.group(2)) for line in lines if (m := LOOP.match(line))]
+    if not found:
+        raise RuntimeError(f"no steps= line in:\n{chr(10).join(lines[-20:])}")
+    return found[-1] / epochs
 
 
 def client(home: Path) -> httpx.Client:
@@ -119,7 +130,7 @@ def on_platform(http: httpx.Client, learners: int, epochs: int, cpus: float) -> 
     lines = http.get(f"/v1/jobs/{job_id}/logs", params={"learner": 0}).text.splitlines()
     if job["status"] != "COMPLETED":
         raise RuntimeError(f"{job_id} {job['status']}: {job['history'][-1]}\n{lines[-20:]}")
-    return {"epoch_s": epoch_seconds(lines), "first_line_s": round(first_line or 0.0, 2),
+    return {"epoch_s": epoch_seconds(lines, epochs), "first_line_s": round(first_line or 0.0, 2),
             "nodes": sorted({e.get("node", "") for e in job.get("learners") or []})}  # fmt: skip
 
 
@@ -173,24 +184,39 @@ def bare(rootfs: Path, data: bytes, learners: int, epochs: int) -> float:
             "DATA_DIR": "/bench/data", "RESULT_DIR": f"/bench/results-{rank}",
             "CHECKPOINT_DIR": f"/bench/checkpoints-{rank}",
         }  # fmt: skip
-        cmd = [CHROOT, str(rootfs), "sh", "-c", f"cd /bench && python train.py --epochs {epochs}"]
+        cmd = [
+            CHROOT,
+            str(rootfs),
+            "sh",
+            "-c",
+            f"cd /bench && python train.py --epochs {epochs} {TRAIN_ARGS}",
+        ]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))  # fmt: skip
     outputs = [p.communicate(timeout=900)[0] for p in procs]
     if any(p.returncode for p in procs):
         raise RuntimeError(f"bare run failed:\n{outputs[0][-2000:]}")
-    return epoch_seconds(outputs[0].splitlines())
+    return epoch_seconds(outputs[0].splitlines(), epochs)
 
 
-def shape(name: str, learners: int, on: dict, bare_s: float) -> dict:
+def shape(name: str, learners: int, runs: int, platform_run, bare_run) -> dict:
+    """`runs` platform runs and as many bare ones, alternated."""
+    ons, bares = [], []
+    for _ in range(runs):
+        ons.append(platform_run())
+        bares.append(bare_run())
+    on_s = statistics.median(o["epoch_s"] for o in ons)
+    bare_s = statistics.median(bares)
     return {
         "shape": name,
         "learners": learners,
-        "nodes": on["nodes"],
-        "platform_epoch_s": round(on["epoch_s"], 4),
+        "nodes": ons[-1]["nodes"],
+        "platform_epoch_s": round(on_s, 4),
         "bare_epoch_s": round(bare_s, 4),
-        "ratio": round(on["epoch_s"] / bare_s, 3),
-        "first_line_s": on["first_line_s"],
+        "ratio": round(on_s / bare_s, 3),
+        "first_line_s": round(statistics.median(o["first_line_s"] for o in ons), 2),
+        "platform_runs": [round(o["epoch_s"], 4) for o in ons],
+        "bare_runs": [round(b, 4) for b in bares],
     }
 
 
@@ -198,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--learners", default="1,2,4", help="docker-backend gang sizes")
     ap.add_argument("--swarm", action="store_true", help="also 2 learners on 2 swarm nodes")
-    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--epochs", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=3, help="runs of each side per shape")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     sizes = [int(n) for n in args.learners.split(",") if n]
@@ -214,20 +241,23 @@ def main(argv: list[str] | None = None) -> int:
             data = upload_digits(http)
             for n in sizes:
                 # A learner's share of the machine, as the bare processes get it.
-                on = on_platform(http, n, args.epochs, round(min(1.0, cpus / n), 2))
-                shapes.append(shape("docker", n, on, bare(rootfs, data, n, args.epochs)))
+                share = round(min(1.0, cpus / n), 2)
+                shapes.append(shape("docker", n, args.runs,
+                                    lambda n=n, share=share: on_platform(http, n, args.epochs, share),
+                                    lambda n=n: bare(rootfs, data, n, args.epochs)))  # fmt: skip
                 print(json.dumps(shapes[-1]), flush=True)
         finally:
             platform.down(home, progress=lambda line: None)
         if args.swarm:
-            os.environ.update(DLAAS_NODE_CPUS="0.6", DLAAS_NODE_IMAGES=IMAGE)
+            os.environ.update(DLAAS_NODE_CPUS="1.1", DLAAS_NODE_IMAGES=IMAGE)
             swarm_home = tmp / "swarm-home"
             platform.up(swarm_home, progress=lambda line: None, nodes=2)
             try:
                 http = client(swarm_home)
                 data = upload_digits(http)
-                on = on_platform(http, 2, args.epochs, 0.5)
-                shapes.append(shape("swarm-2-nodes", 2, on, bare(rootfs, data, 2, args.epochs)))
+                shapes.append(shape("swarm-2-nodes", 2, args.runs,
+                                    lambda: on_platform(http, 2, args.epochs, 1.0),
+                                    lambda: bare(rootfs, data, 2, args.epochs)))  # fmt: skip
                 print(json.dumps(shapes[-1]), flush=True)
             finally:
                 platform.down(swarm_home, progress=lambda line: None)
@@ -236,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             print(f"left {tmp} in place: its /dev or /proc is still mounted", file=sys.stderr)
-    result = {"epochs": args.epochs, "shapes": shapes}
+    result = {"epochs": args.epochs, "runs": args.runs, "shapes": shapes}
     if args.json:
         print(json.dumps(result))
     else:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -24,7 +24,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from dlaas.domain.hooks import allowed_networks
+from dlaas.domain.egress import allowed_networks
 
 SECRETS_DIR = "/run/secrets"
 
@@ -112,14 +112,20 @@ class PlatformSettings(_Settings):
     # A task a worker took but never acknowledged (it died) is handed out again after
     # this long. Purges are idempotent, so a task redelivered while still running is safe.
     worker_visibility_timeout_s: float = Field(300, gt=0)
-    # Webhooks go to public addresses only; these networks ("127.0.0.0/8,10.0.0.0/8") are
-    # allowed too, for receivers the operator runs inside (dlaas.domain.hooks).
-    hooks_allow_networks: str = ""
+    # Endpoints users name (a manifest's data store, webhooks) may be public addresses
+    # only; these networks ("127.0.0.0/8,10.0.0.0/8") are allowed too, for stores and
+    # receivers the operator runs inside (dlaas.domain.egress). The old name still works.
+    egress_allow_networks: str = Field(
+        "",
+        validation_alias=AliasChoices(
+            "egress_allow_networks", "DLAAS_EGRESS_ALLOW_NETWORKS", "DLAAS_HOOKS_ALLOW_NETWORKS"
+        ),
+    )
     # The operator's failure-triage rows (a YAML list of {pattern, label, action[, explain]},
     # dlaas.domain.triage), read once when the job monitor starts; "" for the built-in only.
     triage_file: str = ""
 
-    @field_validator("hooks_allow_networks")
+    @field_validator("egress_allow_networks")
     @classmethod
     def _networks(cls, v: str) -> str:
         allowed_networks(v)  # ValueError names the entry
@@ -141,6 +147,10 @@ class ApiSettings(_Settings):
     # The bootstrap administrator's token; every other account is in the job store.
     admin_token: SecretStr
     max_code_archive_mb: int = 64
+    # Failed token checks one client address may make within the window before its
+    # requests are refused (429) until the window frees (services/api/auth.py).
+    auth_max_failures: int = Field(20, ge=1)
+    auth_failure_window_s: float = Field(60.0, gt=0)
     # One training-data object uploaded through the API (`dlaas data upload`).
     max_data_object_mb: int = 2048
     # This process's name among the API replicas that share the port ("api-1"), shown by

@@ -8,8 +8,13 @@ Two sources, both in the job's results location and so as durable as the results
   with the regex groups of the job's `evaluation_metrics` if it has any. The log stream
   continues across restarts without gaps or duplicates;
 - the metric files the learner wrote below LOG_DIR (TensorBoard event files, JSON lines),
-  which the helper stores there (dlaas.adapters.metric_files). A resumed learner that writes a
-  step again replaces the point, it does not add one.
+  which the helper stores there (dlaas.adapters.metric_files: each file version parsed
+  once per process, in the background). A resumed learner that writes a step again
+  replaces the point, it does not add one.
+
+Bounded: every series is kept in at most dlaas.domain.metric_query.KEEP points per
+source, evenly spread over the run, and a follow waits on nobody's thread: its rounds
+(`follow_rounds`) yield `PAUSE` where they used to block.
 
 The caller checks who may read the job (each transport has its own identity) and hands
 over the record; `learner_metrics` checks the learner and the manifest's regex groups.
@@ -25,18 +30,36 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dlaas.adapters.logs import LogReader
+from dlaas.adapters.logs import PAUSE, LogReader, Pause
 from dlaas.adapters.metric_files import MetricFileReader
 from dlaas.adapters.s3 import client_for_location
 from dlaas.adapters.store.base import JobRecord
 from dlaas.config import PlatformSettings
 from dlaas.domain import metrics
 from dlaas.domain.locations import S3Location, job_locations
-from dlaas.domain.metric_query import check_learner, learners_with_logs
+from dlaas.domain.metric_query import (
+    KEEP,
+    Decimated,
+    Series,
+    check_learner,
+    learners_with_logs,
+    merge_series,
+    whole,
+)
 from dlaas.domain.secretbox import SecretBox
 from dlaas.domain.stored import stored_manifest_or_none
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MetricsRead:
+    """A learner's series so far (dlaas.domain.metric_query.Series), the metric files still
+    being parsed (their points so far are in) and the ones left out, with why."""
+
+    series: Series
+    reading: list[str]
+    left_out: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -50,20 +73,75 @@ class LearnerMetrics:
     spec: metrics.RegexSpec | None
     files: MetricFileReader | None
 
-    def points(self) -> list[metrics.Point]:
-        """Every point so far: the log's, then the files'."""
-        found = list(metrics.points(self.logs.lines(self.job_id, self.learner), self.spec))
-        if self.files is not None:
-            found += self.files.points()
-        return found
+    def read(self) -> MetricsRead:
+        """Every series so far, each kept in at most KEEP points (the log's read through
+        once, the files' parses reused): the log's, then the files'."""
+        from_log: dict[str, Decimated] = {}
+        for p in metrics.points(self.logs.lines(self.job_id, self.learner), self.spec):
+            kept = from_log.get(p.name)
+            if kept is None:
+                kept = from_log[p.name] = Decimated(KEEP)
+            kept.add(p.step, p.value)
+        log_part = {name: kept.points() for name, kept in from_log.items()}
+        if self.files is None:
+            return MetricsRead(merge_series([log_part]), [], {})
+        found = self.files.read()
+        parts = [log_part] + [part.snapshot() for part in found.parts.values()]
+        return MetricsRead(merge_series(parts), found.reading, found.left_out)
 
-    def series(self) -> dict[str, list[list[float]]]:
-        return metrics.series(self.points())
+    def series(self) -> Series:
+        return self.read().series
+
+    def follow_rounds(self) -> Iterator[metrics.Point | Pause]:
+        """Each point as it comes, `PAUSE` between rounds (never a wait), until the job is
+        final and its sources are read out: the log's points as its lines come, and every
+        `poll_s` the metric files' points past the last step sent of each series. The job's
+        record is read now: a job the store cannot read raises here."""
+        return self._follow(self.logs.rounds(self.job_id, self.learner, follow=True))
+
+    def _follow(self, rounds: Iterator[str | Pause]) -> Iterator[metrics.Point | Pause]:
+        extractor = metrics.Extractor(self.spec)
+        sent: dict[tuple[str, str], float] = {}  # (file, series) -> last step sent
+
+        def file_points() -> tuple[list[metrics.Point], bool]:
+            """The files' new points, and whether a file is still being parsed."""
+            if self.files is None:
+                return [], False
+            found = self.files.read(wait=False)
+            out = []
+            for rel, part in found.parts.items():
+                after = {name: step for (r, name), step in sent.items() if r == rel}
+                for name, points in part.snapshot(after).items():
+                    for step, value in points:
+                        out.append(metrics.Point(name, whole(step), value, -1, rel))
+                    if points:
+                        sent[(rel, name)] = max(step for step, _ in points)
+            return out, bool(found.reading)
+
+        yield from file_points()[0]
+        next_poll = time.monotonic() + self.logs.poll_s
+        for item in rounds:
+            if isinstance(item, Pause):
+                if time.monotonic() >= next_poll:  # a busy log must not starve the files
+                    yield from file_points()[0]
+                    next_poll = time.monotonic() + self.logs.poll_s
+                yield item
+                continue
+            yield from extractor.feed(item)
+        while True:  # the job has ended: the files a last time, once parsed
+            found, reading = file_points()
+            yield from found
+            if not reading:
+                return
+            yield PAUSE
 
     def follow(self) -> Iterator[metrics.Point]:
-        """Each point as it comes, until the job is final and its sources are read out."""
-        lines = self.logs.lines(self.job_id, self.learner, follow=True)
-        return merged(metrics.points(lines, self.spec), self.files, self.logs.poll_s)
+        """`follow_rounds`, sleeping `poll_s` between rounds (for a thread of its own)."""
+        for item in self.follow_rounds():
+            if isinstance(item, Pause):
+                self.logs.sleep(self.logs.poll_s)
+            else:
+                yield item
 
 
 def learner_metrics(
@@ -101,68 +179,6 @@ def s3_for_locations(platform: Callable[[], Any]) -> Callable[[S3Location], Any]
 
 
 _END = object()
-
-
-def merged(
-    log_points: Iterator[metrics.Point], files: MetricFileReader | None, poll_s: float
-) -> Iterator[metrics.Point]:
-    """The log's points as they come, and every `poll_s` the metric files' new points,
-    until the log stream ends (the job is final); then the files a last time.
-
-    The log stream blocks while it waits for lines, so it runs in a thread of its own
-    that hands points over a queue. A follower that goes away leaves that thread until
-    the learner's next line (or the job's end), which then finds nobody and stops.
-    """
-    if files is None:
-        yield from log_points
-        return
-    handed: queue.Queue[object] = queue.Queue(maxsize=1024)
-    gone = threading.Event()
-
-    def pump() -> None:
-        try:
-            for p in log_points:
-                if gone.is_set():
-                    return
-                handed.put(p)
-        except Exception as exc:  # noqa: BLE001 - broad: handed to the follower's thread, raised there
-            handed.put(exc)
-        handed.put(_END)
-
-    threading.Thread(target=pump, name="metrics-log-pump", daemon=True).start()
-    unseen = metrics.Unseen()
-    sizes: dict[str, tuple[str, int]] = {}
-
-    def new_file_points() -> list[metrics.Point]:
-        out = []
-        for rel, version in files.listing().items():
-            if sizes.get(rel) != version:
-                sizes[rel] = version
-                out += unseen.new(files.read(rel, version[1]))
-        return out
-
-    try:
-        yield from new_file_points()
-        next_poll = time.monotonic() + poll_s
-        while True:
-            try:
-                item = handed.get(timeout=max(0.0, next_poll - time.monotonic()))
-            except queue.Empty:
-                item = None
-            if time.monotonic() >= next_poll:  # a busy log must not starve the files
-                yield from new_file_points()
-                next_poll = time.monotonic() + poll_s
-            if item is None:
-                continue
-            if item is _END:
-                yield from new_file_points()
-                return
-            if isinstance(item, Exception):
-                raise item
-            assert isinstance(item, metrics.Point)
-            yield item
-    finally:
-        gone.set()
 
 
 def while_wanted(

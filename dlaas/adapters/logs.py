@@ -26,6 +26,17 @@ A run that lost lines (a node died before its helper could upload the tail) give
 the next run a `run_start` below what the reader already handed out; the cursor then
 counts on from `run_start` rather than drop the new run's lines.
 
+Following never blocks on a source: each round reads a snapshot of the sources (the
+container's log so far, the object) and the cursor hands out what is new; between rounds
+`rounds` yields `PAUSE` (the caller waits `poll_s`, on its event loop or by sleeping).
+So a follower holds no thread while the learner is quiet, its stream can end the moment
+its client goes, and the follow ends once the job is final on every engine (a Swarm
+task's log stream, `follow=true`, did not end when the task did). Rounds of many
+followers of a job that is not final yet share their container lookups and log reads
+for a quarter `poll_s` (`Recent`): a stale snapshot only delays a line by a round, and the
+round that sees the job final reads fresh. A running learner's last line is handed out
+once its newline is there (a round may catch it half written).
+
 Assumptions shared with the helper and the LCM: the log object holds the same lines, in
 the same order, as the learner's `docker logs` (the wrapper writes both); the LCM
 removes a gang's containers before it starts the next gang.
@@ -33,9 +44,11 @@ removes a gang's containers before it starts the next gang.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain, islice
 from typing import Any
 
@@ -52,6 +65,42 @@ from dlaas.domain.secretbox import SecretBox
 from dlaas.domain.status import FINAL
 from dlaas.domain.stored import stored_manifest
 from dlaas.learner.paths import RUN_START_META
+
+# A log object at most this large is read once for every follower of its job that asks
+# within a quarter poll; a larger one is streamed to each.
+SHARED_BYTES = 1 << 20
+_LARGE = object()
+
+
+class Pause:
+    """Between two rounds of a follow: nothing new before the next poll."""
+
+
+PAUSE = Pause()
+
+
+class Recent:
+    """Values read in the last `ttl_s` seconds, by key (thread-safe; at most `size` kept)."""
+
+    def __init__(self, ttl_s: float, size: int = 1024, clock: Callable[[], float] = time.monotonic):
+        self.ttl_s, self.size, self.clock = ttl_s, size, clock
+        self._values: dict[Any, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, read: Callable[[], Any]) -> Any:
+        now = self.clock()
+        with self._lock:
+            hit = self._values.get(key)
+        if hit is not None and now - hit[0] < self.ttl_s:
+            return hit[1]
+        value = read()
+        with self._lock:
+            if len(self._values) >= self.size:
+                self._values = {k: v for k, v in self._values.items() if now - v[0] < self.ttl_s}
+                if len(self._values) >= self.size:
+                    self._values.clear()
+            self._values[key] = (now, value)
+        return value
 
 
 class LineCursor:
@@ -130,7 +179,8 @@ class LogReader:
     or empty: only S3 is read); the learner's container is looked for on the node the LCM
     recorded for it (the job's info["learners"][i]["node"]), or on every node. `s3_for`
     turns a job's results location into a boto3 client (the platform's own client is
-    reused for the platform's S3). `sleep` and `poll_s` pace the follow loop.
+    reused for the platform's S3). `poll_s` paces a follow's rounds; `sleep` waits them
+    out in the blocking `lines`/`stream`.
     """
 
     def __init__(
@@ -151,6 +201,8 @@ class LogReader:
         self.s3_for = s3_for
         self.poll_s = poll_s
         self.sleep = sleep
+        # A quarter poll: a line waits at most about a round and a quarter to be seen.
+        self.recent = Recent(poll_s / 4)
 
     # --- adapters -------------------------------------------------------------------
 
@@ -170,10 +222,16 @@ class LogReader:
             return [self.engines[node]]
         return [self.engines[n] for n in sorted(self.engines)]
 
-    def _container(self, job_id: str, learner: int) -> LiveContainer | None:
+    def _container(self, job_id: str, learner: int, shared: bool = False) -> LiveContainer | None:
+        """The learner's container; `shared`: a lookup of the last `poll_s` will do."""
         for engine in self._engines_for(job_id, learner):
             try:
-                found = engine.job_containers(job_id)
+                if shared:
+                    found = self.recent.get(
+                        ("containers", id(engine), job_id), partial(engine.job_containers, job_id)
+                    )
+                else:
+                    found = engine.job_containers(job_id)
             except EngineUnreachable:
                 # Behave as if the container were gone, so the reader falls back to S3 and
                 # tries the engine again on the next round.
@@ -184,15 +242,29 @@ class LogReader:
                 return LiveContainer(engine, max(mine, key=lambda c: c.running))
         return None
 
-    def _container_lines(self, live: LiveContainer, follow: bool) -> Iterator[str]:
+    def _container_lines(
+        self, live: LiveContainer, shared: bool = False, skip: int = 0, complete: bool = False
+    ) -> Iterator[str]:
+        """The container's log so far, from its line `skip` on (the lines before are skipped
+        as bytes, not decoded: a follow reads the whole log every round). `shared`: a read
+        of the last quarter `poll_s` will do; `complete`: without a last line that has no
+        newline yet (a running learner is still writing it; the next round has it whole)."""
         try:
-            if follow:
-                chunks: Iterable[bytes] = live.engine.follow_logs(live.container)
+            if shared:
+                raw = self.recent.get(
+                    ("logs", id(live.engine), live.id), lambda: live.engine.logs(live.container)
+                )
             else:
-                chunks = [live.engine.logs(live.container) or b""]
-            yield from split_lines(chunks)
+                raw = live.engine.logs(live.container)
         except (EngineUnreachable, OSError):
-            return  # removed while we read: the next round reads S3 from where we are
+            return iter(())  # removed while we read: the next round reads S3 from where we are
+        raw = raw or b""
+        if complete:
+            raw = raw[: raw.rfind(b"\n") + 1]
+        if skip:
+            parts = raw.split(b"\n", skip)
+            raw = parts[skip] if len(parts) > skip else b""
+        return split_lines([raw])
 
     def _has_output(self, live: LiveContainer) -> bool:
         try:
@@ -201,20 +273,52 @@ class LogReader:
             return True  # gone: do not read ahead in S3, the next round sorts it out
         return True if raw is None else bool(raw)  # None: gone, as above
 
-    def _s3_log(self, results: S3Location, job_id: str, learner: int) -> S3Log | None:
-        s3 = self.s3_for(results)
-        key = results.prefix + jobspec.log_object_key(job_id, learner)
-        try:
-            obj = s3.get_object(Bucket=results.bucket, Key=key)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchBucket", "404"):
+    def _s3_log(
+        self, results: S3Location, job_id: str, learner: int, shared: bool = False
+    ) -> S3Log | None:
+        """The learner's log object, None while there is none; `shared`: a read of the
+        last quarter `poll_s` will do (kept for sharing if at most SHARED_BYTES)."""
+        if shared:
+            ident = ("object", results.endpoint, results.bucket, results.prefix, job_id, learner)
+            kept = self.recent.get(ident, partial(self._s3_small, results, job_id, learner))
+            if kept is None:
                 return None
-            raise
+            if kept is not _LARGE:
+                start, body = kept
+                return S3Log(start, split_lines([body]))
+        obj = self._s3_object(results, job_id, learner)
+        if obj is None:
+            return None
         return S3Log(
             run_start(obj.get("Metadata")), split_lines(obj["Body"].iter_chunks(64 * 1024))
         )
 
-    def _final(self, job_id: str) -> bool:
+    def _s3_object(self, results: S3Location, job_id: str, learner: int) -> dict | None:
+        s3 = self.s3_for(results)
+        key = results.prefix + jobspec.log_object_key(job_id, learner)
+        try:
+            return s3.get_object(Bucket=results.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchBucket", "404"):
+                return None
+            raise
+
+    def _s3_small(self, results: S3Location, job_id: str, learner: int) -> Any:
+        """(run start, bytes) of the log object if it is small, None if there is none,
+        else _LARGE (read it as a stream)."""
+        obj = self._s3_object(results, job_id, learner)
+        if obj is None:
+            return None
+        if int(obj.get("ContentLength") or 0) > SHARED_BYTES:
+            obj["Body"].close()
+            return _LARGE
+        return run_start(obj.get("Metadata")), obj["Body"].read()
+
+    def _final(self, job_id: str, shared: bool = False) -> bool:
+        """Whether the job is final; `shared`: a read of the last quarter `poll_s` will do
+        (a stale "not yet" only delays the end by a round)."""
+        if shared:
+            return self.recent.get(("final", job_id), partial(self._final, job_id))
         try:
             return self.store.get(job_id).status in FINAL
         except JobNotFound:
@@ -226,29 +330,53 @@ class LogReader:
         self, job_id: str, learner: int = 0, *, offset: int = 0, follow: bool = False
     ) -> Iterator[str]:
         """Learner `learner`'s log lines from line `offset` on; with `follow`, until the job
-        is final and every line is out. Raise JobNotFound for an unknown job."""
+        is final and every line is out (sleeping between rounds). Raise JobNotFound for an
+        unknown job."""
+        return self._paced(self.rounds(job_id, learner, offset=offset, follow=follow))
+
+    def rounds(
+        self, job_id: str, learner: int = 0, *, offset: int = 0, follow: bool = False
+    ) -> Iterator[str | Pause]:
+        """`lines` without the waits: `PAUSE` between a follow's rounds, never a sleep; each
+        step reads its sources once. Raise JobNotFound for an unknown job."""
         record = self.store.get(job_id)
         box = SecretBox(self.settings.secrets_key.get_secret_value())
         manifest = stored_manifest(record, box)
         _, results = job_locations(manifest, self.settings, record.team)
-        return self.stream(results, job_id, learner, offset=offset, follow=follow)
+        return self.stream_rounds(results, job_id, learner, offset=offset, follow=follow)
+
+    def _paced(self, items: Iterator[str | Pause]) -> Iterator[str]:
+        for item in items:
+            if isinstance(item, Pause):
+                self.sleep(self.poll_s)
+            else:
+                yield item
 
     def stream(
         self, results: S3Location, job_id: str, learner: int, *, offset: int, follow: bool
     ) -> Iterator[str]:
         """The stream of `lines` once the job's results location is known."""
+        return self._paced(
+            self.stream_rounds(results, job_id, learner, offset=offset, follow=follow)
+        )
+
+    def stream_rounds(
+        self, results: S3Location, job_id: str, learner: int, *, offset: int, follow: bool
+    ) -> Iterator[str | Pause]:
+        """The rounds of `stream`."""
         cursor = LineCursor(offset)
         current: tuple[str, int] | None = None  # (container id, its first line's index)
 
         def whole_object() -> Iterator[str]:
-            log = self._s3_log(results, job_id, learner)
+            log = self._s3_log(results, job_id, learner, shared)
             return cursor.take(log.lines) if log is not None else iter(())
 
         while True:
             # Status first: if the job was already final before we read a source, that
             # source holds every line there will ever be.
-            final = self._final(job_id)
-            container = self._container(job_id, learner)
+            final = self._final(job_id, follow)
+            shared = follow and not final
+            container = self._container(job_id, learner, shared)
             if container is None:
                 current = None
                 yield from whole_object()
@@ -263,12 +391,13 @@ class LogReader:
                 if object_read:
                     # Nothing printed yet: every line of the object precedes this run's.
                     yield from whole_object()
-                lines = self._container_lines(container, follow and running)
+                skip = 0 if current is None else max(0, cursor.consumed - current[1])
+                lines = self._container_lines(container, shared, skip, follow and running)
                 if current is None:
                     first = next(lines, None)
                     if first is not None:
                         # The helper wrote this run's start before the learner could print.
-                        log = self._s3_log(results, job_id, learner)
+                        log = self._s3_log(results, job_id, learner, shared)
                         start = log.run_start if log is not None else 0
                         if start < cursor.consumed:
                             cursor.rewind(start)  # the last run's tail was lost with its node
@@ -277,7 +406,7 @@ class LogReader:
                         current = (container.id, start)
                         lines = chain([first], lines)
                 if current is not None:
-                    yield from cursor.take(lines, current[1])
+                    yield from cursor.take(lines, current[1] + skip)
                 elif not object_read:
                     # It had output, yet none could be read: it is being removed (the
                     # monitor cleans up after the helper stored the log; Docker may still
@@ -286,4 +415,4 @@ class LogReader:
                 done = not running
             if not follow or (final and done):
                 return
-            self.sleep(self.poll_s)
+            yield PAUSE

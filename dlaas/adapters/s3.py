@@ -4,6 +4,7 @@
 the platform's hosts. Such an endpoint may be slow, or a tarpit that accepts and never
 answers, so its client gets short timeouts and no retries: a caller waits seconds, not
 minutes, and a botocore error it can map (see `STORE_UNREACHABLE`) instead of a hang.
+It connects only where dlaas.domain.egress allows, to the address it checked.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from dlaas.adapters import egress as egress_pin
 from dlaas.config import PlatformSettings
-from dlaas.domain import errors
+from dlaas.domain import egress, errors, jobspec
 from dlaas.domain.locations import S3Location
 
 # Bounds for a user's store (read at call time, so a test can shorten them).
@@ -53,16 +55,37 @@ def client(
     )
 
 
-def client_for(loc: S3Location):
-    """A client for a store named in a manifest: short timeouts, one attempt."""
-    return client(
-        loc.endpoint,
+def client_for(loc: S3Location, *, resolve: egress_pin.Resolve = egress_pin.resolve):
+    """A client for a store named in a manifest: short timeouts, one attempt, and only to
+    an address the egress rule allows (dlaas.domain.egress; EgressRefused, one message
+    whatever listens there), pinned: it connects to the address checked, under the
+    store's name (the Host header it signs and sends, the name TLS verifies)."""
+    allowed = egress.allowed_networks(loc.allow_networks)
+    try:
+        pinned = egress_pin.pin(jobspec.STORE_ENDPOINT_FIELD, loc.endpoint, allowed, resolve)
+    except egress_pin.Unresolved as exc:
+        raise errors.TemporaryError(f"{exc}; try again later", delay_s=10.0) from None
+    c = client(
+        pinned.url,
         loc.access_key,
         loc.secret_key,
         connect_timeout=USER_CONNECT_TIMEOUT_S,
         read_timeout=USER_READ_TIMEOUT_S,
         attempts=1,
     )
+
+    def named(request: Any, **_: Any) -> None:
+        request.headers["Host"] = pinned.netloc  # signed, then sent, as the store's name
+
+    c.meta.events.register_first("before-sign.s3", named)
+    if pinned.https:
+        # botocore has no option for the name TLS presents and verifies; its pool manager
+        # (urllib3) has: the certificate is checked against the store's name, not the address.
+        pool = c._endpoint.http_session._manager
+        pool.connection_pool_kw.update(
+            server_hostname=pinned.hostname, assert_hostname=pinned.hostname
+        )
+    return c
 
 
 def platform_client(settings: PlatformSettings):

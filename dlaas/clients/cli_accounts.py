@@ -102,7 +102,7 @@ def teams_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json
     teams = client.teams()
     if as_json:
         return _json(teams)
-    table = Table("team", "guaranteed", "in use", "borrowed", "queued")
+    table = Table("team", "guaranteed", "in use", "borrowed", "queued", "max priority")
     for t in teams:
         u = t.get("usage") or {}
         used = u.get("used") or {}
@@ -113,6 +113,7 @@ def teams_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json
             # All three amounts: a team may borrow CPUs or memory as well as GPUs.
             _quota(_filled(borrowed)) if u else "-",
             str(u.get("queued", "-")),
+            str(t.get("max_priority", "-")),
         )  # fmt: skip
     console.print(table)
 
@@ -122,16 +123,41 @@ TeamName = Annotated[str, typer.Argument(help="team name")]
 Gpus = Annotated[int, typer.Option(min=0, help="guaranteed GPUs")]
 Cpus = Annotated[float, typer.Option(min=0, help="guaranteed CPUs")]
 MemoryMb = Annotated[int, typer.Option(min=0, help="guaranteed memory, MiB")]
+MaxPriority = Annotated[
+    int | None,
+    typer.Option(
+        help="the highest priority the team's users may submit with (a number; high is 100, "
+        "critical 1000); administrators are exempt. Default for a new team: 100"
+    ),
+]
 
 
 @teams_app.command("add")
 @reports_errors
 def teams_add(
-    ctx: typer.Context, name: TeamName, gpus: Gpus = 0, cpus: Cpus = 0, memory_mb: MemoryMb = 0
+    ctx: typer.Context,
+    name: TeamName,
+    gpus: Gpus = 0,
+    cpus: Cpus = 0,
+    memory_mb: MemoryMb = 0,
+    max_priority: MaxPriority = None,
 ) -> None:
-    """Add a team with a guaranteed share."""
-    t = _admin(ctx).add_team(name, gpus, cpus, memory_mb)
-    console.print(f"team {t['name']} added: {_quota(t['quota'])} guaranteed")
+    """Add a team with a guaranteed share and a priority ceiling."""
+    t = _admin(ctx).add_team(name, gpus, cpus, memory_mb, max_priority)
+    console.print(
+        f"team {t['name']} added: {_quota(t['quota'])} guaranteed, "
+        f"priority at most {t['max_priority']}"
+    )
+
+
+@teams_app.command("set")
+@reports_errors
+def teams_set(ctx: typer.Context, name: TeamName, max_priority: MaxPriority = None) -> None:
+    """Change a team's settings: its priority ceiling (`set-quota` sets its share)."""
+    if max_priority is None:
+        raise typer.BadParameter("name what to change: --max-priority N")
+    t = _admin(ctx).set_max_priority(name, max_priority)
+    console.print(f"team {t['name']}: priority at most {t['max_priority']}")
 
 
 @teams_app.command("set-quota")

@@ -258,9 +258,17 @@ class DlaasClient:
     def teams(self) -> list[dict]:
         return self._request("GET", "/v1/teams").json()
 
-    def add_team(self, name: str, gpus: int, cpus: float, memory_mb: int) -> dict:
+    def add_team(
+        self, name: str, gpus: int, cpus: float, memory_mb: int, max_priority: int | None = None
+    ) -> dict:
         body = {"name": name, "gpus": gpus, "cpus": cpus, "memory_mb": memory_mb}
+        if max_priority is not None:
+            body["max_priority"] = max_priority
         return self._request("POST", "/v1/teams", json=body).json()
+
+    def set_max_priority(self, name: str, max_priority: int) -> dict:
+        body = {"max_priority": max_priority}
+        return self._request("PUT", f"/v1/teams/{_seg(name)}/max-priority", json=body).json()
 
     def set_quota(self, name: str, gpus: int, cpus: float, memory_mb: int) -> dict:
         body = {"gpus": gpus, "cpus": cpus, "memory_mb": memory_mb}
@@ -327,11 +335,12 @@ class DlaasClient:
                 # again, resume at the line reached, so nothing is missed or shown twice.
                 self._wait_answering(FOLLOW_RECONNECT_S)
 
-    def metrics(self, job_id: str, learner: int = 0) -> dict:
-        """A learner's series: {"job_id", "learner", "series": {name: [[step, value], ...]}}."""
-        return self._request(
-            "GET", f"/v1/jobs/{_seg(job_id)}/metrics", params={"learner": learner}
-        ).json()
+    def metrics(self, job_id: str, learner: int = 0, max_points: int = 1000) -> dict:
+        """A learner's series: {"job_id", "learner", "series": {name: [[step, value], ...]}},
+        each series downsampled to `max_points` over the whole run (its first and last
+        point kept; 0: every point the API keeps, a page of them)."""
+        params = {"learner": learner, "max_points": max_points}
+        return self._request("GET", f"/v1/jobs/{_seg(job_id)}/metrics", params=params).json()
 
     def follow_metrics(self, job_id: str, learner: int = 0) -> Iterator[dict]:
         """Points {"name", "step", "value", "line"} as the learner logs them, until the job ends."""

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from dlaas.adapters.store.base import JobStore
 from dlaas.domain.accounts import (
+    DEFAULT_MAX_PRIORITY,
     DEFAULT_TEAM,
+    INT32_MAX,
     MAX_TOKEN_DAYS,
     Quota,
     Team,
@@ -51,13 +53,56 @@ def ensure_team(store: JobStore, name: str, now: float | None = None) -> Team:
     return team
 
 
-def add_team(store: JobStore, actor: str, name: str, quota: Quota, now: float) -> Team:
+def add_team(
+    store: JobStore,
+    actor: str,
+    name: str,
+    quota: Quota,
+    now: float,
+    max_priority: int = DEFAULT_MAX_PRIORITY,
+) -> Team:
     check_name("name", name)
     check_quota(quota)
-    if not store.add_team(Team(name, quota, now)):
-        raise JobExists(f"name: team {name!r} exists already")
-    store.append_audit(audit_entry(now, actor, "add-team", name, _quota_text(quota)))
-    return Team(name, quota, now)
+    check_max_priority(max_priority)
+    team = Team(name, quota, now, max_priority)
+    if not store.add_team(team):
+        raise JobExists(
+            f"name: team {name!r} exists already (`dlaas users add --team` makes a team it "
+            "names); `dlaas teams set-quota` and `dlaas teams set` change it"
+        )
+    detail = f"{_quota_text(quota)} max_priority={max_priority}"
+    store.append_audit(audit_entry(now, actor, "add-team", name, detail))
+    return team
+
+
+def set_max_priority(store: JobStore, actor: str, name: str, ceiling: int, now: float) -> Team:
+    """Set the highest priority the team's users may submit with."""
+    check_max_priority(ceiling)
+    if not store.set_max_priority(name, ceiling):
+        raise AccountNotFound(f"team: no team {name!r}")
+    store.append_audit(audit_entry(now, actor, "set-max-priority", name, str(ceiling)))
+    team = store.get_team(name)
+    assert team is not None
+    return team
+
+
+def check_max_priority(ceiling: int) -> None:
+    if not -INT32_MAX - 1 <= ceiling <= INT32_MAX:
+        raise InvalidRequest(
+            f"max_priority: must be between {-INT32_MAX - 1} and {INT32_MAX}, got {ceiling}"
+        )
+
+
+def check_priority(store: JobStore, team: str, priority: int) -> None:
+    """Refuse a priority above the team's ceiling (a team not in the store, such as the
+    users made before teams had ceilings, has the default one)."""
+    found = store.get_team(team)
+    ceiling = found.max_priority if found is not None else DEFAULT_MAX_PRIORITY
+    if priority > ceiling:
+        raise InvalidRequest(
+            f"priority: {priority} is above team {team or DEFAULT_TEAM}'s ceiling {ceiling}; "
+            "an administrator sets it (dlaas teams set --max-priority)"
+        )
 
 
 def set_quota(store: JobStore, actor: str, name: str, quota: Quota, now: float) -> Team:

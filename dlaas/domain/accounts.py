@@ -1,7 +1,8 @@
 """Users, teams, API tokens and the audit log: the domain of who may do what. Pure.
 
 A user belongs to one team; a team has a guaranteed share of the cluster (its quota, which
-the scheduler enforces) and a namespace of S3 buckets (see dlaas.domain.namespace). API tokens are
+the scheduler enforces), a priority ceiling (the highest `priority` its users' manifests may
+ask for, checked at submit; administrators are exempt) and a namespace of S3 buckets (see dlaas.domain.namespace). API tokens are
 random 256-bit strings shown once, when made; the store keeps only their SHA-256, so a
 stolen store file gives no usable token (a token has far too much entropy for the missing
 salt or stretching to matter). A token may expire; revoking marks it, so every API replica
@@ -29,6 +30,10 @@ ADMIN_USER = "admin"
 # Token lifetime bound (days); 0 means the token does not expire.
 MAX_TOKEN_DAYS = 3650
 MAX_AUDIT_DETAIL = 300
+# A new team's priority ceiling unless the administrator gives one: "high"; "critical"
+# (1000) and above are the administrators' to grant.
+DEFAULT_MAX_PRIORITY = 100
+INT32_MAX = 2**31 - 1
 
 
 def check_name(field: str, name: str) -> str:
@@ -72,6 +77,7 @@ class Team:
     name: str
     quota: Quota = Quota()
     created_at: float = 0.0
+    max_priority: int = DEFAULT_MAX_PRIORITY
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ keeper mirrors to the store is mapped here to at most one event (`event_for`); t
 notifier (dlaas.adapters.notify) queues a delivery to each hook of the job's owner that wants it,
 and the worker (services/worker/hooks.py) POSTs it. This module is the one place all
 three read: the event names, the task's name and arguments, the payload, the signature,
-the idempotency key and which answers are retried. It does no I/O.
+the idempotency key and which answers are retried. It does no I/O. Where a hook may be
+POSTed is the rule every user-named endpoint passes (dlaas.domain.egress).
 
 Signing: each hook has its own secret, HMAC-SHA256(platform key, hook id), derived and
 never stored, so the store holds nothing that signs. It is shown once, when the hook is
@@ -20,10 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -125,41 +125,6 @@ def check_url(url: str) -> str:
         # Credentials in a URL end up in logs; a receiver checks the signature instead.
         raise InvalidRequest("url: must not hold a user name or password")
     return url
-
-
-def allowed_networks(spec: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    """The operator's `DLAAS_HOOKS_ALLOW_NETWORKS` ("127.0.0.0/8,10.1.0.0/16"); ValueError
-    naming the entry that is not a network."""
-    out = []
-    for item in (x.strip() for x in spec.split(",")):
-        if not item:
-            continue
-        try:
-            out.append(ipaddress.ip_network(item, strict=False))
-        except ValueError:
-            raise ValueError(f"{item!r} is not a network (e.g. 10.0.0.0/8)") from None
-    return tuple(out)
-
-
-def destination_problem(
-    host: str, addresses: Sequence[str], allowed: Sequence[ipaddress._BaseNetwork] = ()
-) -> str:
-    """ "" when a hook may be POSTed to every address its host resolves to: a public one, or
-    one inside a network the operator allowed; else why not (the platform's own services,
-    the host's loopback, a private or link-local network such as a cloud's metadata address,
-    are not a user's to reach through the worker)."""
-    if not addresses:
-        return f"{host} resolves to no address"
-    for a in addresses:
-        ip = ipaddress.ip_address(a.split("%", 1)[0])  # an IPv6 zone is not part of it
-        if ip.is_global or any(ip in net for net in allowed):
-            continue
-        what = f"{ip} is" if host.strip("[]") == str(ip) else f"{host} is {ip},"
-        return (
-            f"{what} not a public address: hooks are posted only to public "
-            "addresses, or to networks the operator allows (DLAAS_HOOKS_ALLOW_NETWORKS)"
-        )
-    return ""
 
 
 def check_events(events: Iterable[str]) -> tuple[str, ...]:

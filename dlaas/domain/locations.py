@@ -36,6 +36,9 @@ class S3Location:
     prefix: str = ""
     # True: the platform's own S3 (team namespaces, scoped job identities apply).
     platform: bool = False
+    # A user's own store: the inside networks the operator lets the platform reach it in
+    # (DLAAS_EGRESS_ALLOW_NETWORKS; dlaas.domain.egress is the rule, applied at connect).
+    allow_networks: str = ""
 
     def __repr__(self) -> str:  # never show the secret
         return f"S3Location(endpoint={self.endpoint!r}, bucket={self.bucket!r}, prefix={self.prefix!r})"
@@ -96,16 +99,20 @@ def job_locations(
         access = settings.s3_access_key
         secret = settings.s3_secret_key.get_secret_value()
 
+    allowed = settings.egress_allow_networks if own else ""
+
     def bucket(name: str) -> str:
         return name if own else team_bucket(team, name)
 
     data = None
     if store is not None and store.training_data is not None:
         data = S3Location(endpoint, access, secret, bucket(store.training_data.container),
-                          platform=not own)  # fmt: skip
+                          platform=not own, allow_networks=allowed)  # fmt: skip
     results_name = (
         store.training_results.container
         if store is not None and store.training_results is not None
         else (DEFAULT_RESULTS if team else LEGACY_RESULTS_BUCKET)
     )
-    return data, S3Location(endpoint, access, secret, bucket(results_name), platform=not own)
+    return data, S3Location(
+        endpoint, access, secret, bucket(results_name), platform=not own, allow_networks=allowed
+    )

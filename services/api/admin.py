@@ -1,4 +1,5 @@
-"""The REST API's account routes: users, tokens, teams with quotas, the audit log.
+"""The REST API's account routes: users, tokens, teams with quotas and priority ceilings,
+the audit log.
 
 Administrators only, except `GET /v1/me`. Tokens travel in bodies, never in URLs (URLs end
 up in access logs). A new token is in the reply once; the store keeps its hash.
@@ -13,7 +14,15 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from dlaas.domain import account_ops
-from dlaas.domain.accounts import DEFAULT_TEAM, MAX_NAME, MAX_TOKEN_DAYS, Quota, Team
+from dlaas.domain.accounts import (
+    DEFAULT_MAX_PRIORITY,
+    DEFAULT_TEAM,
+    INT32_MAX,
+    MAX_NAME,
+    MAX_TOKEN_DAYS,
+    Quota,
+    Team,
+)
 from dlaas.domain.errors import DlaasError
 from services.api.deps import CallerDep, DepsDep
 from services.api.models import error_responses
@@ -62,13 +71,28 @@ class QuotaBody(BaseModel):
     memory_mb: int = Field(0, ge=0, le=2**40)
 
 
+PriorityCeiling = Field(
+    DEFAULT_MAX_PRIORITY,
+    ge=-INT32_MAX - 1,
+    le=INT32_MAX,
+    description="the highest manifest `priority` the team's users may submit with "
+    "(administrators are exempt)",
+)
+
+
 class TeamCreate(QuotaBody):
     name: str = Field(max_length=MAX_NAME)
+    max_priority: int = PriorityCeiling
+
+
+class MaxPriorityBody(BaseModel):
+    max_priority: int = PriorityCeiling
 
 
 class TeamPublic(BaseModel):
     name: str
     quota: QuotaBody
+    max_priority: int
     usage: dict[str, Any] = Field(
         default_factory=dict, description="what the scheduler reports: used, borrowed, queued"
     )
@@ -99,6 +123,7 @@ def _team_public(team: Team, usage: dict[str, Any] | None = None) -> TeamPublic:
     return TeamPublic(
         name=team.name,
         quota=QuotaBody(gpus=q.gpus, cpus=q.cpus, memory_mb=q.memory_mb),
+        max_priority=team.max_priority,
         usage=usage or {},
     )
 
@@ -210,14 +235,30 @@ def _push_quota(deps, name: str, quota: Quota) -> None:
     "/teams", status_code=201, response_model=TeamPublic, responses=error_responses(403, 409, 422)
 )
 def add_team(body: TeamCreate, deps: DepsDep, caller: CallerDep) -> TeamPublic:
-    """Add a team with its guaranteed share (GPUs, CPUs, memory)."""
+    """Add a team with its guaranteed share (GPUs, CPUs, memory) and priority ceiling."""
     caller.require_admin()
     quota = Quota(body.gpus, body.cpus, body.memory_mb)
     account_ops.check_name("name", body.name)
     if deps.store.get_team(body.name) is None:
         _push_quota(deps, body.name, quota)
+    team = account_ops.add_team(
+        deps.store, caller.user, body.name, quota, time.time(), body.max_priority
+    )
+    return _team_public(team)
+
+
+@router.put(
+    "/teams/{name}/max-priority", response_model=TeamPublic, responses=error_responses(403, 422)
+)
+def set_max_priority(
+    name: str, body: MaxPriorityBody, deps: DepsDep, caller: CallerDep
+) -> TeamPublic:
+    """Set the highest priority a team's users may submit with."""
+    caller.require_admin()
     return _team_public(
-        account_ops.add_team(deps.store, caller.user, body.name, quota, time.time())
+        account_ops.set_max_priority(
+            deps.store, caller.user, name[:MAX_NAME], body.max_priority, time.time()
+        )
     )
 
 

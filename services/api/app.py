@@ -21,11 +21,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlaas.adapters.logs import LogReader
-from dlaas.adapters.s3 import platform_client
+from dlaas.adapters.s3 import STORE_UNREACHABLE, platform_client
 from dlaas.adapters.store.base import JobStore, open_store
 from dlaas.config import ApiSettings, PlatformSettings
 from dlaas.domain import errors
-from services.api.auth import Authenticator
+from services.api.auth import Authenticator, AuthMetrics, FailureLimiter, TooManyFailures
 from services.api.deps import Deps
 from services.api.errors import Forbidden, HookNotFound, NoResults, Unauthorized
 from services.api.models import ERROR_MEANINGS, error_responses, manifest_schemas
@@ -46,6 +46,7 @@ STATUS_FOR: dict[type[errors.DlaasError], int] = {
     errors.ImageUnavailable: 422,
     errors.InvalidTransition: 409,
     errors.PayloadTooLarge: 413,
+    TooManyFailures: 429,  # before its base class, TemporaryError
     errors.TemporaryError: 503,  # includes Conflict: retry
 }
 
@@ -114,9 +115,21 @@ def _install_error_handlers(app: FastAPI) -> None:
         if status == 500:
             log.error("unmapped domain error on %s: %s", request.url.path, exc.message)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        if status == 503:
+        if status in (429, 503):
             headers = {"Retry-After": str(max(1, round(getattr(exc, "delay_s", 1.0))))}
         return JSONResponse(error_body(exc.code, message, problems), status, headers=headers)
+
+    # A store the route reads (a user's own, reached under the egress rule, or the
+    # platform's) that does not answer is a 503, not a 500: no route catches it on every path
+    # (a metrics read of a job whose store is down was a 500). The store is not named.
+    for unreachable in STORE_UNREACHABLE:
+
+        @app.exception_handler(unreachable)
+        async def store_unreachable(request: Request, exc: Exception) -> JSONResponse:
+            log.warning("a data store did not answer on %s: %s", request.url.path, exc)
+            message = f"the job's data store did not answer ({type(exc).__name__}); try again later"
+            body = error_body(errors.TemporaryError.code, message)
+            return JSONResponse(body, 503, headers={"Retry-After": "10"})
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -245,8 +258,14 @@ def create_app(
         docker = None
     elif docker is None:
         docker = _node_views(settings)
-    tokens = Authenticator(store, api_settings.admin_token.get_secret_value())
     metrics = Metrics(api_settings.replica)
+    limiter = FailureLimiter(api_settings.auth_max_failures, api_settings.auth_failure_window_s)
+    tokens = Authenticator(
+        store,
+        api_settings.admin_token.get_secret_value(),
+        limiter=limiter,
+        metrics=AuthMetrics(metrics.counted),
+    )
     metrics.watch(store, lcm)
     deps = Deps(settings, api_settings, store, lcm, s3, scheduler, tokens, None, metrics)  # type: ignore[arg-type]
     deps.logs = LogReader(store, settings, docker, deps.s3_for, poll_s=log_poll_s)

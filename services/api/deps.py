@@ -53,7 +53,8 @@ def get_caller(
     request: Request,
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Caller:
-    return get_deps(request).tokens.caller(request.headers.get("authorization"))
+    client = request.client.host if request.client else ""
+    return get_deps(request).tokens.caller(request.headers.get("authorization"), client)
 
 
 DepsDep = Annotated[Deps, Depends(get_deps)]

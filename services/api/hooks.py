@@ -4,7 +4,7 @@ A hook belongs to the user who made it and hears of that user's jobs only; anoth
 user's hook is reported as missing, as another user's job is. The signing secret is in
 the reply to the POST, once; it is derived from the platform's key (dlaas.domain.hooks) and
 never stored, so it cannot be shown again: a user who lost it removes the hook and adds
-another.
+another. A URL at an address the worker would refuse (dlaas.domain.egress) is refused here.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from dlaas.domain import hooks
+from dlaas.adapters import egress as egress_pin
+from dlaas.domain import egress, hooks
 from dlaas.domain.errors import InvalidRequest
 from services.api.auth import Caller
 from services.api.deps import CallerDep, DepsDep
@@ -78,11 +79,22 @@ def _owned(deps, caller: Caller, hook_id: str) -> hooks.Hook:
     return hook
 
 
+def _check_destination(url: str, allow: str) -> None:
+    """Refuse, now, a URL the worker would refuse at delivery (dlaas.domain.egress, one
+    rule for both); a host that resolves to nothing yet is let through, as the worker
+    tries it again later."""
+    try:
+        egress_pin.check_url("url", url, egress.allowed_networks(allow))
+    except egress_pin.Unresolved:
+        pass
+
+
 @router.post("/hooks", status_code=201, response_model=HookCreated, responses=error_responses(422))
 def add_hook(body: HookCreate, deps: DepsDep, caller: CallerDep) -> HookCreated:
     """Register a webhook for events of your jobs; its signing secret is shown this once."""
     url = hooks.check_url(body.url)
     events = hooks.check_events(body.events)
+    _check_destination(url, deps.settings.egress_allow_networks)
     platform_key = deps.settings.secrets_key.get_secret_value()
     if not platform_key:
         # Not a 503: it stays so until the administrator sets a key (`dlaas up` makes one).

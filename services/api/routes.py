@@ -48,10 +48,12 @@ from dlaas.domain.secretbox import SecretBox
 from dlaas.domain.status import Status
 from dlaas.domain.stored import stored_manifest, stored_manifest_or_none
 from services.api import health as health_probes
+from services.api.admission import admit
 from services.api.archive import normalize_archive
 from services.api.auth import Caller
 from services.api.deps import CallerDep, Deps, DepsDep
 from services.api.errors import NoResults
+from services.api.follows import REFUSED_DOC, follows_of
 from services.api.models import (
     ComponentHealthPublic,
     DeleteReply,
@@ -194,6 +196,7 @@ def audit(deps: Deps, caller: Caller, action: str, target: str, detail: str = ""
 def _submit(deps: Deps, caller: Caller, text: str, manifest: Manifest, code: bytes | None):
     # Bucket names resolve in the caller's team namespace: refuse any other before storing.
     check_buckets(manifest, caller.team)
+    admit(manifest, caller, deps.store, deps.settings)  # store endpoints, priority ceiling
     job_id = new_job_id()
     key = ""
     if code is not None:
@@ -481,9 +484,11 @@ def delete_job(
     responses={
         200: {"content": {"text/plain": {}}, "description": "the log, one line per line"},
         **error_responses(404, 422),
+        **REFUSED_DOC,
     },
 )
-def job_logs(
+async def job_logs(
+    request: Request,
     job_id: str,
     deps: DepsDep,
     caller: CallerDep,
@@ -492,25 +497,35 @@ def job_logs(
         int, Query(ge=0, le=MAX_OFFSET, description="lines to skip, to resume a stream")
     ] = 0,
     follow: Annotated[bool, Query(description="keep streaming until the job ends")] = False,
-) -> StreamingResponse:
-    """Stream a learner's log as text, one line per line; `follow` waits for the job's end."""
-    record = _owned(deps, caller, job_id)
-    manifest = stored_manifest_or_none(record)
-    requested = manifest.learners if manifest is not None else 1
-    learners = learners_with_logs(requested, record.info)
-    if learner >= learners:
-        raise InvalidRequest(f"learner: the job has learners 0..{learners - 1}, not {learner}")
+) -> Response:
+    """Stream a learner's log as text, one line per line; `follow` waits for the job's end.
 
-    def lines() -> Iterator[str]:
-        try:
-            for line in deps.logs.lines(job_id, learner, offset=offset, follow=follow):
-                yield line + "\n"
-        # Broad: the status line is already sent, so whatever breaks the stream, all that
-        # is left is to end it; the trace is kept here.
-        except Exception:  # broad: the reply has begun; only ending it is left
-            log.exception("log stream of %s learner %d broke", job_id, learner)
-
-    return StreamingResponse(lines(), media_type="text/plain; charset=utf-8")
+    A follow holds no thread while it waits (services.api.follows); a user's follows on a
+    replica are limited (429 with `Retry-After` beyond)."""
+    follows = follows_of(request)
+    user = caller.user if follow else None
+    if user is not None and (refused := follows.take(user)) is not None:
+        return refused.response()
+    try:
+        record = await follows.call(_owned, deps, caller, job_id)
+        manifest = stored_manifest_or_none(record)
+        requested = manifest.learners if manifest is not None else 1
+        learners = learners_with_logs(requested, record.info)
+        if learner >= learners:
+            raise InvalidRequest(f"learner: the job has learners 0..{learners - 1}, not {learner}")
+        rounds = await follows.call(deps.logs.rounds, job_id, learner, offset=offset, follow=follow)
+    except BaseException:  # broad: the slot goes back whatever failed (re-raised)
+        if user is not None:
+            follows.give_back(user)
+        raise
+    lines = follows.stream(
+        rounds,
+        lambda line: line + "\n",
+        deps.logs.poll_s / 2,  # a line is seen within about 0.5 s (poll_s 0.5)
+        what=f"log stream of {job_id} learner {learner}",
+        user=user,
+    )
+    return StreamingResponse(lines, media_type="text/plain; charset=utf-8")
 
 
 def results_store_error(exc: Exception, endpoint: str) -> DlaasError:

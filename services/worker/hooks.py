@@ -13,18 +13,17 @@ it was registered.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from dlaas.adapters import egress as egress_pin
 from dlaas.adapters.store.base import JobStore
-from dlaas.domain import hooks
+from dlaas.domain import egress, hooks
+from dlaas.domain.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -52,43 +51,30 @@ class Refused(Exception):
         self.final = final
 
 
-def resolve(host: str, port: int) -> list[str]:
-    """Every address `host` resolves to; [] when it resolves to none."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError):
-        return []
-    return sorted({str(info[4][0]) for info in infos})
-
-
 def guarded_post(
     url: str,
     body: bytes,
     headers: dict[str, str],
     timeout_s: float,
     *,
-    allowed: Sequence[ipaddress._BaseNetwork] = (),
-    resolve: Callable[[str, int], list[str]] = resolve,
+    allowed: Sequence[egress.Network] = (),
+    resolve: Callable[[str, int], list[str]] = egress_pin.resolve,
     send: Callable[..., int] = http_post,
 ) -> int:
-    """`http_post` to an address the URL's host resolves to, once every one of them is an
-    address a hook may go to (`hooks.destination_problem`); else Refused. A user names the
-    URL and the worker runs inside the platform: unchecked, a hook could probe its etcd, S3
-    or a cloud's metadata. The POST goes to the address checked (the name in the Host
-    header and, over TLS, as the name presented and verified), so a name that resolves
-    elsewhere a moment later (DNS rebinding) changes nothing."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    addresses = resolve(host, port)
-    problem = hooks.destination_problem(host, addresses, allowed)
-    if problem:
-        raise Refused(problem, final=bool(addresses))
-    ip = ipaddress.ip_address(addresses[0].split("%", 1)[0])
-    literal = f"[{ip}]" if ip.version == 6 else str(ip)
-    pinned = urlunsplit(parts._replace(netloc=f"{literal}:{port}"))
-    named = {**headers, "Host": parts.netloc}
-    return send(pinned, body, named, timeout_s, host if parts.scheme == "https" else None)
+    """`http_post` to the address the URL's host resolves to, once every one passes the
+    egress rule (dlaas.domain.egress); else Refused. A user names the URL and the worker
+    runs inside the platform: unchecked, a hook could probe its etcd, S3 or a cloud's
+    metadata. The POST goes to the address checked (the name in the Host header and, over
+    TLS, as the name presented and verified), so a name that resolves elsewhere a moment
+    later (DNS rebinding) changes nothing."""
+    try:
+        pinned = egress_pin.pin("url", url, allowed, resolve)
+    except InvalidRequest as exc:  # EgressRefused, or a URL with no host to post to
+        raise Refused(str(exc)) from None
+    except egress_pin.Unresolved as exc:
+        raise Refused(str(exc), final=False) from None
+    named = {**headers, "Host": pinned.netloc}
+    return send(pinned.url, body, named, timeout_s, pinned.hostname if pinned.https else None)
 
 
 @dataclass(frozen=True)

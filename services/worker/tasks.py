@@ -27,6 +27,7 @@ from dlaas.adapters.store.base import JobStore
 from dlaas.config import PlatformSettings
 from dlaas.domain import hooks, jobspec, purge
 from dlaas.domain.accounts import audit_entry
+from dlaas.domain.egress import allowed_networks
 from dlaas.domain.errors import InvalidManifest, JobNotFound, TemporaryError
 from dlaas.domain.locations import job_locations
 from dlaas.domain.stored import stored_manifest
@@ -94,7 +95,7 @@ def make_app(
         return sweep_retention(settings, store, s3, clock())
 
     platform_key = settings.secrets_key.get_secret_value()
-    allowed = hooks.allowed_networks(settings.hooks_allow_networks)
+    allowed = allowed_networks(settings.egress_allow_networks)
     post = functools.partial(hook_delivery.guarded_post, allowed=allowed)
 
     @app.task(

@@ -609,7 +609,14 @@ def test_a_purge_with_the_queue_down_is_503_and_deletes_nothing(env):
     assert env.s3.get_object(Bucket=env.results, Key=key)["Body"].read() == b"weights"
 
 
+def allow_loopback(env) -> None:
+    """Let users name stores on this host (the test's S3, a tarpit): the operator's
+    DLAAS_EGRESS_ALLOW_NETWORKS; without it such a store is refused (test_api_egress.py)."""
+    env.settings.egress_allow_networks = "127.0.0.0/8"
+
+
 def test_purge_refused_for_results_in_the_users_own_store(env, s3_server):
+    allow_loopback(env)
     queue = env.client.app.state.deps.tasks = FakeTaskQueue()
     own = env.manifest().replace(
         "      access_key: someone\n      password: s3cr3t-never-shown\n",
@@ -1106,7 +1113,9 @@ def test_huge_integer_parameters_are_refused_naming_them(env, path, field):
 
 
 def _with_endpoint(env, endpoint: str) -> str:
-    """Submit a job whose results live on `endpoint` (a store of the user's own)."""
+    """Submit a job whose results live on `endpoint` (a store of the user's own, on this
+    host: allowed by the operator here)."""
+    allow_loopback(env)
     manifest = env.manifest().replace(
         "    connection:\n", f"    connection:\n      endpoint: {endpoint}\n"
     )
@@ -1164,6 +1173,7 @@ def test_user_store_clients_have_short_timeouts_and_no_retries():
     from dlaas.adapters.s3 import client_for
     from dlaas.domain.locations import S3Location
 
-    config = client_for(S3Location("http://127.0.0.1:1", "a", "b", "bucket")).meta.config
+    loc = S3Location("http://127.0.0.1:1", "a", "b", "bucket", allow_networks="127.0.0.0/8")
+    config = client_for(loc).meta.config
     assert (config.connect_timeout, config.read_timeout) == (3.0, 10.0)
     assert config.retries["total_max_attempts"] == 1

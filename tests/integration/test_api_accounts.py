@@ -142,3 +142,43 @@ def test_bucket_names_resolve_in_the_team_namespace(env):  # noqa: F811
     entries = env.client.get("/v1/audit", headers=auth(ADMIN)).json()["entries"]
     assert entries[0]["action"] == "submit" and entries[0]["target"] == job.job_id
     assert "s3cr3t" not in str(entries)
+
+
+def test_a_priority_above_the_teams_ceiling_is_refused_at_submit(env):  # noqa: F811
+    made = add_user(env, "dave", "nlp")  # the team is made on the way, with the default
+    teams = {t["name"]: t for t in env.client.get("/v1/teams", headers=auth(ADMIN)).json()}
+    assert teams["nlp"]["max_priority"] == 100
+
+    def submit(priority, token=made["token"]):
+        return env.submit(token=token, manifest=env.manifest() + f"priority: {priority}\n")
+
+    assert submit("high").status_code == 201
+    r = submit("critical")
+    assert r.status_code == 422, r.text
+    ceiling = "priority: 1000 is above team nlp's ceiling 100; an administrator sets it "
+    assert r.json()["problems"] == [ceiling + "(dlaas teams set --max-priority)"]
+    assert submit(2147483647).status_code == 422
+    # Administrators set the ceiling (audited); the user may then go up to it.
+    r = env.client.put(
+        "/v1/teams/nlp/max-priority", json={"max_priority": 1000}, headers=auth(ADMIN)
+    )
+    assert (r.status_code, r.json()["max_priority"]) == (200, 1000), r.text
+    assert submit("critical").status_code == 201
+    assert submit(1001).status_code == 422
+    entries = env.client.get("/v1/audit", headers=auth(ADMIN)).json()["entries"]
+    assert any(e["action"] == "set-max-priority" and e["detail"] == "1000" for e in entries)
+    # ... and only they: the route is theirs, and their own submits are exempt.
+    r = env.client.put("/v1/teams/nlp/max-priority", json={"max_priority": 9}, headers=auth(ALICE))
+    assert r.status_code == 403
+    assert submit(2147483647, token=ADMIN).status_code == 201
+
+
+def test_a_team_is_made_with_its_ceiling_and_a_bad_one_is_named(env):  # noqa: F811
+    r = env.client.post("/v1/teams", json={"name": "cv", "max_priority": -5}, headers=auth(ADMIN))
+    assert (r.status_code, r.json()["max_priority"]) == (201, -5), r.text
+    r = env.client.put(
+        "/v1/teams/cv/max-priority", json={"max_priority": 2**31}, headers=auth(ADMIN)
+    )
+    assert r.status_code == 422 and r.json()["problems"][0].startswith("max_priority"), r.text
+    r = env.client.put("/v1/teams/nope/max-priority", json={"max_priority": 1}, headers=auth(ADMIN))
+    assert r.status_code == 422 and "no team 'nope'" in r.json()["message"], r.text

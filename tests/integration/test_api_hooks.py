@@ -11,7 +11,7 @@ from test_api import ADMIN, ALICE, BOB, auth, env  # noqa: F401 - env is a fixtu
 from dlaas.domain import hooks
 from dlaas.domain.secretbox import new_key
 
-URL = "http://127.0.0.1:9999/hook"
+URL = "http://93.184.216.34:9999/hook"  # a public address: no lookup, never called
 
 
 @pytest.fixture
@@ -65,6 +65,28 @@ def test_bad_hooks_are_refused_naming_the_field(keyed, body, field):
     assert r.status_code == 422, r.text
     assert any(p.startswith(field) or f"{field}" in p for p in r.json()["problems"]), r.json()
     assert api.store.list_hooks() == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:6379/", "http://169.254.169.254/latest", "http://[::1]:2379/",
+     "http://localhost:8333/", "https://10.0.0.1/hook"],
+)  # fmt: skip
+def test_a_hook_the_worker_would_refuse_is_refused_at_add(keyed, url):
+    # The same rule (and words) as the worker's at delivery: nothing waits to fail later.
+    api, _ = keyed
+    r = add(api, url=url)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == "address_refused"
+    assert "is not an address the platform connects to" in r.json()["message"]
+    assert api.store.list_hooks() == []
+
+
+def test_a_hook_inside_an_allowed_network_is_accepted(keyed):
+    api, _ = keyed
+    deps = api.client.app.state.deps
+    deps.settings = deps.settings.model_copy(update={"egress_allow_networks": "127.0.0.0/8"})
+    assert add(api, url="http://127.0.0.1:9999/hook").status_code == 201
 
 
 def test_without_a_platform_key_no_hook_is_made(env):  # noqa: F811

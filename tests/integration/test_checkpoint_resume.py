@@ -150,7 +150,7 @@ class FollowedReader(LogReader):
         super().__init__(None, None, {"local": engine}, lambda _loc: s3_client, poll_s=0.05)
         self.done = threading.Event()
 
-    def _final(self, job_id: str) -> bool:
+    def _final(self, job_id: str, shared: bool = False) -> bool:
         return self.done.is_set()
 
 

@@ -59,3 +59,23 @@ def test_data_upload_and_ls_stay_in_the_team_namespace(server, tmp_path):  # noq
     assert other.exit_code != 0 and "team 'nlp'" in other.output
     missing = server.cli("--token", token, "data", "upload", "mnist", str(tmp_path / "nope"))
     assert missing.exit_code != 0 and "no such file" in missing.output
+
+
+def test_teams_priority_ceiling(server):  # noqa: F811
+    made = server.cli("teams", "add", "speech", "--max-priority", "1000")
+    assert made.exit_code == 0 and "priority at most 1000" in made.stdout, made.output
+    r = server.cli("teams", "set", "speech", "--max-priority", "50")
+    assert r.exit_code == 0 and "speech: priority at most 50" in r.stdout, r.output
+    listed = json.loads(server.cli("teams", "list", "--json").stdout)
+    assert {t["name"]: t["max_priority"] for t in listed}["speech"] == 50
+    table = server.cli("teams", "list")
+    assert "max priority" in table.stdout and "50" in table.stdout
+    nothing = server.cli("teams", "set", "speech")
+    assert nothing.exit_code != 0 and "--max-priority" in nothing.output
+
+
+def test_the_readme_order_user_then_team_is_named(server):  # noqa: F811
+    # `users add --team` makes the team; a later `teams add` of it says what to do instead.
+    assert server.cli("users", "add", "erin", "--team", "nlp").exit_code == 0
+    again = server.cli("teams", "add", "nlp", "--gpus", "2")
+    assert again.exit_code != 0 and "dlaas teams set-quota" in again.output

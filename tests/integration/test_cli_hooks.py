@@ -19,7 +19,7 @@ def keyed_server(server):  # noqa: F811
 
 def test_hooks_add_list_deliveries_rm(keyed_server):
     srv, key = keyed_server
-    made = srv.cli("hooks", "add", "http://127.0.0.1:9999/h", "--events", "failed,queued")
+    made = srv.cli("hooks", "add", "http://93.184.216.34:9999/h", "--events", "failed,queued")
     assert made.exit_code == 0, made.output
     lines = made.stdout.splitlines()
     hook_id = lines[0].split()[1]
@@ -44,5 +44,8 @@ def test_hooks_add_list_deliveries_rm(keyed_server):
     assert bad.exit_code != 0 and "url:" in bad.output and "Traceback" not in bad.output
     bad = srv.cli("hooks", "add", "http://x/y", "--events", "finished")
     assert bad.exit_code != 0 and "events: unknown finished" in bad.output
+    # An address the worker would never post to is refused now, not at the first delivery.
+    inside = srv.cli("hooks", "add", "http://169.254.169.254/latest", "--events", "failed")
+    assert inside.exit_code != 0 and "is not an address the platform connects to" in inside.output
     assert srv.cli("hooks", "rm", hook_id).exit_code == 0
     assert json.loads(srv.cli("hooks", "list", "--json").stdout) == []

@@ -27,7 +27,7 @@ from dlaas.adapters.notify import hook_notifier
 from dlaas.adapters.store import open_store
 from dlaas.adapters.store.base import JobRecord
 from dlaas.config import PlatformSettings
-from dlaas.domain import hooks
+from dlaas.domain import egress, hooks
 from dlaas.domain.secretbox import new_key
 from dlaas.domain.status import Status, Transition
 from dlaas.local import processes
@@ -102,7 +102,8 @@ class Worker:
             "DLAAS_SECRETS_KEY": settings.secrets_key.get_secret_value(),
             "DLAAS_WORKER_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
             # The test's receivers listen on loopback, which hooks may not reach unless
-            # the operator allows it (test_a_hook_to_the_platforms_own_host_is_refused).
+            # the operator allows it (test_a_hook_to_the_platforms_own_host_is_refused);
+            # by its old name here, which still works (DLAAS_EGRESS_ALLOW_NETWORKS now).
             "DLAAS_HOOKS_ALLOW_NETWORKS": "127.0.0.0/8",
         }
         self.log = workdir / "worker.log"
@@ -214,8 +215,8 @@ def test_a_hook_to_the_platforms_own_host_is_refused(env):
         processes.wait_until(given_up, WAIT_S, "the refusal", log=worker.log)
         (refusal,) = given_up()
         assert refusal.attempts == 1 and refusal.last_status is None
-        assert "not a public address" in refusal.last_error
-        assert "DLAAS_HOOKS_ALLOW_NETWORKS" in refusal.last_error
+        assert refusal.last_error == egress.refusal("url", "localhost")
+        assert "DLAAS_EGRESS_ALLOW_NETWORKS" in refusal.last_error
         assert receiver.requests == []
     finally:
         receiver.close()

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from dlaas.domain import hooks
+from dlaas.domain import egress
 from services.worker import hooks as delivery
 
 NAME = "hooks.localtest"
@@ -85,7 +85,7 @@ def receiver(tmp_path, monkeypatch):
 def post(url: str) -> int:
     return delivery.guarded_post(
         url, b"{}", {"Content-Type": "application/json"}, 5.0,
-        allowed=hooks.allowed_networks("127.0.0.0/8"), resolve=lambda host, port: ["127.0.0.1"],
+        allowed=egress.allowed_networks("127.0.0.0/8"), resolve=lambda host, port: ["127.0.0.1"],
     )  # fmt: skip
 
 

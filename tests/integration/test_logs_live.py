@@ -32,7 +32,7 @@ class RealReader(LogReader):
         super().__init__(None, None, {"local": engine}, lambda _loc: s3_client, poll_s=0.05)
         self.final = threading.Event()
 
-    def _final(self, job_id):
+    def _final(self, job_id, shared=False):
         return self.final.is_set()
 
 

@@ -39,6 +39,10 @@ def test_series_come_from_the_stored_log(env):  # noqa: F811
             "loss": [[1, 0.9], [2, 0.6], [3, 0.4]],
             "accuracy": [[1, 0.5], [2, 0.7], [3, 0.85]],
         },
+        "truncated": False,
+        "next_since_step": None,
+        "reading": [],
+        "left_out": {},
     }
 
 

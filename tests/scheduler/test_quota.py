@@ -369,3 +369,40 @@ def test_round_usage_agrees_with_borrowed_jobs_and_held(snap):
         assert set(got) == set(exp)
         for team, use in exp.items():
             assert got[team] == pytest.approx(use)
+
+
+# --------------------------------------------------------------------------- CPU-only reasons
+
+
+def cpu_nodes(n: int, cpus: float = 2.0) -> list[Node]:
+    return [Node(f"c{i}", 0, cpus, 64_000) for i in range(n)]
+
+
+def cpu_run(job_id, team, node, cpus, start=0.0):
+    return RunningJob(job_id, "u", (Allocation(0, node, (), cpus, 1000),), 0, start, 0.0, None,
+                      team=team)  # fmt: skip
+
+
+def test_reasons_on_a_cpu_only_cluster_speak_of_cpus():
+    # The bug: "team vision is below its guarantee (0/0 GPUs)" on a cluster without GPUs.
+    quotas = {"vision": TeamQuota(0, 2.0, 64_000), "nlp": TeamQuota(0, 2.0, 64_000)}
+    snap = Snapshot(
+        cpu_nodes(2),
+        [cpu_run("n-own", "nlp", "c0", 2.0), cpu_run("n-borrow", "nlp", "c1", 2.0, start=10)],
+        [QueuedJob("v", "u", 1, 0, 1.0, 1000, team="vision")],
+        quotas,
+    )
+    ds = schedule(snap, 20, "fifo")
+    assert [(d.job_id, d.action) for d in ds] == [("n-borrow", "preempt"), ("v", "start")]
+    assert "team vision is below its guarantee (0/2 CPUs)" in ds[0].cause
+    assert "GPU" not in ds[0].cause
+
+
+def test_an_elastic_start_below_its_size_says_how_many_of_how_many():
+    # The bug: "fits now (3 x 0.5 CPU, 2 learner(s))": three of what, two of what?
+    snap = Snapshot(cpu_nodes(1, cpus=1.0), [], [
+        QueuedJob("e", "u", 3, 0, 0.5, 1000, min_learners=2, max_learners=3)
+    ], {})  # fmt: skip
+    (d,) = schedule(snap, 0, "fifo")
+    assert d.action == "start" and len(d.allocations) == 2
+    assert "fits now (2 x 0.5 CPU, 2 of 3 learners)" in d.cause, d.cause

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from dlaas.adapters.store.sqlite import SqliteJobStore
-from dlaas.domain import hooks
+from dlaas.domain import egress, hooks
 from dlaas.domain.errors import InvalidRequest
 from dlaas.domain.status import TRANSITIONS, Status, Transition
 from services.worker import hooks as delivery
@@ -232,38 +232,6 @@ def test_no_key_to_sign_with_or_a_deleted_hook_sends_nothing(store):
 # --------------------------------------------------------------------------- destinations
 
 
-@pytest.mark.parametrize(
-    "address",
-    ["127.0.0.1", "10.1.2.3", "172.17.0.1", "192.168.1.1", "169.254.169.254", "::1",
-     "fe80::1%eth0", "0.0.0.0", "100.64.0.1", "fc00::1"],
-)  # fmt: skip
-def test_the_hosts_and_the_platforms_own_networks_are_no_destination(address):
-    problem = hooks.destination_problem("h.example", [address])
-    assert problem.startswith(f"h.example is {address.split('%')[0]}, not a public address")
-    assert "DLAAS_HOOKS_ALLOW_NETWORKS" in problem
-
-
-def test_an_address_given_as_the_host_is_named_once():
-    assert hooks.destination_problem("169.254.169.254", ["169.254.169.254"]).startswith(
-        "169.254.169.254 is not a public address"
-    )
-
-
-def test_a_public_address_or_an_allowed_network_is_a_destination():
-    assert hooks.destination_problem("h.example", ["93.184.216.34", "2606:2800::1"]) == ""
-    allowed = hooks.allowed_networks(" 127.0.0.0/8, 10.1.0.0/16 ,")
-    assert hooks.destination_problem("localhost", ["127.0.0.1"], allowed) == ""
-    assert hooks.destination_problem("h", ["10.1.9.9"], allowed) == ""
-    # Every address counts: one public answer does not cover a private one beside it.
-    assert hooks.destination_problem("h", ["93.184.216.34", "10.2.0.1"], allowed) != ""
-    assert hooks.destination_problem("h", []) == "h resolves to no address"
-
-
-def test_an_allowed_network_that_is_not_one_is_named():
-    with pytest.raises(ValueError, match="'10.0.0.300/8' is not a network"):
-        hooks.allowed_networks("127.0.0.0/8,10.0.0.300/8")
-
-
 def test_a_hook_to_a_private_address_is_refused_before_any_post():
     posted = []
 
@@ -274,7 +242,8 @@ def test_a_hook_to_a_private_address_is_refused_before_any_post():
     with pytest.raises(delivery.Refused) as refused:
         delivery.guarded_post("http://meta.test/latest", b"{}", {}, 1.0, send=send,
                               resolve=lambda host, port: ["169.254.169.254"])  # fmt: skip
-    assert refused.value.final and "169.254.169.254, not a public address" in str(refused.value)
+    assert refused.value.final
+    assert str(refused.value) == egress.refusal("url", "meta.test")
     with pytest.raises(delivery.Refused) as unresolved:
         delivery.guarded_post("http://gone.test/", b"{}", {}, 1.0, send=send,
                               resolve=lambda h, p: [])  # fmt: skip
@@ -295,7 +264,7 @@ def test_the_post_goes_to_the_address_checked_not_to_the_name_again():
         asked.append((host, port))
         return ["10.0.0.5", "10.0.0.6"]
 
-    allowed = hooks.allowed_networks("10.0.0.0/8")
+    allowed = egress.allowed_networks("10.0.0.0/8")
     url = "https://hooks.test:8443/x?a=1"
     assert delivery.guarded_post(url, b"{}", {"X": "1"}, 1.0, allowed=allowed,
                                  resolve=resolve, send=send) == 204  # fmt: skip
@@ -303,7 +272,7 @@ def test_the_post_goes_to_the_address_checked_not_to_the_name_again():
     assert posted == [("https://10.0.0.5:8443/x?a=1", "hooks.test:8443", "1", "hooks.test")]
     posted.clear()
     delivery.guarded_post("http://[2606:2800::1]/h", b"{}", {"X": "2"}, 1.0, send=send,
-                          resolve=lambda host, port: ["2606:2800::1"])  # fmt: skip
+                          resolve=lambda host, port: ["10.0.0.9"])  # fmt: skip
     assert posted == [("http://[2606:2800::1]:80/h", "[2606:2800::1]", "2", None)]
 
 

@@ -10,11 +10,24 @@ across a restart is in tests/integration/test_logs_live.py.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import pytest
+from botocore.exceptions import ClientError
+from lcm_fakes import FakeEngine
 
-from dlaas.adapters.logs import LineCursor, LogReader, S3Log, run_start, split_lines
+from dlaas.adapters.logs import (
+    PAUSE,
+    LineCursor,
+    LogReader,
+    Recent,
+    S3Log,
+    run_start,
+    split_lines,
+)
+from dlaas.domain import jobspec
+from dlaas.domain.locations import S3Location
 from dlaas.learner.paths import RUN_START_META
 
 RUN1 = [f"run1 line {i}" for i in range(5)]
@@ -91,20 +104,20 @@ class ScriptedReader(LogReader):
     def now(self) -> World:
         return self.worlds[self.step]
 
-    def _final(self, job_id):
+    def _final(self, job_id, shared=False):
         return self.now.final
 
-    def _container(self, job_id, learner):
+    def _container(self, job_id, learner, shared=False):
         c = self.now.container
         return None if c is None else FakeContainer(c[0], "running" if c[1] else "exited", c[2])
 
-    def _container_lines(self, container, follow):
-        return iter(list(container.lines))
+    def _container_lines(self, container, shared=False, skip=0, complete=False):
+        return iter(list(container.lines[skip:]))
 
     def _has_output(self, container):
         return bool(container.lines)
 
-    def _s3_log(self, results, job_id, learner):
+    def _s3_log(self, results, job_id, learner, shared=False):
         s3 = self.now.s3
         return None if s3 is None else S3Log(s3[0], iter(list(s3[1])))
 
@@ -135,7 +148,7 @@ def test_a_container_removed_while_it_is_read_gives_way_to_the_stored_log():
         [World(("a", False, RUN1), (0, RUN1), final=True), World(None, (0, RUN1), final=True)]
     )
 
-    def removed_meanwhile(container, follow):
+    def removed_meanwhile(container, shared=False, skip=0, complete=False):
         reader.step = 1
         return iter(())
 
@@ -147,7 +160,7 @@ def test_a_container_removed_while_it_is_read_gives_way_to_the_stored_log():
 def test_a_container_still_listed_while_docker_removes_it_gives_way_to_the_stored_log():
     # Docker still finds the learner (status "removing") but its log file is gone already.
     reader = ScriptedReader([World(("a", False, RUN1), (0, RUN1), final=True)])
-    reader._container_lines = lambda container, follow: iter(())
+    reader._container_lines = lambda container, *args: iter(())
     reader._has_output = lambda container: True  # read a moment before
     assert reader.read() == RUN1
 
@@ -183,3 +196,92 @@ def test_lines_lost_with_a_dead_node_do_not_swallow_the_next_run():
         World(None, (3, RUN1[:3] + RUN2), final=True),
     ]
     assert ScriptedReader(worlds).read(follow=True) == RUN1 + RUN2
+
+
+# --------------------------------------------------------------------------- a follow's end
+
+
+class NeverEndingFollow(FakeEngine):
+    """A Swarm task's log stream (`follow=true`): it does not end when the task does."""
+
+    def follow_logs(self, c):
+        yield self.output.get(c.id, b"")
+        threading.Event().wait()  # the stream stays open after the task completed
+
+
+def test_a_follow_ends_at_the_jobs_end_although_the_engines_log_stream_does_not():
+    engine = NeverEndingFollow()
+    c = engine.add("job", jobspec.ROLE_LEARNER, 0)
+    engine.print(c, "a\nb\n")
+    final = threading.Event()
+    reader = LogReader(None, None, engine, poll_s=0.01)
+    reader._final = lambda job_id, shared=False: final.is_set()
+    reader._s3_log = lambda results, job_id, learner, shared=False: None
+    got: list[str] = []
+
+    def follow():
+        for line in reader.stream(None, "job", 0, offset=0, follow=True):
+            got.append(line)
+            if line == "b":  # the learner printed its last line and exited; the job ended
+                engine.set_state(c, "exited", 0)
+                final.set()
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive(), "the follow did not end after the job completed"
+    assert got == ["a", "b"]
+
+
+def test_rounds_pause_instead_of_waiting_and_share_reads_between_followers():
+    engine = FakeEngine()
+    c = engine.add("job", jobspec.ROLE_LEARNER, 0)
+    engine.print(c, "a\n")
+    reads = []
+    logs = engine.logs
+    engine.logs = lambda c, tail=None: reads.append(tail) or logs(c, tail=tail)
+    reader = LogReader(None, None, engine, poll_s=60)
+    reader._final = lambda job_id, shared=False: False
+    reader._s3_log = lambda results, job_id, learner, shared=False: None
+    first = reader.stream_rounds(None, "job", 0, offset=0, follow=True)
+    second = reader.stream_rounds(None, "job", 0, offset=0, follow=True)
+    assert [next(first), next(first)] == ["a", PAUSE]  # never a sleep: the caller waits
+    assert [next(second), next(second)] == ["a", PAUSE]
+    whole = [t for t in reads if t is None]
+    assert len(whole) == 1  # the second follower reused the first one's read
+    engine.print(c, "b\n")
+    reader.recent = Recent(0)  # the next poll: fresh reads
+    assert [next(first), next(first)] == ["b", PAUSE]
+
+
+def test_a_line_half_written_by_a_running_learner_comes_once_whole():
+    engine = FakeEngine()
+    c = engine.add("job", jobspec.ROLE_LEARNER, 0)
+    engine.print(c, "a\n[=====")
+    reader = LogReader(None, None, engine, poll_s=0)
+    final = []
+    reader._final = lambda job_id, shared=False: bool(final)
+    reader._s3_log = lambda results, job_id, learner, shared=False: None
+    rounds = reader.stream_rounds(None, "job", 0, offset=0, follow=True)
+    assert [next(rounds), next(rounds)] == ["a", PAUSE]
+    engine.print(c, "=====] done\nb")
+    assert [next(rounds), next(rounds)] == ["[==========] done", PAUSE]
+    engine.set_state(c, "exited", 0)
+    final.append(True)
+    assert list(rounds) == ["b"]  # it exited without a last newline: the line is whole
+
+
+def test_followers_of_a_job_without_a_log_yet_share_one_object_read():
+    asked = []
+
+    class NoLogYet:  # FAKE S3: the helper has not stored a log yet
+        def get_object(self, Bucket, Key):
+            asked.append(Key)
+            raise ClientError({"Error": {"Code": "NoSuchKey"}}, "GetObject")
+
+    reader = LogReader(None, None, None, lambda loc: NoLogYet(), poll_s=60)
+    reader._final = lambda job_id, shared=False: False
+    results = S3Location("", "", "", "res")
+    followers = [reader.stream_rounds(results, "job", 0, offset=0, follow=True) for _ in range(50)]
+    assert all(next(f) is PAUSE for f in followers)
+    assert len(asked) == 1

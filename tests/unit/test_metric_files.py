@@ -5,13 +5,24 @@ real event files (dlaas.adapters.metric_files) and the helper's choice of files 
 from __future__ import annotations
 
 import math
+import threading
+import zlib
+from pathlib import Path
 
 import pytest
 from tb_events import write_events
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from dlaas.adapters.metric_files import file_points, tensorboard_scalars
+from dlaas.adapters import metric_files as files_adapter
+from dlaas.adapters.metric_files import (
+    MetricFileReader,
+    ParsedFiles,
+    file_records,
+    tensorboard_scalars,
+)
 from dlaas.domain import jobspec, metrics
+from dlaas.domain.locations import S3Location
+from dlaas.domain.metric_query import KEEP
 from services.learner_helper.sync import metric_files
 
 
@@ -138,8 +149,8 @@ def test_tensorboard_reader_finds_tf1_and_tf2_scalars(tmp_path):
         ("loss", 1.0, 1.0),
         ("val/acc", 10.0, 0.75),
     ]
-    found = file_points(jobspec.METRIC_FILE_TENSORBOARD, path, "tb/" + path.name)
-    assert metrics.series(found) == {"loss": [[0, 2.0], [1, 1.0]], "val/acc": [[10, 0.75]]}
+    found = list(file_records(jobspec.METRIC_FILE_TENSORBOARD, path))
+    assert found == [("loss", 0.0, 2.0), ("loss", 1.0, 1.0), ("val/acc", 10.0, 0.75)]
 
 
 def test_an_event_file_cut_mid_record_yields_its_complete_records(tmp_path):
@@ -151,8 +162,106 @@ def test_an_event_file_cut_mid_record_yields_its_complete_records(tmp_path):
     assert [step for _, step, _ in tensorboard_scalars(path)] == [0.0, 1.0]
 
 
-def test_file_points_of_a_jsonl_file(tmp_path):
+def test_file_records_of_a_jsonl_file(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text('{"epoch": 1, "loss": 0.5}\n{"epoch": 2, "loss": 0.25}')  # no last newline
-    found = file_points(jobspec.METRIC_FILE_JSONL, path, "m.jsonl")
-    assert metrics.series(found) == {"loss": [[1, 0.5], [2, 0.25]]}
+    assert list(file_records(jobspec.METRIC_FILE_JSONL, path)) == [
+        ("loss", 1, 0.5),
+        ("loss", 2, 0.25),
+    ]
+
+
+# --------------------------------------------------------------------------- bounded reads
+
+
+class FakeS3:
+    """FAKE S3 (in memory): a listing of one prefix and whole-object downloads, counted;
+    `gate` holds every download until it is set."""
+
+    def __init__(self, objects: dict[str, bytes]):
+        self.objects = objects
+        self.downloads: list[str] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def get_paginator(self, _name):
+        s3 = self
+
+        class Pages:
+            def paginate(self, Bucket, Prefix):
+                return [{"Contents": [
+                    {"Key": k, "ETag": f'"{zlib.crc32(v)}"', "Size": len(v)}
+                    for k, v in s3.objects.items() if k.startswith(Prefix)
+                ]}]  # fmt: skip
+
+        return Pages()
+
+    def download_file(self, bucket, key, path):
+        self.gate.wait(10)
+        self.downloads.append(key)
+        Path(path).write_bytes(self.objects[key])
+
+
+def reader_of(s3, parsed, wait_s=10.0):
+    results = S3Location("", "", "", "res")
+    return MetricFileReader(s3, results, "job-1", 0, parsed=parsed, wait_s=wait_s)
+
+
+def jsonl(steps, name="loss") -> bytes:
+    return b"".join(b'{"step": %d, "%s": %d}\n' % (s, name.encode(), s) for s in steps)
+
+
+def key(rel: str) -> str:
+    return jobspec.metrics_prefix("job-1") + rel
+
+
+def test_a_file_version_is_parsed_once_and_a_new_version_again():
+    s3 = FakeS3({key("m.jsonl"): jsonl(range(3))})
+    parsed = ParsedFiles()
+    for _ in range(3):
+        found = reader_of(s3, parsed).read()
+        assert found.parts["m.jsonl"].snapshot() == {"loss": [(0, 0), (1, 1), (2, 2)]}
+    assert s3.downloads == [key("m.jsonl")] and parsed.parses == 1
+    s3.objects[key("m.jsonl")] = jsonl(range(4))  # the helper uploaded it again
+    found = reader_of(s3, parsed).read()
+    assert len(found.parts["m.jsonl"].snapshot()["loss"]) == 4 and parsed.parses == 2
+
+
+def test_a_long_file_is_kept_in_bounded_series():
+    s3 = FakeS3({key("m.jsonl"): jsonl(range(200_000))})
+    found = reader_of(s3, ParsedFiles()).read()
+    points = found.parts["m.jsonl"].snapshot()["loss"]
+    assert len(points) <= KEEP + 1
+    assert points[0] == (0, 0) and points[-1] == (199_999, 199_999)
+
+
+def test_files_past_the_count_and_size_limits_are_left_out_naming_why(monkeypatch):
+    monkeypatch.setattr(files_adapter, "MAX_FILES", 2)
+    monkeypatch.setattr(files_adapter, "MAX_FILE_BYTES", 100)
+    s3 = FakeS3({key(f"m{i}.jsonl"): jsonl([i]) for i in range(3)})
+    s3.objects[key("big.jsonl")] = jsonl(range(100))
+    found = reader_of(s3, ParsedFiles()).read()
+    assert sorted(found.parts) == ["m0.jsonl", "m1.jsonl"]
+    assert "byte limit" in found.left_out["big.jsonl"]
+    assert "more than 2 metric files" in found.left_out["m2.jsonl"]
+    assert sorted(s3.downloads) == [key("m0.jsonl"), key("m1.jsonl")]
+
+
+def test_a_request_does_not_wait_past_its_bound_for_a_parse():
+    s3 = FakeS3({key("m.jsonl"): jsonl(range(3))})
+    s3.gate.clear()  # the download takes its time
+    parsed = ParsedFiles()
+    found = reader_of(s3, parsed, wait_s=0.05).read()
+    assert found.reading == ["m.jsonl"]
+    s3.gate.set()
+    found = reader_of(s3, parsed).read()
+    assert found.reading == [] and parsed.parses == 1
+
+
+def test_parsed_versions_are_dropped_least_recently_used_first_past_the_bound():
+    s3 = FakeS3({key(f"m{i}.jsonl"): jsonl(range(100)) for i in range(3)})
+    parsed = ParsedFiles(max_points=250)  # room for two files of 101 points
+    reader_of(s3, parsed).read()
+    assert len(parsed._files) == 2
+    reader_of(s3, parsed).read()  # the dropped one is parsed again
+    assert parsed.parses >= 4

@@ -4,6 +4,7 @@ naming its field; `select` filters by name and step and pages by whole steps."""
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import pytest
 
@@ -11,7 +12,11 @@ from dlaas.domain.errors import InvalidRequest
 from dlaas.domain.metric_query import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
+    MAX_POINTS,
+    Decimated,
     check_learner,
+    downsample,
+    merge_series,
     metric_query,
     select,
     wanted,
@@ -102,3 +107,52 @@ def test_wanted_is_the_follow_filter():
     assert not wanted(Point("loss", 2, 0.1, 0), q)  # since is exclusive
     assert not wanted(Point("acc", 3, 0.1, 0), q)
     assert wanted(Point("acc", 0, 0.1, 0), metric_query())
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def test_a_long_series_is_kept_in_at_most_keep_points_evenly_with_its_ends():
+    kept = Decimated(keep=100)
+    for step in range(1_000_000):
+        kept.add(step, step / 2)
+    points = kept.points()
+    assert len(points) <= 101
+    assert points[0] == (0, 0) and points[-1] == (999_999, 999_999 / 2)
+    gaps = {b[0] - a[0] for a, b in pairwise(points[:-1])}
+    assert gaps == {kept.stride}  # evenly spread over the run
+
+
+def test_a_step_given_again_replaces_its_point():
+    kept = Decimated(keep=10)
+    for step, value in [(1, 0.9), (2, 0.8), (2, 0.7), (3, 0.6)]:
+        kept.add(step, value)
+    assert kept.points() == [(1, 0.9), (2, 0.7), (3, 0.6)]
+    assert kept.points(after=2) == [(3, 0.6)]
+
+
+def test_merged_sources_are_by_step_with_the_last_value_of_a_step():
+    merged = merge_series([{"loss": [(2, 0.5), (1, 1.0)]}, {"loss": [(2, 0.4)], "acc": [(1.5, 1)]}])
+    assert merged == {"loss": [[1, 1.0], [2, 0.4]], "acc": [[1.5, 1]]}
+
+
+def test_downsample_keeps_the_ends_and_at_most_max_points():
+    points = [[i, i] for i in range(1000)]
+    cut = downsample(points, 10)
+    assert len(cut) == 10 and cut[0] == [0, 0] and cut[-1] == [999, 999]
+    assert downsample(points, 0) is points and downsample(points[:5], 10) == points[:5]
+
+
+def test_a_page_is_downsampled_per_series_before_the_limit():
+    series = {"loss": [[i, 1.0 / (i + 1)] for i in range(50_000)]}
+    page = select(series, metric_query(max_points=500))
+    assert len(page.series["loss"]) == 500 and not page.truncated
+    assert page.series["loss"][-1][0] == 49_999
+    page = select(series, metric_query(limit=1000))
+    assert len(page.series["loss"]) == 1000 and page.next_since_step == 999
+
+
+@pytest.mark.parametrize("max_points", [-1, 1, MAX_POINTS + 1])
+def test_max_points_out_of_range_is_refused_naming_it(max_points):
+    with pytest.raises(InvalidRequest, match="^max_points:"):
+        metric_query(max_points=max_points)

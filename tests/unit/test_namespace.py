@@ -43,3 +43,31 @@ def test_a_name_with_a_team_prefix_is_refused_saying_whose_it_is(name, words):
     with pytest.raises(NamespaceError) as refused:
         check_bucket("vision", name)
     assert str(refused.value).startswith(words)
+
+
+def test_ffdls_underscore_names_map_to_s3_names_in_the_teams_namespace():
+    from dlaas.domain.namespace import check_bucket, s3_name, team_bucket
+
+    assert check_bucket("vision", "mnist_training_data") == "mnist_training_data"
+    assert s3_name("mnist_training_data") == "mnist-training-data"
+    assert team_bucket("vision", "mnist_training_data") == "vision--mnist-training-data"
+    assert team_bucket("vision", "mnist-training-data") == team_bucket(
+        "vision", "mnist_training_data"
+    )
+
+
+def test_two_names_of_one_job_that_meet_in_s3_are_refused_naming_both():
+    from dlaas.domain.errors import InvalidManifest
+    from dlaas.domain.locations import check_buckets
+    from dlaas.domain.manifest import parse_manifest
+
+    manifest = parse_manifest(
+        "name: j\nframework: {name: python, command: python t.py}\n"
+        "data_stores:\n  - id: s\n    type: s3\n"
+        "    training_data: {container: my_data}\n    training_results: {container: my-data}\n"
+    )
+    with pytest.raises(InvalidManifest) as info:
+        check_buckets(manifest, "vision")
+    (problem,) = info.value.problems
+    assert problem.startswith("data_stores[0].training_results.container: 'my-data' and ")
+    assert "'my_data'" in problem and "'my-data'" in problem

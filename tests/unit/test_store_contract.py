@@ -502,3 +502,26 @@ def test_deleting_a_hook_drops_its_delivery_log(store):
     store.delete_hook("h1")
     assert store.list_deliveries("h1") == ([], 0)
     assert store.get_delivery("k9") is not None
+
+
+def test_a_teams_priority_ceiling_is_stored_and_set(store):
+    assert store.add_team(Team("nlp", Quota(1, 2.0, 3), 5.0))
+    assert store.get_team("nlp").max_priority == 100  # the default ceiling ("high")
+    assert store.add_team(Team("cv", Quota(), 6.0, max_priority=1000))
+    assert store.set_max_priority("nlp", -7) and not store.set_max_priority("gone", 1)
+    assert {t.name: t.max_priority for t in store.list_teams()} == {"cv": 1000, "nlp": -7}
+    assert store.get_team("nlp").quota == Quota(1, 2.0, 3)  # the quota untouched
+
+
+def test_a_sqlite_store_from_before_ceilings_gains_the_default(tmp_path):
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE teams (name TEXT PRIMARY KEY, gpus INTEGER NOT NULL DEFAULT 0,"
+            " cpus REAL NOT NULL DEFAULT 0, memory_mb INTEGER NOT NULL DEFAULT 0,"
+            " created_at REAL NOT NULL)"
+        )
+        conn.execute("INSERT INTO teams VALUES ('nlp', 1, 0, 0, 1.0)")
+    store = SqliteJobStore(path)
+    assert store.get_team("nlp") == Team("nlp", Quota(1, 0.0, 0), 1.0, 100)
+    store.close()

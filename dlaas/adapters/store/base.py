@@ -95,6 +95,10 @@ class JobStore(abc.ABC):
         """Set a team's guaranteed share; False if there is no such team."""
 
     @abc.abstractmethod
+    def set_max_priority(self, name: str, ceiling: int) -> bool:
+        """Set a team's priority ceiling; False if there is no such team."""
+
+    @abc.abstractmethod
     def add_user(self, user: User) -> bool:
         """Create a user; False if the name is taken."""
 

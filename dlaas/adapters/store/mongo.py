@@ -26,7 +26,7 @@ from dlaas.adapters.store.base import JobRecord, JobStore
 
 # Shared with the SQLite backend so both agree on the same edge cases.
 from dlaas.adapters.store.sqlite import check_info_keys, first_history
-from dlaas.domain.accounts import AuditEntry, Quota, Team, TokenRecord, User
+from dlaas.domain.accounts import DEFAULT_MAX_PRIORITY, AuditEntry, Quota, Team, TokenRecord, User
 from dlaas.domain.errors import JobNotFound, temporary_on_all
 from dlaas.domain.hooks import Delivery, Hook
 from dlaas.domain.status import Status, Transition
@@ -190,7 +190,7 @@ class MongoJobStore(JobStore):
         return self._insert(
             self.teams,
             {"name": team.name, "gpus": q.gpus, "cpus": q.cpus, "memory_mb": q.memory_mb,
-             "created_at": team.created_at},
+             "created_at": team.created_at, "max_priority": team.max_priority},
         )  # fmt: skip
 
     def get_team(self, name: str) -> Team | None:
@@ -205,6 +205,10 @@ class MongoJobStore(JobStore):
             {"name": name},
             {"$set": {"gpus": quota.gpus, "cpus": quota.cpus, "memory_mb": quota.memory_mb}},
         )
+        return res.matched_count > 0
+
+    def set_max_priority(self, name: str, ceiling: int) -> bool:
+        res = self.teams.update_one({"name": name}, {"$set": {"max_priority": ceiling}})
         return res.matched_count > 0
 
     def add_user(self, user: User) -> bool:
@@ -353,7 +357,9 @@ def _record(doc: dict[str, Any]) -> JobRecord:
 
 
 def _team(d: dict[str, Any]) -> Team:
-    return Team(d["name"], Quota(d["gpus"], d["cpus"], d["memory_mb"]), d["created_at"])
+    # A team stored before priority ceilings has the default one.
+    ceiling = d.get("max_priority", DEFAULT_MAX_PRIORITY)
+    return Team(d["name"], Quota(d["gpus"], d["cpus"], d["memory_mb"]), d["created_at"], ceiling)
 
 
 def _user(d: dict[str, Any]) -> User:

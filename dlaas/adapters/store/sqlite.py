@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dlaas.adapters.store.base import JobRecord, JobStore
-from dlaas.domain.accounts import AuditEntry, Quota, Team, TokenRecord, User
+from dlaas.domain.accounts import DEFAULT_MAX_PRIORITY, AuditEntry, Quota, Team, TokenRecord, User
 from dlaas.domain.errors import JobNotFound, temporary_on_all
 from dlaas.domain.hooks import Delivery, Hook
 from dlaas.domain.status import Status, Transition
@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS teams (
     gpus       INTEGER NOT NULL DEFAULT 0,
     cpus       REAL NOT NULL DEFAULT 0,
     memory_mb  INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    max_priority INTEGER NOT NULL DEFAULT 100
 );
 CREATE TABLE IF NOT EXISTS users (
     name       TEXT PRIMARY KEY,
@@ -158,6 +159,13 @@ class SqliteJobStore(JobStore):
             columns = {r["name"] for r in conn.execute("PRAGMA table_info(jobs)")}
             if "team" not in columns:
                 conn.execute("ALTER TABLE jobs ADD COLUMN team TEXT NOT NULL DEFAULT ''")
+            # ... and teams made before priority ceilings gain the default one.
+            columns = {r["name"] for r in conn.execute("PRAGMA table_info(teams)")}
+            if "max_priority" not in columns:
+                conn.execute(
+                    "ALTER TABLE teams ADD COLUMN max_priority INTEGER NOT NULL DEFAULT "
+                    f"{DEFAULT_MAX_PRIORITY}"
+                )
         if self.path != ":memory:":
             # It holds manifests and token hashes: the owner's only.
             os.chmod(self.path, 0o600)
@@ -335,9 +343,9 @@ class SqliteJobStore(JobStore):
         q = team.quota
         with self._write() as conn:
             cur = conn.execute(
-                "INSERT OR IGNORE INTO teams (name, gpus, cpus, memory_mb, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (team.name, q.gpus, q.cpus, q.memory_mb, team.created_at),
+                "INSERT OR IGNORE INTO teams (name, gpus, cpus, memory_mb, created_at,"
+                " max_priority) VALUES (?, ?, ?, ?, ?, ?)",
+                (team.name, q.gpus, q.cpus, q.memory_mb, team.created_at, team.max_priority),
             )
         return cur.rowcount > 0
 
@@ -356,6 +364,11 @@ class SqliteJobStore(JobStore):
                 "UPDATE teams SET gpus = ?, cpus = ?, memory_mb = ? WHERE name = ?",
                 (quota.gpus, quota.cpus, quota.memory_mb, name),
             )
+        return cur.rowcount > 0
+
+    def set_max_priority(self, name: str, ceiling: int) -> bool:
+        with self._write() as conn:
+            cur = conn.execute("UPDATE teams SET max_priority = ? WHERE name = ?", (ceiling, name))
         return cur.rowcount > 0
 
     def add_user(self, user: User) -> bool:
@@ -509,7 +522,8 @@ class SqliteJobStore(JobStore):
 
 
 def _team(row: sqlite3.Row) -> Team:
-    return Team(row["name"], Quota(row["gpus"], row["cpus"], row["memory_mb"]), row["created_at"])
+    quota = Quota(row["gpus"], row["cpus"], row["memory_mb"])
+    return Team(row["name"], quota, row["created_at"], row["max_priority"])
 
 
 def _user(row: sqlite3.Row) -> User:

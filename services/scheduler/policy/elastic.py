@@ -11,7 +11,7 @@ their max only with `auto_grow`, if nobody waiting could use them.
 
 from __future__ import annotations
 
-from .feasibility import gang_shape
+from .feasibility import placed_shape
 from .model import Decision, QueuedJob, RunningJob
 
 
@@ -81,7 +81,7 @@ class Elastic:
                 j,
                 allocs,
                 f"started on learners given back by {', '.join(r.job_id for r, _ in shrinks)} "
-                f"({gang_shape(j)}, {len(allocs)} learner(s))",
+                f"({placed_shape(j, len(allocs))})",
             )
             return True
         return False

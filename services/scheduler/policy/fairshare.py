@@ -77,8 +77,9 @@ class FairShare:
         used = self.used.get(team, qt.ZERO)
         need = qt.demand(j)
         if q is not None and self.in_guarantee:
+            dim = qt.guarantee_dim(need, q)
             return (
-                f"team {team} uses {used[0]:.0f}/{q.gpus} guaranteed GPUs and this job fits its "
+                f"team {team} uses {qt.usage_text(used, q, dim)} guaranteed and this job fits its "
                 "guarantee, but preempting other teams' borrowed jobs cannot make room for it"
             )
         if q is None:

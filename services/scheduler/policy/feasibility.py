@@ -56,7 +56,16 @@ def can_ever_fit(job: QueuedJob, nodes: Sequence[Node]) -> tuple[bool, str]:
     )
 
 
-def gang_shape(j: QueuedJob) -> str:
-    """The job's gang as reasons name it: "2 x 4 GPU (v100)"."""
+def gang_shape(j: QueuedJob, learners: int | None = None) -> str:
+    """The job's gang as reasons name it: "2 x 4 GPU (v100)", "3 x 0.5 CPU" (a job without
+    GPUs in the resource it takes); `learners` of it when not all of them."""
     res = f"{j.gpus_per_learner} GPU" if j.gpus_per_learner else f"{j.cpus_per_learner:g} CPU"
-    return f"{j.learners} x {res}" + (f" ({j.gpu_type})" if j.gpu_type else "")
+    n = j.learners if learners is None else learners
+    return f"{n} x {res}" + (f" ({j.gpu_type})" if j.gpu_type else "")
+
+
+def placed_shape(j: QueuedJob, placed: int) -> str:
+    """What a start placed: "2 x 4 GPU", or "2 x 0.5 CPU, 2 of 3 learners" for an elastic
+    job started below its size (never "3 x ..." beside "2 learner(s)")."""
+    shape = gang_shape(j, placed)
+    return shape if placed == j.learners else f"{shape}, {placed} of {j.learners} learners"

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from operator import itemgetter
 
 from . import quota as qt
-from .feasibility import gang_shape
+from .feasibility import gang_shape, placed_shape
 from .model import Allocation, Decision, QueuedJob, RunningJob
 from .policies import wait_since
 
@@ -230,9 +230,11 @@ class Preemption:
                 borrowed = r.job_id in self.borrowed
                 if reclaim and borrowed and r.team != j.team:
                     q = self.quotas[j.team]
+                    dim = qt.guarantee_dim(qt.demand(j), q)
+                    used = qt.usage_text(self.used.get(j.team, qt.ZERO), q, dim)
                     cause = (
                         f"reclaimed for {j.job_id}: team {j.team} is below its guarantee "
-                        f"({self.used.get(j.team, qt.ZERO)[0]:.0f}/{q.gpus} GPUs) and this job "
+                        f"({used}) and this job "
                         f"of {f'team {r.team}' if r.team else 'no team'} runs on borrowed "
                         f"capacity ({len(chosen)} victim(s), the fewest that make room)"
                     )
@@ -400,7 +402,7 @@ class Preemption:
                 )
             )
         self.idx.give(allocs)  # start() takes them again and drops the gang's reservation
-        cause = f"fits now ({gang_shape(j)}, {len(allocs)} learner(s))"
+        cause = f"fits now ({placed_shape(j, len(allocs))})"
         if moved:
             cause = (
                 f"started after moving {', '.join(r.job_id for r in moved)} ({gang_shape(j)}; "

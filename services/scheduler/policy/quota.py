@@ -87,6 +87,23 @@ def amount(x: float, dim: int) -> str:
     return f"{x:g}" if dim == 1 else f"{x:.0f}"
 
 
+def guarantee_dim(need: Use, q: TeamQuota) -> int:
+    """The resource a reason about `q` speaks of for a job needing `need`: the first one the
+    job needs that the quota guarantees (GPUs, CPUs, memory); else the first the quota
+    guarantees; else GPUs for a GPU job, CPUs for another. A CPU-only cluster's teams are
+    guaranteed CPUs, and "0/0 GPUs" would say nothing."""
+    lim = limits(q)
+    for dim in range(3):
+        if need[dim] > EPS and lim[dim] > EPS:
+            return dim
+    return next((dim for dim in range(3) if lim[dim] > EPS), 0 if need[0] > EPS else 1)
+
+
+def usage_text(used: Use, q: TeamQuota, dim: int) -> str:
+    """ "1/4 GPUs", "0.5/8 CPUs": a team's use against its guarantee in one resource."""
+    return f"{amount(used[dim], dim)}/{amount(limits(q)[dim], dim)} {unit(dim)}"
+
+
 def borrowed_jobs(running: Iterable[RunningJob], quotas: Mapping[str, TeamQuota]) -> set[str]:
     """Ids of the running jobs on borrowed capacity (see the module docstring)."""
     out: set[str] = set()

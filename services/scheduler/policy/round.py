@@ -28,7 +28,7 @@ from . import quota as qt
 from .config import DEFAULT_CONFIG, PolicyConfig
 from .elastic import Elastic
 from .fairshare import FairShare
-from .feasibility import gang_shape
+from .feasibility import gang_shape, placed_shape
 from .model import Allocation, Decision, QueuedJob, RunningJob, Snapshot
 from .placement import FreeIndex
 from .policies import DEFAULT_POLICY, Policy, policy_for, wait_since
@@ -320,7 +320,7 @@ class Round(FairShare, Elastic, Preemption, Reservation):
             ):
                 continue
             if allocs is not None:
-                cause = f"fits now ({gang_shape(j)}, {len(allocs)} learner(s))"
+                cause = f"fits now ({placed_shape(j, len(allocs))})"
                 if self.reserved_for is not None and self.reserved_for != j.job_id:
                     cause += f"; backfilled outside nodes reserved for {self.reserved_for}"
                 self.start(j, allocs, cause)

@@ -358,7 +358,9 @@ function Metrics({ id, learners, final }) {
   useEffect(() => {
     const abort = new AbortController();
     const base = `/v1/jobs/${encodeURIComponent(id)}/metrics`;
-    const snapshot = async () => setSeries((await api(`${base}?${qs({ learner })}`, { signal: abort.signal })).series);
+    // Downsampled: a chart has no use for more points than this, and a reply is a page.
+    const snapshot = async () =>
+      setSeries((await api(`${base}?${qs({ learner, max_points: 1000 })}`, { signal: abort.signal })).series);
     const follow = async () => {
       const r = await api(`${base}?${qs({ learner, follow: true })}`, { raw: true, signal: abort.signal });
       const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
