@@ -228,7 +228,7 @@ _NOT_FORWARDED = frozenset(
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def mpirun_flags(env: dict[str, str], cwd: str) -> list[str]:
+def mpirun_flags(env: dict[str, str], cwd: str, network: str = "") -> list[str]:
     """mpirun's flags on learner 0: every learner's slots from the hostfile, ssh to the
     learners' sshd with the job's key, the job's env forwarded (ssh starts each rank in a
     fresh session), each rank in the job's working directory. Shared-memory copies go
@@ -249,6 +249,10 @@ def mpirun_flags(env: dict[str, str], cwd: str) -> list[str]:
         f"--mca plm_rsh_args '{ssh}'",
         "--mca btl_vader_single_copy_mechanism none",
     ]
+    if network:
+        # The job network only (a swarm container also has the node's gateway bridge,
+        # where the other learners are not): OpenMPI's control and data traffic both.
+        flags += [f"--mca oob_tcp_if_include {network}", f"--mca btl_tcp_if_include {network}"]
     flags += [
         f"-x {name}"
         for name in sorted(env)
@@ -257,13 +261,13 @@ def mpirun_flags(env: dict[str, str], cwd: str) -> list[str]:
     return flags
 
 
-def mpi_command(command: str, env: dict[str, str], cwd: str) -> str:
+def mpi_command(command: str, env: dict[str, str], cwd: str, network: str = "") -> str:
     """Learner 0's command of an MPI job: the first Python interpreter that starts a command
     runs under mpirun (`python train.py` -> `mpirun -np 4 ... python train.py`); a command
     that calls mpirun or mpiexec itself gets the hostfile through OpenMPI's env instead."""
     if _MPIRUN.search(command):
         return command
-    flags = " ".join(mpirun_flags(env, cwd))
+    flags = " ".join(mpirun_flags(env, cwd, network))
     return _INTERPRETER.sub(
         lambda m: m.group("pre") + flags + " " + m.group(0)[len(m.group("pre")) :], command, count=1
     )

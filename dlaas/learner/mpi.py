@@ -13,14 +13,18 @@ Stdlib only: this runs inside the MPI job image (images/Dockerfile.mpi).
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
 import os
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
 
 from dlaas.domain import jobspec, launch
 
+SIOCGIFADDR, SIOCGIFNETMASK = 0x8915, 0x891B  # Linux ioctls: an interface's address, mask
 AUTHORIZED_KEYS = Path("/tmp/dlaas-ssh/authorized_keys")
 PEER_WAIT_S = 180.0  # learners start together; an image pull or a slow node is the wait
 POLL_S = 0.5
@@ -101,6 +105,26 @@ def serve_until_master_gone(stopped) -> int:
         time.sleep(POLL_S)
 
 
+def job_network() -> str:
+    """The job network's CIDR (the subnet of the interface holding learner 0's address,
+    read from the kernel), or "" where it cannot be told: then OpenMPI picks."""
+    try:
+        own = socket.gethostbyname(jobspec.learner_alias(0))
+    except OSError:
+        return ""
+    for name in sorted(os.listdir("/sys/class/net")):
+        request = struct.pack("256s", name.encode()[:15])
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                address = socket.inet_ntoa(fcntl.ioctl(s.fileno(), SIOCGIFADDR, request)[20:24])
+                mask = socket.inet_ntoa(fcntl.ioctl(s.fileno(), SIOCGIFNETMASK, request)[20:24])
+            except OSError:
+                continue  # no IPv4 address on it
+        if address == own:
+            return str(ipaddress.ip_network(f"{address}/{mask}", strict=False))
+    return ""
+
+
 def prepare_master(command: str, env: dict[str, str], cwd: str) -> str:
     """Learner 0: the peers answer, the hostfile is written; the command to run."""
     learners = int(env.get("NUM_LEARNERS", "1"))
@@ -110,4 +134,4 @@ def prepare_master(command: str, env: dict[str, str], cwd: str) -> str:
     env["OMPI_MCA_orte_default_hostfile"] = launch.MPI_HOSTFILE
     env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
     env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    return launch.mpi_command(command, env, cwd)
+    return launch.mpi_command(command, env, cwd, job_network())
