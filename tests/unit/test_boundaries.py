@@ -25,6 +25,9 @@ FORBIDDEN = frozenset(
 
 PURE_FILES = [
     "dlaas/domain/manifest.py",
+    "dlaas/domain/manifest_yaml.py",
+    "dlaas/domain/frameworks.py",
+    "dlaas/domain/queue.py",
     "dlaas/domain/status.py",
     "dlaas/domain/jobspec.py",
     "dlaas/domain/errors.py",

@@ -25,9 +25,11 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from dlaas.domain.queue import QueueEntry
+
 from .config import DEFAULT_CONFIG, PolicyConfig
 from .feasibility import gang_shape as _shape
-from .model import QueuedJob, QueueEntry, RunningJob, Snapshot
+from .model import QueuedJob, RunningJob, Snapshot
 from .policies import DEFAULT_POLICY, order_key
 from .quota import guaranteed_first
 from .round import Round as _Round
