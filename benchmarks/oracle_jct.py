@@ -30,7 +30,7 @@ import time
 
 from services.scheduler.policy import DEFAULT_CONFIG
 from services.scheduler.policy.policies import Priority
-from services.scheduler.simulator import simulate
+from services.scheduler.replay import simulate
 
 try:  # run as a script: benchmarks/ is on the path
     from policy_table import TRACE, load_window, window_names

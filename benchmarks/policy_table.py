@@ -43,7 +43,8 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
-from services.scheduler.simulator import TraceJob, load_trace, simulate
+from services.scheduler.replay import simulate
+from services.scheduler.trace import TraceJob, load_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRACE = os.path.join(HERE, "..", "..", "shared", "traces", "philly.csv")

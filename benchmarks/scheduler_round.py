@@ -27,7 +27,7 @@ from services.scheduler.policy import (
     Snapshot,
     schedule,
 )
-from services.scheduler.simulator import equal_quotas
+from services.scheduler.trace import equal_quotas
 
 SIZES = ((100, 1_000), (1_000, 10_000), (10_000, 100_000))
 

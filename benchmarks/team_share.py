@@ -4,7 +4,7 @@
 
 Replays window A (VC 6c71a0 on 16x4 GPUs) and B (VC 6214e9 on 24x4 GPUs), submits in
 [2017-10-09, 2017-10-23), through the simulator and the same `schedule()` the live scheduler
-calls. The jobs are split into teams by a CRC-32 hash of the job id (simulator.team_of), and each
+calls. The jobs are split into teams by a CRC-32 hash of the job id (services/scheduler/trace.py, team_of), and each
 window is replayed twice: once with equal guarantees that together make the whole cluster
 (reclaim on), once with the same teams and no quotas (the baseline: exactly the policy's
 decisions without teams). Prints, per team, jobs, avg JCT, share of the GPU time used (over a
@@ -23,7 +23,8 @@ import time
 from datetime import datetime
 
 from services.scheduler.policy import POLICIES
-from services.scheduler.simulator import load_trace, simulate
+from services.scheduler.replay import simulate
+from services.scheduler.trace import load_trace
 
 WINDOWS = {"A": ("6c71a0", 16), "B": ("6214e9", 24)}
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -153,7 +153,7 @@ def _framework_image(docker_host: str, name: str) -> str:
     session at most; the tests that need one carry a timeout that allows for it."""
     import docker
 
-    from dlaas.domain.manifest import FRAMEWORK_VERSIONS
+    from dlaas.domain.frameworks import FRAMEWORK_VERSIONS
     from dlaas.local.images import ensure_framework_image
 
     # A pip or apt step can be quiet for longer than the session client's 60 s timeout.

@@ -148,12 +148,6 @@ class StatusKeeper(StatusRepo):
                 return new
         raise InvalidTransition(f"job {job_id}: status kept changing, gave up after retries")
 
-    def repair_mirror(self, job_id: str) -> bool:
-        """Mirror the live state again (idempotent), after a crash between etcd and the store;
-        True if the store lacked it."""
-        state = self.get(job_id)
-        return state is not None and self._mirror(job_id, state)
-
     def repair_mirrors(self, since: float | None = None) -> list[str]:
         """Mirror again every job whose store record lacks its live state; the jobs repaired.
 

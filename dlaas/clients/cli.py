@@ -1,9 +1,11 @@
 """The `dlaas` command line: bring the platform up, submit jobs, follow them.
 
-A thin entrypoint (typer + rich) over dlaas.local (up/down/status), dlaas.domain.manifest
-(validate, no server needed) and dlaas.clients.client (everything else, over REST). The API's
-address and token come from <home>/client.json, written by `dlaas up` (home: --home,
-$DLAAS_HOME or ~/.dlaas), or from --url/--token ($DLAAS_URL/$DLAAS_TOKEN).
+The entrypoint (typer + rich): the manifest and job commands, over dlaas.domain.manifest
+(validate, no server needed) and dlaas.clients.client (everything else, over REST); the
+platform's commands (up/down/status, over dlaas.local) are in cli_platform.py, the app and
+what the commands share in cli_app.py. The API's address and token come from
+<home>/client.json, written by `dlaas up` (home: --home, $DLAAS_HOME or ~/.dlaas), or from
+--url/--token ($DLAAS_URL/$DLAAS_TOKEN).
 
 Exit codes: 0 ok; 1 refused, invalid, or (submit --follow) the job did not complete;
 2 usage; 3 the platform is not reachable or not configured. Errors are one clear line
@@ -12,135 +14,36 @@ Exit codes: 0 ok; 1 refused, invalid, or (submit --follow) the job did not compl
 
 from __future__ import annotations
 
-import functools
-import json
-import os
 import sys
 import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 import yaml
-from rich.console import Console
 from rich.table import Column, Table
 
-from dlaas.clients.client import (
-    ApiError,
-    ClientError,
-    DlaasClient,
-    NotConfigured,
-    Unreachable,
-    load_config,
-    pack_code,
+# The platform's commands first: `dlaas --help` lists them before the jobs'.
+from dlaas.clients import cli_platform  # noqa: F401
+from dlaas.clients.cli_app import (
+    EXIT_FAILED,
+    _fail,
+    _id_column,
+    _json,
+    _status,
+    _status_column,
+    _when,
+    _when_short,
+    app,
+    console,
+    err,
+    reports_errors,
 )
+from dlaas.clients.client import DlaasClient, pack_code
 from dlaas.domain.status import FINAL, Status
-
-EXIT_FAILED, EXIT_UNREACHABLE = 1, 3
-
-app = typer.Typer(
-    name="dlaas",
-    help="Deep-learning training as a service: submit manifests, follow jobs, fetch results.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-images_app = typer.Typer(help="Job container images (built locally, no registry needed).")
-app.add_typer(images_app, name="images")
-
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-
-
-class Ctx:
-    def __init__(self, home: Path, url: str | None, token: str | None, admin: bool):
-        self.home, self.url, self.token, self.admin = home, url, token, admin
-
-    def client(self) -> DlaasClient:
-        return DlaasClient.from_config(load_config(self.home, self.url, self.token), self.admin)
-
-
-@app.callback()
-def main(
-    ctx: typer.Context,
-    home: Annotated[
-        Path | None, typer.Option(help="state directory (default $DLAAS_HOME or ~/.dlaas)")
-    ] = None,
-    url: Annotated[str | None, typer.Option(help="API address, e.g. http://127.0.0.1:8080")] = None,
-    token: Annotated[str | None, typer.Option(help="API token (default from client.json)")] = None,
-    admin: Annotated[bool, typer.Option(help="use the admin token from admin.json")] = False,
-) -> None:
-    home = home or Path(os.environ.get("DLAAS_HOME") or Path.home() / ".dlaas")
-    ctx.obj = Ctx(home, url, token, admin)
-
-
-def _fail(message: str, problems: list[str] | None = None, code: int = EXIT_FAILED):
-    err.print(f"[red]error:[/red] {message}", markup=True, soft_wrap=True)
-    for p in problems or []:
-        err.print(f"  - {p}", markup=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-def reports_errors(fn):
-    """Turn client errors into one clear line and an exit code, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except ApiError as exc:
-            problems = [p for p in exc.problems if p != exc.message]
-            message = exc.message
-            joined = "; ".join(problems)
-            if problems and message.endswith(joined) and len(message) > len(joined):
-                # "invalid manifest: a; b": the list below says a and b, once.
-                message = message[: -len(joined)].rstrip(": ")
-            _fail(f"{message} ({exc.code}, HTTP {exc.status})", problems)
-        except (Unreachable, NotConfigured) as exc:
-            _fail(str(exc), code=EXIT_UNREACHABLE)
-        except ClientError as exc:
-            _fail(str(exc))
-
-    return wrapper
-
-
-def _json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-
-
-def _when(ts: float | None) -> str:
-    if not ts:
-        return "-"
-    return datetime.fromtimestamp(ts, UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _when_short(ts: float | None, now: float | None = None) -> str:
-    """A time for a table column: the clock time today, the day and minute this year."""
-    if not ts:
-        return "-"
-    at = datetime.fromtimestamp(ts, UTC).astimezone()
-    today = datetime.fromtimestamp(time.time() if now is None else now, UTC).astimezone()
-    if at.date() == today.date():
-        return at.strftime("%H:%M:%S")
-    return at.strftime("%b %d %H:%M" if at.year == today.year else "%Y-%m-%d")
-
-
-_STATUS_STYLE = {
-    "COMPLETED": "green",
-    "FAILED": "red",
-    "HALTED": "yellow",
-    "QUEUED": "cyan",
-}
-
-
-def _status(s: str) -> str:
-    style = _STATUS_STYLE.get(s, "blue")
-    return f"[{style}]{s}[/{style}]"
-
 
 # --- queue positions and start-time estimates, in words ------------------------------
 
@@ -193,18 +96,6 @@ def queued_line(queue: dict | None, note: str = "") -> str:
     return f"{line}; {reason}" if reason else line
 
 
-def _id_column():
-    return Column("job", no_wrap=True, min_width=16)  # ids are copied from here: never wrap
-
-
-# The longest status word: a status column never narrower, so no terminal cuts one short.
-_STATUS_WIDTH = max(len(s) for s in Status)
-
-
-def _status_column() -> Column:
-    return Column("status", no_wrap=True, min_width=_STATUS_WIDTH)
-
-
 def learners_table(learners: list) -> Table:
     """A job's learners as the LCM placed them and the monitor saw them, one row each."""
     table = Table(
@@ -223,120 +114,6 @@ def learners_table(learners: list) -> Table:
             exit_text, str(entry.get("container") or ""),
         )  # fmt: skip
     return table
-
-
-# --------------------------------------------------------------------------- platform
-
-
-@app.command()
-def up(
-    ctx: typer.Context,
-    no_images: Annotated[bool, typer.Option(help="do not build the job image")] = False,
-    nodes: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="nodes to run jobs on: N > 1 builds an N-node Docker Swarm on this machine, "
-            "1 is the machine's engine alone (default: as last time, else 1)",
-        ),
-    ] = None,
-    etcd_members: Annotated[
-        int | None,
-        typer.Option(help="1, or 3 for an etcd cluster that survives losing a member"),
-    ] = None,
-) -> None:
-    """Bring the whole platform up on this machine (idempotent)."""
-    from dlaas.local import platform
-
-    try:
-        info = platform.up(
-            ctx.obj.home,
-            progress=console.print,
-            build_images=not no_images,
-            nodes=nodes,
-            etcd_members=etcd_members,
-        )
-    except platform.PlatformError as exc:
-        _fail(str(exc))
-    console.print(f"[green]up[/green]: API at {info.api_url} (state in {info.state_dir})")
-
-
-@app.command()
-def down(ctx: typer.Context) -> None:
-    """Stop everything `dlaas up` started."""
-    from dlaas.local import platform
-
-    stopped = platform.down(ctx.obj.home, progress=console.print)
-    console.print(f"stopped: {', '.join(stopped) or 'nothing'}")
-
-
-@app.command()
-def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Show each platform component: is it running, does it answer as it should (exit 1 if not)."""
-    from dlaas.local import components
-
-    comps = components.status(ctx.obj.home)
-    if as_json:
-        _json([c.__dict__ for c in comps])
-    else:
-        table = Table("component", "running", "healthy", "pid", "address", "detail")
-        for c in comps:
-            table.add_row(
-                c.name, _yes_no(c.running), "-" if c.healthy is None else _yes_no(c.healthy),
-                str(c.pid or "-"), c.address, c.detail,
-            )  # fmt: skip
-        console.print(table)
-    if not all(c.running and c.healthy is not False for c in comps):
-        raise typer.Exit(EXIT_FAILED)
-
-
-def _yes_no(flag: bool) -> str:
-    return "[green]yes[/green]" if flag else "[red]no[/red]"
-
-
-@images_app.command("build")
-def images_build(
-    force: Annotated[bool, typer.Option(help="rebuild even if current")] = False,
-    framework: Annotated[
-        list[str] | None,
-        typer.Option(
-            metavar="NAME[:VERSION]",
-            help="build only the learner image and this framework's (repeatable): pytorch, "
-            "tensorflow, mpi, e.g. pytorch:2.13; default: every framework image",
-        ),
-    ] = None,
-    learner_only: Annotated[
-        bool, typer.Option(help="build only the learner image (what `dlaas up` builds)")
-    ] = False,
-    stack: Annotated[
-        bool, typer.Option(help="also docker-compose.yml's images, for a swarm with no registry")
-    ] = False,
-):
-    """Build the learner/helper image and the framework images (PyTorch, TensorFlow, MPI)
-    locally, and with --stack the platform's own. See images/README.md."""
-    from dlaas.local import images
-
-    args = ["--force"] if force else []
-    args += ["--learner-only"] if learner_only else []
-    for item in framework or ():
-        args += ["--framework", item]
-    code = images.main(args)
-    if code == 0 and stack:
-        from dlaas.local import stack as stack_images
-
-        code = stack_images.main(["--force"] if force else [])
-    raise typer.Exit(code)
-
-
-@app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    add_help_option=False,
-)
-def simulate(ctx: typer.Context) -> None:
-    """Replay a cluster trace through the scheduling policies (see `dlaas simulate --help`)."""
-    from services.scheduler import simulator
-
-    raise typer.Exit(simulator.main(list(ctx.args)) or 0)
 
 
 # --------------------------------------------------------------------------- manifests
@@ -373,7 +150,7 @@ def validate(
     # have one is the platform's, not the cluster's. What depends on the cluster (GPUs,
     # an image present on the nodes) is only a warning here; submit checks it again.
     try:
-        from dlaas.domain.manifest import resolve_image
+        from dlaas.domain.frameworks import resolve_image
 
         resolve_image(manifest, "dlaas/learner:latest")
     except ImageUnavailable as exc:
@@ -414,9 +191,7 @@ def _follow(client: DlaasClient, job_id: str, learners: list[int], offset: int =
         job = client.get_job(job_id)
         # The stream ends when the job is final; give a lagging mirror a moment.
         deadline = time.monotonic() + 10
-        while (
-            job["status"] not in ("COMPLETED", "FAILED", "HALTED") and time.monotonic() < deadline
-        ):
+        while job["status"] not in FINAL and time.monotonic() < deadline:
             time.sleep(0.5)
             job = client.get_job(job_id)
     return job
@@ -623,7 +398,7 @@ def delete(
     client = ctx.obj.client()
     if not force:
         status = str(client.get_job(job)["status"])
-        if status not in {s.value for s in FINAL}:
+        if status not in FINAL:
             if status == Status.QUEUED.value:  # nothing of it runs: no work is lost
                 what = f"{job} is QUEUED: deleting it takes it out of the queue for good"
             else:

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from dlaas.clients.cli import _fail, _json, _when, app, console, reports_errors
+from dlaas.clients.cli_app import _fail, _json, _when, app, console, reports_errors
 from dlaas.clients.client import DlaasClient, NotConfigured, load_config
 
 users_app = typer.Typer(help="Users and their API tokens (administrators).")

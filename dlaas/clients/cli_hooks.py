@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Column, Table
 
-from dlaas.clients.cli import _json, _when, app, console, reports_errors
+from dlaas.clients.cli_app import _json, _when, app, console, reports_errors
 from dlaas.domain.hooks import EVENTS
 
 hooks_app = typer.Typer(help="Webhooks: your jobs' events POSTed to a URL, signed.")

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from dlaas.clients.cli import _fail, _json, app, console, reports_errors
+from dlaas.clients.cli_app import _fail, _json, app, console, reports_errors
 
 BARS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 24

@@ -16,8 +16,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from dlaas.clients.cli import _json, app, console, reports_errors
 from dlaas.clients.cli_accounts import _admin
+from dlaas.clients.cli_app import _json, app, console, reports_errors
 
 nodes_app = typer.Typer(help="The cluster's nodes: state, capacity, drain and activate.")
 app.add_typer(nodes_app, name="nodes")

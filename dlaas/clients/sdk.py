@@ -15,6 +15,7 @@ import grpc
 from dlaas.adapters.grpc_errors import raise_from_rpc
 from dlaas.domain.metric_query import metric_query
 from dlaas.domain.ports import SchedulerPort
+from dlaas.domain.queue import QueueEntry
 from dlaas.v1 import lcm_pb2, lcm_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 
@@ -72,15 +73,6 @@ class MetricPoint:
     value: float
     line: int
     source: str = ""
-
-
-@dataclass(frozen=True)
-class QueueEntry:
-    job_id: str
-    position: int
-    reason: str
-    eta_low_s: float
-    eta_high_s: float
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -31,7 +30,8 @@ from pydantic import (
     model_validator,
 )
 
-from dlaas.domain.errors import ImageUnavailable, InvalidManifest
+from dlaas.domain.errors import InvalidManifest
+from dlaas.domain.frameworks import FRAMEWORK_ALIASES
 from dlaas.domain.launch import (
     LAUNCHER_FRAMEWORKS,
     LAUNCHER_NONE,
@@ -39,6 +39,14 @@ from dlaas.domain.launch import (
     LAUNCHERS,
     RESERVED_ENV,
     launcher_problem,
+)
+from dlaas.domain.manifest_yaml import (
+    MAX_DEPTH,  # noqa: F401 (services/api/routes.py reads both bounds from here)
+    MAX_MANIFEST_BYTES,  # noqa: F401
+    capped_problems,
+    check_shape,
+    field_path,
+    load_yaml,
 )
 from dlaas.domain.triage import MAX_MANIFEST_ROWS, TriageRow
 
@@ -51,8 +59,6 @@ INT32_MAX = 2**31 - 1
 MIN_MEMORY_MB = 6
 MAX_MEMORY_MB = 2**30  # 1 PiB: far above any node, far below int64 bytes
 MIN_CPUS = 0.01  # Docker's smallest CPU quota
-MAX_MANIFEST_BYTES = 2**20
-MAX_DEPTH = 32  # nesting of mappings and lists, anywhere in the manifest
 MAX_FREEFORM_BYTES = 64 * 2**10  # evaluation_metrics, as JSON
 MAX_ENV = 256
 MAX_DATA_STORES = 16
@@ -61,27 +67,6 @@ MAX_ENV_VALUE = 32 * 2**10
 MAX_TEXT = 4096  # description
 MAX_SHORT = 256  # versions, ids, keys, bucket names, image names, ...
 MAX_URL = 2048
-
-# Framework names the platform's own learner image serves (any version).
-BUILTIN_FRAMEWORKS = frozenset({"python", "python3", "numpy", "dlaas"})
-
-# Deep-learning frameworks with a learner image of their own, by the versions built, oldest
-# first: dlaas/local/images.py builds `<learner image>-<name>:<version>` (there is no registry
-# here), e.g. dlaas/learner-pytorch:2.13 (torch 2.13.0, CPU build), dlaas/learner-tensorflow:2.21
-# (tensorflow-cpu 2.21.0), dlaas/learner-mpi:4.1 (Debian's OpenMPI 4.1, mpi4py). FfDL's
-# "latest" means the newest version listed. Horovod and Caffe have none.
-FRAMEWORK_VERSIONS: dict[str, tuple[str, ...]] = {
-    "pytorch": ("2.13",),
-    "tensorflow": ("2.21",),
-    "mpi": ("4.1",),
-}
-FRAMEWORK_ALIASES = {
-    "torch": "pytorch",
-    "tf": "tensorflow",
-    "keras": "tensorflow",
-    "openmpi": "mpi",
-}
-LATEST = "latest"
 
 # Priority classes a manifest may name instead of a number.
 PRIORITY_CLASSES = {"low": -100, "normal": 0, "high": 100, "critical": 1000}
@@ -464,41 +449,6 @@ class Manifest(_Model):
         return data
 
 
-# Fields named in problems as the manifest documents them (pydantic reports aliases).
-_SHOWN_NAMES = {(None, "memory_mb"): "memory"} | {
-    ("connection", alias): ours
-    for alias, ours in (
-        ("auth_url", "endpoint"),
-        ("user_name", "access_key"),
-        ("password", "secret_key"),
-    )
-}
-
-
-def _field_path(loc: tuple[Any, ...]) -> str:
-    parts: list[str] = []
-    for i, item in enumerate(loc):
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        elif item in ("function-after[_elastic_range()]",):
-            continue
-        else:
-            parent = None if i == 0 else loc[i - 1]
-            name = _SHOWN_NAMES.get((parent, str(item)), str(item))
-            parts.append(("." if parts else "") + name)
-    return "".join(parts) or "(manifest)"
-
-
-# A refusal lists at most this many problems: a huge bad manifest gets a short answer.
-MAX_PROBLEMS = 20
-
-
-def _capped(problems: list[str]) -> list[str]:
-    if len(problems) <= MAX_PROBLEMS:
-        return problems
-    return [*problems[:MAX_PROBLEMS], f"(manifest): and {len(problems) - MAX_PROBLEMS} more"]
-
-
 def errors_from_validation(exc: ValidationError) -> list[str]:
     """Turn pydantic's errors into `path: what is wrong` lines, with no input values echoed."""
     out = []
@@ -506,105 +456,8 @@ def errors_from_validation(exc: ValidationError) -> list[str]:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
-        out.append(f"{_field_path(tuple(err['loc']))}: {msg}")
-    return _capped(out)
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _bad_text(s: str) -> str:
-    """What is wrong with a string no store, proto or Docker call can carry, or ''."""
-    if "\x00" in s:
-        return "must not contain a NUL character"
-    if _SURROGATE.search(s):  # e.g. a lone "\ud800" in JSON: not encodable as UTF-8
-        return "must be valid Unicode text (it holds a lone surrogate)"
-    return ""
-
-
-def check_shape(data: Any) -> None:
-    """Raise InvalidManifest unless `data` nests at most MAX_DEPTH levels and every
-    string in it (keys too) is text every adapter can carry.
-
-    Iterative on purpose: a deep document must not overflow the stack here either.
-    """
-    problems: list[str] = []
-    stack: list[tuple[tuple[Any, ...], Any, int]] = [((), data, 1)]
-    while stack:
-        path, value, depth = stack.pop()
-        if isinstance(value, dict | list):
-            if depth > MAX_DEPTH:
-                problems.append(f"{_field_path(path)}: nested deeper than {MAX_DEPTH} levels")
-                continue
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in items:
-                if isinstance(key, str) and (bad := _bad_text(key)):
-                    # The parent is named: the bad name itself is no help to read.
-                    problems.append(f"{_field_path(path)}: a field name {bad}")
-                stack.append(((*path, key), item, depth + 1))
-        elif isinstance(value, str) and (bad := _bad_text(value)):
-            problems.append(f"{_field_path(path)}: {bad}")
-    if problems:
-        raise InvalidManifest(_capped(problems))
-
-
-class _ManifestLoader(yaml.SafeLoader):
-    """YAML's safe loader without anchors or aliases, and with bounded nesting.
-
-    Aliases let a few hundred bytes expand to gigabytes ("billion laughs"), and the
-    composer recurses once per level, so deep nesting would end in a RecursionError.
-    A manifest has no use for either; both are refused where they appear.
-    """
-
-    def __init__(self, stream: str | bytes) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def construct_scalar(self, node: Any) -> Any:
-        value = super().construct_scalar(node)
-        if node.style == ">" and isinstance(value, str):
-            return join_folded(value)
-        return value
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
-        if event.anchor is not None:  # an anchor (&name) or an alias (*name)
-            raise _refusal(event, "YAML anchors and aliases (&name, *name) are not allowed")
-        if self._depth > MAX_DEPTH:  # containers nest MAX_DEPTH deep, +1 for the scalar
-            raise _refusal(event, f"nested deeper than {MAX_DEPTH} levels")
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-
-# A line break and the indentation of the line after it: a more-indented line of a
-# folded (`>`) scalar, which YAML keeps on a line of its own.
-_CONTINUATION = re.compile(r"\n[ \t]+")
-
-
-def join_folded(value: str) -> str:
-    """A folded (`command: >`) scalar as FfDL ran it: one line.
-
-    YAML folds the lines of `>` into one, except lines indented deeper than the first, which
-    keep their line break. FfDL's examples indent their continuation lines:
-
-        command: >
-          python train.py --data ${DATA_DIR}
-            --epochs 20
-
-    is "python train.py --data ${DATA_DIR}\n  --epochs 20\n" to YAML, and `sh -c` ran
-    `--epochs 20` as a second command. FfDL ran it as one line, so an indented line here
-    continues the one before it. A line break before an unindented line (a blank line in
-    the YAML) is kept: the writer asked for it. Literal (`|`) scalars are left as written.
-    """
-    return _CONTINUATION.sub(" ", value).strip()
-
-
-def _refusal(event: Any, what: str) -> InvalidManifest:
-    mark = event.start_mark
-    return InvalidManifest([f"(manifest): {what} (line {mark.line + 1}, column {mark.column + 1})"])
+        out.append(f"{field_path(tuple(err['loc']))}: {msg}")
+    return capped_problems(out)
 
 
 def elastic_range_problem(learners: int, lo: int, hi: int) -> str:
@@ -638,30 +491,6 @@ def parse_manifest(text: str | bytes) -> Manifest:
     return manifest_from_dict(load_yaml(text))
 
 
-def load_yaml(text: str | bytes) -> dict[str, Any]:
-    """The manifest's YAML as plain data, read as parse_manifest reads it (folded commands
-    joined, no aliases, bounded); for code that rewrites a manifest and stores it again,
-    so that the text stored means what the text submitted meant."""
-    if len(text) > MAX_MANIFEST_BYTES:
-        raise InvalidManifest([f"(manifest): larger than {MAX_MANIFEST_BYTES // 2**20} MiB"])
-    loader = None
-    try:
-        # The reader checks the characters as it is made: a control character raises here.
-        loader = _ManifestLoader(text)
-        data = loader.get_single_data()
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "not valid YAML"
-        raise InvalidManifest([f"(manifest): malformed YAML{where}: {problem}"]) from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-    if not isinstance(data, dict):
-        raise InvalidManifest(["(manifest): must be a YAML mapping of fields"])
-    return data
-
-
 def manifest_from_dict(data: dict[str, Any]) -> Manifest:
     """Validate an already-parsed manifest (see `check_shape` for what is refused first)."""
     check_shape(data)
@@ -669,85 +498,3 @@ def manifest_from_dict(data: dict[str, Any]) -> Manifest:
         return Manifest.model_validate(data)
     except ValidationError as exc:
         raise InvalidManifest(errors_from_validation(exc)) from None
-
-
-def resolve_image(manifest: Manifest, learner_image: str) -> str:
-    """The image for the manifest's framework; raise ImageUnavailable when none is known."""
-    fw = manifest.framework
-    if fw.image:
-        return fw.image
-    name = fw.name.lower()
-    if name in BUILTIN_FRAMEWORKS:
-        return learner_image
-    name = FRAMEWORK_ALIASES.get(name, name)
-    library = _LIBRARIES.get(name, fw.name)
-    if name in FRAMEWORK_VERSIONS:
-        versions = FRAMEWORK_VERSIONS[name]
-        version = framework_version(fw.version, versions)
-        if version is None:
-            listed = ", ".join(versions)
-            raise ImageUnavailable(
-                f"framework.version: the platform has no {library} {fw.version} image; "
-                f"{library} versions with an image: {listed} ({LATEST!r} is {versions[-1]}). "
-                f"Set framework.version to one of them if the script runs there, or set "
-                f"framework.image to an image with {library} {fw.version} present on the nodes"
-            )
-        return framework_image(learner_image, name, version)
-    if name in _LIBRARIES:  # and not built
-        # FfDL picked an image by framework name and version; these libraries are not in
-        # Debian, so the platform cannot build their images without a registry.
-        raise ImageUnavailable(
-            f"framework.name: the platform has no {library} image (its images: the learner "
-            f"image with Python 3, numpy and boto3, and framework {_built_frameworks()}), so "
-            f"framework {fw.name} {fw.version} cannot run as written; set framework.image to an "
-            f"image with {library} that is present on the nodes (e.g. built FROM the learner image, "
-            f"see images/README.md), or use framework name 'python' for a script that does "
-            f"not import {library}"
-        )
-    raise ImageUnavailable(
-        f"framework.name: no image is known for framework {fw.name} {fw.version}; "
-        f"use framework name 'python' (the platform's learner image) or one of the framework "
-        f"images ({_built_frameworks()}), or set framework.image to an image present on the "
-        f"nodes"
-    )
-
-
-def framework_version(asked: str, versions: tuple[str, ...]) -> str | None:
-    """The built version `asked` means: itself, a patch release of it (1.13.1 is 1.13), or
-    the newest for "latest"; None when none was built."""
-    if asked.lower() == LATEST:
-        return versions[-1]
-    for version in versions:
-        if asked == version or asked.startswith(version + "."):
-            return version
-    return None
-
-
-def framework_image(learner_image: str, name: str, version: str) -> str:
-    """The framework's image, named after the learner image so that a registry prefix
-    carries over: dlaas/learner:latest -> dlaas/learner-pytorch:1.13,
-    reg:5000/dlaas/learner:v2 -> reg:5000/dlaas/learner-pytorch:1.13."""
-    repository = learner_image.split("@", 1)[0]
-    if ":" in repository.rsplit("/", 1)[-1]:
-        repository = repository.rsplit(":", 1)[0]
-    return f"{repository}-{name}:{version}"
-
-
-def _built_frameworks() -> str:
-    """The framework images there are, as a manifest names them: "pytorch 1.13"."""
-    return ", ".join(f"{name} {'/'.join(v)}" for name, v in FRAMEWORK_VERSIONS.items())
-
-
-# Framework names FfDL had images for, by the library the job imports (for messages).
-_LIBRARIES = {
-    "tensorflow": "TensorFlow",
-    "tf": "TensorFlow",
-    "keras": "TensorFlow",
-    "pytorch": "PyTorch",
-    "torch": "PyTorch",
-    "mpi": "OpenMPI",
-    "openmpi": "OpenMPI",
-    "horovod": "Horovod",
-    "caffe": "Caffe",
-    "caffe2": "Caffe2",
-}

@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dlaas.domain import jobspec, launch
+from dlaas.domain.frameworks import FRAMEWORK_ALIASES
 from dlaas.domain.locations import S3Location
-from dlaas.domain.manifest import FRAMEWORK_ALIASES, Manifest
+from dlaas.domain.manifest import Manifest
 
 # Processes per container: a fork bomb stops here, not at the node's pid table. Learners
 # get room for data-loader workers and their threads; the helper runs a few threads.

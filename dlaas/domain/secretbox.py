@@ -16,7 +16,7 @@ import yaml
 from cryptography.fernet import Fernet, InvalidToken
 
 from dlaas.domain.errors import InvalidManifest
-from dlaas.domain.manifest import load_yaml
+from dlaas.domain.manifest_yaml import load_yaml
 
 PREFIX = "dlaas-enc:v1:"
 # The store's credentials: the password and, with it, the key id (FfDL's and our names).

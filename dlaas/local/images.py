@@ -6,7 +6,7 @@ Every helper, and the learners of a job whose framework is plain Python, run
 with debootstrap and `docker import`; the learner image is then built with the legacy
 builder from a context that holds only the files the Dockerfile COPYs.
 
-A framework with an image of its own (dlaas.domain.manifest.FRAMEWORK_VERSIONS: PyTorch 2.13,
+A framework with an image of its own (dlaas.domain.frameworks.FRAMEWORK_VERSIONS: PyTorch 2.13,
 TensorFlow 2.21, OpenMPI 4.1) gets two more: its layer on the base (FRAMEWORK_LAYERS, e.g.
 `images/Dockerfile.pytorch` as dlaas/base-pytorch:2.13, minutes) and the same learner
 Dockerfile on that layer (dlaas/learner-pytorch:2.13, seconds), so a change to the
@@ -44,7 +44,7 @@ import docker
 import docker.errors
 
 from dlaas.domain.errors import ImageUnavailable
-from dlaas.domain.manifest import (
+from dlaas.domain.frameworks import (
     FRAMEWORK_ALIASES,
     FRAMEWORK_VERSIONS,
     framework_image,
@@ -77,7 +77,7 @@ class FrameworkLayer:
     buildargs: dict[str, str] = field(default_factory=dict)
 
 
-# Every (framework, version) of FRAMEWORK_VERSIONS (dlaas.domain.manifest), and nothing else
+# Every (framework, version) of FRAMEWORK_VERSIONS (dlaas.domain.frameworks), and nothing else
 # (a unit test keeps the two in step). Times as measured on this machine (2 cores).
 FRAMEWORK_LAYERS = {
     ("pytorch", "2.13"): FrameworkLayer(

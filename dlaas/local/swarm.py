@@ -5,6 +5,8 @@ node has its own hostname: "node-1", "node-2", ...), plugged by a veth pair into
 bridge on a /24 of its own. Node 1 is the only manager (`swarm init`); the others join with
 the worker token. The platform reaches the swarm only through the manager's socket; the
 node sockets are there for the tests (and for copying images, as there is no registry).
+The lab's layout (names, addresses, the dockerd command) is swarm_plan.py's, pure; one
+node's plumbing on the host (namespace, veth, dockerd, removal) is swarm_node.py's.
 
     lab = SwarmLab(state_dir, nodes=2, labels={"node-1": {"rack": "r1"}})
     info = lab.up()                      # SwarmInfo: manager_socket, node_sockets, ...
@@ -45,20 +47,18 @@ resolves to the tasks' own addresses) or dial `tasks.<service>`; both work acros
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
-import ipaddress
 import json
 import logging
 import os
 import secrets
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlaas.local import dockerd, processes
@@ -68,131 +68,28 @@ from dlaas.local.dockerd import taken_networks
 # exec root in their command lines and mounts.
 from dlaas.local.host import unmount_under
 from dlaas.local.processes import descendants, pids_with_token
+from dlaas.local.swarm_node import (
+    check_requirements,
+    load_image,
+    plug,
+    run,
+    start_dockerd,
+    stop_node,
+)
+from dlaas.local.swarm_plan import (
+    RUN_DIR,
+    SwarmInfo,
+    SwarmLabError,
+    choose_subnet,
+    lab_plan,
+    node_names,
+)
 
-RUN_DIR = Path("/run/dlaas-swarm")  # exec roots: short paths (containerd's unix sockets)
-NETNS_DIR = Path("/var/run/netns")
 STATE_FILE = "lab.json"
-SUBNET_POOL = "10.199.0.0/16"  # the lab bridges' /24s
 DEFAULT_IMAGES = ("dlaas/learner:latest",)
 SOCKET_PATH_MAX = 100  # unix socket paths: 108 bytes in the kernel, some margin
 
 log = logging.getLogger(__name__)
-
-
-class SwarmLabError(processes.ServerError):
-    """The lab cannot be built, reached or removed here; the message says what is missing."""
-
-
-@dataclass(frozen=True)
-class SwarmInfo:
-    """A running lab. Sockets are Docker base URLs ("unix:///.../docker.sock")."""
-
-    manager_socket: str
-    nodes: list[str]
-    node_sockets: dict[str, str]
-    node_addresses: dict[str, str]
-    host_address: str  # the host on the lab bridge: how containers reach host servers
-    subnet: str
-    bridge: str
-    state_dir: str
-    manager_address: str = ""  # node 1's address, port 2377 for `swarm join`
-    labels: dict[str, dict[str, str]] = field(default_factory=dict)
-    gpus: dict[str, int] = field(default_factory=dict)
-
-
-# --------------------------------------------------------------------------- pure parts
-
-
-def choose_subnet(taken: Sequence[str], pool: str = SUBNET_POOL) -> str:
-    """The first /24 of `pool` that overlaps none of `taken` (CIDRs). Pure."""
-    used = [ipaddress.ip_network(t, strict=False) for t in taken]
-    for candidate in ipaddress.ip_network(pool).subnets(new_prefix=24):
-        if not any(candidate.overlaps(u) for u in used):
-            return str(candidate)
-    raise SwarmLabError(f"no free /24 left in {pool} for a swarm lab bridge")
-
-
-def node_names(n: int) -> list[str]:
-    return [f"node-{k}" for k in range(1, n + 1)]
-
-
-def lab_plan(state_dir: Path, suffix: str, subnet: str, n: int, bridge: str = "") -> dict:
-    """Every name and address of a lab with `n` nodes, as recorded in its state file. Pure.
-
-    Interface names stay within Linux's 15 characters: the bridge "dsw<6 hex>" unless
-    `bridge` names it (a platform names it so that its firewall fences the lab in), the
-    veths "dsw<6 hex>v<k>" / "dsw<6 hex>p<k>".
-    """
-    if len(bridge) > 15:
-        raise SwarmLabError(f"bridge name {bridge!r} is longer than Linux's 15 characters")
-    net = ipaddress.ip_network(subnet)
-    hosts = list(net.hosts())
-    if n < 1 or n > len(hosts) - 1:
-        raise SwarmLabError(f"nodes must be between 1 and {len(hosts) - 1}, got {n}")
-    ifname = f"dsw{suffix}"
-    bridge = bridge or ifname
-    nodes = []
-    for k, name in enumerate(node_names(n), start=1):
-        root = state_dir / name
-        nodes.append({
-            "name": name,
-            "netns": f"dlaas-swarm-{suffix}-{k}",
-            "veth": f"{ifname}v{k}",
-            "peer": f"{ifname}p{k}",
-            "address": str(hosts[k]),
-            "socket": str(root / "docker.sock"),
-            "data_root": str(root / "data"),
-            "exec_root": str(RUN_DIR / f"{suffix}-{k}"),
-            "pidfile": str(RUN_DIR / f"{suffix}-{k}.pid"),
-            "log": str(root / "dockerd.log"),
-            "pid": 0,
-        })  # fmt: skip
-    return {
-        "suffix": suffix,
-        "subnet": str(net),
-        "prefixlen": net.prefixlen,
-        "bridge": bridge,
-        "host_address": str(hosts[0]),
-        "nodes": nodes,
-    }
-
-
-def dockerd_argv(node: Mapping, gpus: int = 0) -> list[str]:
-    """The command that starts `node`'s dockerd in its namespaces (see the module docstring)."""
-    argv = [
-        "nsenter", f"--net={NETNS_DIR / node['netns']}",
-        "unshare", "--uts",
-        "sh", "-c", 'hostname "$0" && exec "$@"', node["name"],
-        "dockerd",
-        "--data-root", node["data_root"],
-        "--exec-root", node["exec_root"],
-        "-H", f"unix://{node['socket']}",
-        "--pidfile", node["pidfile"],
-        "--iptables=false",
-        "--bridge=none",
-        "--label", f"dlaas.lab.node={node['name']}",
-    ]  # fmt: skip
-    if gpus:
-        argv += ["--node-generic-resource", f"gpu={gpus}"]
-    return argv
-
-
-def missing_requirements(euid: int, which: Callable[[str], str | None]) -> list[str]:
-    """What this machine lacks to run a lab, each with how to get it. Pure (given `which`)."""
-    missing = []
-    if euid != 0:
-        missing.append("root (network namespaces and dockerd need it)")
-    hints = {
-        "ip": "iproute2 (`apt-get install -y iproute2`)",
-        "nsenter": "nsenter (`apt-get install -y util-linux`)",
-        "unshare": "unshare (`apt-get install -y util-linux`)",
-        "hostname": "hostname (`apt-get install -y hostname`)",
-        "iptables": "iptables (`apt-get install -y iptables`)",
-        "sysctl": "sysctl (`apt-get install -y procps`)",
-        "dockerd": "dockerd (`apt-get install -y docker.io`)",
-    }
-    missing += [hint for binary, hint in hints.items() if which(binary) is None]
-    return missing
 
 
 # --------------------------------------------------------------------------- the lab
@@ -297,10 +194,8 @@ class SwarmLab:
             engine = [pid, *pids_with_token(node["exec_root"] + "/")]
             victims = engine + descendants(engine)
         for victim in dict.fromkeys(victims):
-            try:
+            with contextlib.suppress(ProcessLookupError):  # gone already
                 os.kill(victim, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         processes.wait_until(lambda: not processes.pid_alive(pid), 10, f"{name}'s dockerd to die")
 
     def restart_node(self, name: str, wait_ready: bool = True) -> None:
@@ -317,7 +212,7 @@ class SwarmLab:
                     unmount_under(Path(node["exec_root"]), Path(node["data_root"]))
                     shutil.rmtree(node["exec_root"], ignore_errors=True)
                     Path(node["pidfile"]).unlink(missing_ok=True)
-                self._start_dockerd(record, node)
+                start_dockerd(record, node)
                 self._write(record)
                 self._wait_answers(node)
         if wait_ready:
@@ -375,15 +270,15 @@ class SwarmLab:
                 # Recorded before anything exists: a failed start is cleaned up from it.
                 self._write(record)
                 self.progress(f"bridge {record['bridge']} on {subnet}")
-                _run("ip", "link", "add", record["bridge"], "type", "bridge")
-                _run("ip", "addr", "add", f"{record['host_address']}/24", "dev", record["bridge"])
-                _run("ip", "link", "set", record["bridge"], "up")
+                run("ip", "link", "add", record["bridge"], "type", "bridge")
+                run("ip", "addr", "add", f"{record['host_address']}/24", "dev", record["bridge"])
+                run("ip", "link", "set", record["bridge"], "up")
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         try:
             for node in record["nodes"]:
-                self._plug(record, node)
-                self._start_dockerd(record, node)
+                plug(record, node, self.progress)
+                start_dockerd(record, node)
                 self._write(record)
             for node in record["nodes"]:
                 self._wait_answers(node)
@@ -391,55 +286,6 @@ class SwarmLab:
             self._teardown(record)
             raise
         return record
-
-    def _plug(self, record: dict, node: dict) -> None:
-        """Namespace, veth into the bridge, address, default route via the host, masquerade,
-        and no traffic between containers through docker_gwbridge."""
-        ns, veth, peer = node["netns"], node["veth"], node["peer"]
-        self.progress(f"{node['name']}: namespace {ns}, address {node['address']}")
-        _run("ip", "netns", "add", ns)
-        _run("ip", "link", "add", veth, "type", "veth", "peer", "name", peer)
-        _run("ip", "link", "set", veth, "master", record["bridge"])
-        _run("ip", "link", "set", veth, "up")
-        _run("ip", "link", "set", peer, "netns", ns)
-        _run("ip", "-n", ns, "link", "set", peer, "name", "eth0")
-        _run("ip", "-n", ns, "addr", "add", f"{node['address']}/{record['prefixlen']}",
-             "dev", "eth0")  # fmt: skip
-        _run("ip", "-n", ns, "link", "set", "eth0", "up")
-        _run("ip", "-n", ns, "link", "set", "lo", "up")
-        _run("ip", "-n", ns, "route", "add", "default", "via", record["host_address"])
-        _run("nsenter", f"--net={NETNS_DIR / ns}", "iptables", "-t", "nat", "-A",
-             "POSTROUTING", "-o", "eth0", "-j", "MASQUERADE")  # fmt: skip
-        # Every swarm task also sits on the node's docker_gwbridge (its way out), so two
-        # jobs' containers on one node would reach each other there. Docker creates that
-        # bridge with inter-container traffic off, but enforces it with an iptables rule,
-        # which `--iptables=false` leaves out: this is that rule (bridged frames pass
-        # FORWARD through br_netfilter, on in every namespace here).
-        _run("nsenter", f"--net={NETNS_DIR / ns}", "iptables", "-A", "FORWARD",
-             "-i", "docker_gwbridge", "-o", "docker_gwbridge", "-j", "DROP")  # fmt: skip
-        done = _run("nsenter", f"--net={NETNS_DIR / ns}", "sysctl", "-w",
-                    "net.bridge.bridge-nf-call-iptables=1", check=False)  # fmt: skip
-        if done.returncode != 0:
-            raise SwarmLabError(
-                "bridged frames do not pass iptables (net.bridge.bridge-nf-call-iptables: "
-                f"{done.stderr.strip()}); load the module: modprobe br_netfilter"
-            )
-
-    def _start_dockerd(self, record: dict, node: dict) -> None:
-        Path(node["data_root"]).mkdir(parents=True, exist_ok=True)
-        Path(node["exec_root"]).mkdir(parents=True, exist_ok=True)
-        Path(node["socket"]).unlink(missing_ok=True)
-        env = {
-            **os.environ,
-            "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin",
-            # A swarm task pulls its image before it starts, even one the node has; with no
-            # registry reachable that attempt hangs ~20 s per task. Local images only.
-            "DOCKER_SERVICE_PREFER_OFFLINE_IMAGE": "1",
-        }
-        argv = dockerd_argv(node, int(record.get("gpus", {}).get(node["name"], 0)))
-        mp = processes.spawn(f"dockerd {node['name']}", argv, Path(node["log"]), env=env)
-        # nsenter, unshare and sh all exec: the child's pid is dockerd's.
-        node["pid"] = mp.pid
 
     def _wait_answers(self, node: dict) -> None:
         pid, url = int(node["pid"]), f"unix://{node['socket']}"
@@ -511,7 +357,7 @@ class SwarmLab:
                 nodes = record["nodes"]
                 try:
                     with ThreadPoolExecutor(len(nodes)) as pool:
-                        list(pool.map(_load, nodes, [tar] * len(nodes), [tag] * len(nodes)))
+                        list(pool.map(load_image, nodes, [tar] * len(nodes), [tag] * len(nodes)))
                 finally:
                     tar.unlink(missing_ok=True)
         finally:
@@ -590,72 +436,11 @@ class SwarmLab:
         if nodes:
             # In parallel: a dockerd takes seconds to stop its swarm agent and containerd.
             with ThreadPoolExecutor(len(nodes)) as pool:
-                list(pool.map(_stop_node, nodes))
+                list(pool.map(stop_node, nodes))
         bridge = record.get("bridge", "")
         if bridge and Path(f"/sys/class/net/{bridge}").exists():
-            _run("ip", "link", "del", bridge, check=False)
+            run("ip", "link", "del", bridge, check=False)
         for node in record.get("nodes", []):
             shutil.rmtree(Path(node["data_root"]).parent, ignore_errors=True)
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
         self.progress("swarm lab removed")
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def check_requirements() -> None:
-    """Raise SwarmLabError naming everything this machine lacks to run a lab."""
-    missing = missing_requirements(os.geteuid(), _which)
-    if missing:
-        raise SwarmLabError("a swarm lab cannot run here: missing " + "; ".join(missing))
-
-
-def _which(binary: str) -> str | None:
-    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/bin:/bin"
-    return shutil.which(binary, path=path)
-
-
-def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    exe = _which(argv[0]) or argv[0]
-    done = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, check=False)
-    if check and done.returncode != 0:
-        raise SwarmLabError(f"`{' '.join(argv)}` failed: {done.stderr.strip()}")
-    return done
-
-
-def _load(node: Mapping, tar: Path, tag: str) -> None:
-    import docker
-
-    client = docker.DockerClient(base_url=f"unix://{node['socket']}", timeout=300)
-    try:
-        with open(tar, "rb") as data:
-            client.images.load(data)
-        client.images.get(tag)  # loaded under its name, or this raises
-    finally:
-        client.close()
-
-
-def _stop_node(node: Mapping) -> None:
-    """dockerd by its pid (SIGTERM: it stops its containers and containerd), then whatever
-    outlived it, found by the exec root; mounts, namespace, exec root."""
-    exec_root = node["exec_root"]
-    pid = int(node.get("pid") or 0)
-    # Matched by the pid file's path, which names this node alone ("<sfx>-1" is also the
-    # start of "<sfx>-10"); its containerd and shims by paths inside its exec root.
-    if pid and processes.pid_matches(pid, node["pidfile"]):
-        processes.stop_pid(pid, timeout=20)
-    leftovers = pids_with_token(exec_root + "/")
-    # Container processes do not name the exec root: they are the shims' descendants.
-    for victim in descendants(leftovers):
-        processes.stop_pid(victim, 0)
-    for victim in leftovers:
-        processes.stop_pid(victim, 5)
-    unmount_under(Path(exec_root), Path(node["data_root"]))
-    if (NETNS_DIR / node["netns"]).exists():
-        _run("ip", "netns", "del", node["netns"], check=False)
-    # The host end of the veth goes with the namespace (asynchronously); a veth whose peer
-    # never reached the namespace is deleted here.
-    if Path(f"/sys/class/net/{node['veth']}").exists():
-        _run("ip", "link", "del", node["veth"], check=False)
-    shutil.rmtree(exec_root, ignore_errors=True)
-    Path(node["pidfile"]).unlink(missing_ok=True)

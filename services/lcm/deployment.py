@@ -15,10 +15,11 @@ from dlaas.adapters.s3 import ensure_bucket, platform_client
 from dlaas.adapters.store.base import JobRecord
 from dlaas.config import PlatformSettings
 from dlaas.domain import errors, jobspec
+from dlaas.domain.frameworks import resolve_image
 from dlaas.domain.job_keys import ssh_private_key
 from dlaas.domain.launch import LAUNCHER_MPI
 from dlaas.domain.locations import S3Location, job_locations
-from dlaas.domain.manifest import Manifest, resolve_image
+from dlaas.domain.manifest import Manifest
 from dlaas.domain.namespace import job_policy
 from dlaas.domain.plan import deployment_plan
 from dlaas.domain.ports import ContainerEngine

@@ -14,9 +14,10 @@ import threading
 from dlaas.adapters.store.base import JobRecord
 from dlaas.domain import errors
 from dlaas.domain.authz import on_behalf_of
+from dlaas.domain.frameworks import resolve_image
 from dlaas.domain.jobspec import JobErrorCode
 from dlaas.domain.locations import check_buckets
-from dlaas.domain.manifest import Manifest, parse_manifest, resolve_image, scale_problem
+from dlaas.domain.manifest import Manifest, parse_manifest, scale_problem
 from dlaas.domain.status import REQUEUEABLE, RESTARTABLE, Status
 from dlaas.domain.stored import stored_manifest
 from dlaas.v1 import scheduler_pb2

@@ -1,6 +1,6 @@
 """The chaos suite, short: jobs complete while the LCM leader, the API and a learner die.
 
-The measuring logic of benchmarks/chaos.py (log stream check, lost work, duplicates) is
+The measuring logic of benchmarks/chaos_checks.py (log stream check, lost work, duplicates) is
 tested first with plain data; the process supervisor with real processes and a fake
 `up`; then the suite itself runs against a real platform (one node, 3 jobs, 3 SIGKILLs)
 through the same functions the benchmark uses.
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import chaos_checks
 from dlaas.local import processes
 from dlaas.local import supervisor as sv
 
@@ -48,66 +49,68 @@ DATA = "data: 1437 training and 360 test images from /job/data/digits.npz"
 
 
 def test_an_uninterrupted_stream_is_complete():
-    check = chaos.check_log([DATA, *epochs(1, 5), "done: test accuracy 0.95"], 5)
+    check = chaos_checks.check_log([DATA, *epochs(1, 5), "done: test accuracy 0.95"], 5)
     assert (check.lost, check.duplicated, check.runs) == (0, 0, 1)
 
 
 def test_epochs_repeated_after_a_resume_are_allowed():
     lines = [DATA, *epochs(1, 4), DATA, "resuming from the checkpoint of epoch 2", *epochs(3, 5)]
-    check = chaos.check_log(lines, 5)
+    check = chaos_checks.check_log(lines, 5)
     assert (check.lost, check.duplicated, check.runs) == (0, 0, 2)
 
 
 def test_a_line_printed_twice_in_one_run_is_a_duplicate():
-    check = chaos.check_log([DATA, *epochs(1, 3), *epochs(3, 5)], 5)
+    check = chaos_checks.check_log([DATA, *epochs(1, 3), *epochs(3, 5)], 5)
     assert (check.lost, check.duplicated) == (0, 1)
 
 
 def test_gaps_resume_past_the_stream_and_a_missing_end_are_lost_lines():
-    assert chaos.check_log([DATA, *epochs(1, 2), *epochs(4, 5)], 5).lost == 1
+    assert chaos_checks.check_log([DATA, *epochs(1, 2), *epochs(4, 5)], 5).lost == 1
     lines = [DATA, *epochs(1, 2), DATA, "resuming from the checkpoint of epoch 4", *epochs(5, 5)]
-    assert chaos.check_log(lines, 5).lost == 2  # epochs 3 and 4 were trained, never shown
-    assert chaos.check_log([DATA, *epochs(1, 3)], 5).lost == 2
-    assert chaos.check_log([DATA, *epochs(1, 3)], 5, completed=False).lost == 0
+    assert chaos_checks.check_log(lines, 5).lost == 2  # epochs 3 and 4 were trained, never shown
+    assert chaos_checks.check_log([DATA, *epochs(1, 3)], 5).lost == 2
+    assert chaos_checks.check_log([DATA, *epochs(1, 3)], 5, completed=False).lost == 0
 
 
 def test_ddp_lines_and_a_restart_from_scratch():
     shard = "learner 1/2: shard of 719 images, 44 steps per epoch"
     lines = [shard, *epochs(1, 2), shard, *epochs(1, 5)]
-    check = chaos.check_log(lines, 5)
+    check = chaos_checks.check_log(lines, 5)
     assert (check.lost, check.duplicated, check.runs) == (0, 0, 2)
     mid = "learner 1: resuming from the checkpoint of epoch 3 and 7 steps of epoch 4"
-    assert chaos.check_log([shard, *epochs(1, 3), shard, mid, *epochs(4, 5)], 5).bad_lines == 0
+    assert (
+        chaos_checks.check_log([shard, *epochs(1, 3), shard, mid, *epochs(4, 5)], 5).bad_lines == 0
+    )
 
 
 # --------------------------------------------------------------------------- lost work
 
 
 def run(start: float, lines: list[tuple[float, str]], end: float | None):
-    return chaos.RunTimeline("c", start, list(lines), end)
+    return chaos_checks.RunTimeline("c", start, list(lines), end)
 
 
 def test_lost_work_is_the_time_from_the_resumed_checkpoint_to_the_previous_runs_end():
     first = run(0.0, [(0.5, DATA), (1.0, "epoch 1/5"), (3.0, "epoch 2/5")], end=4.2)
     second = run(6.0, [(6.5, DATA), (6.6, "resuming from the checkpoint of epoch 2")], None)
-    assert chaos.lost_work([first, second]) == [pytest.approx(1.2)]
+    assert chaos_checks.lost_work([first, second]) == [pytest.approx(1.2)]
 
 
 def test_a_mid_epoch_checkpoint_loses_nothing_and_from_scratch_loses_the_run():
     first = run(0.0, [(0.5, DATA), (1.0, "epoch 1/5")], end=2.0)
     mid = run(3.0, [(3.1, DATA), (3.2, "resuming from the checkpoint of epoch 1 and 5 mini")], 9)
-    assert chaos.lost_work([first, mid]) == [0.0]
+    assert chaos_checks.lost_work([first, mid]) == [0.0]
     scratch = run(3.0, [(3.1, DATA), (3.5, "epoch 1/5")], None)
-    assert chaos.lost_work([first, scratch]) == [pytest.approx(2.0)]
+    assert chaos_checks.lost_work([first, scratch]) == [pytest.approx(2.0)]
 
 
 def test_duplicates_are_pairs_seen_twice_at_once():
-    assert chaos.duplicates([("a", 0), ("a", 1), ("b", 0)]) == set()
-    assert chaos.duplicates([("a", 0), ("b", 0), ("a", 0)]) == {("a", 0)}
+    assert chaos_checks.duplicates([("a", 0), ("a", 1), ("b", 0)]) == set()
+    assert chaos_checks.duplicates([("a", 0), ("b", 0), ("a", 0)]) == {("a", 0)}
 
 
 def test_the_job_mix_has_every_kind_and_the_resilience_settings():
-    plans = chaos.job_mix(20, random.Random(1))
+    plans = chaos_checks.job_mix(20, random.Random(1))
     kinds = [p.kind for p in plans]
     assert kinds.count("digits") == 10 and kinds.count("ddp") == 5 and kinds.count("elastic") == 5
     from dlaas.domain.manifest import parse_manifest
@@ -205,8 +208,8 @@ def test_supervisor_process_exits_when_down_removes_its_record(tmp_path):
 def _plan(name: str, kind: str, epochs: int, command: str, learners: str, cpus: float):
     code = REPO / ("examples/digits" if kind == "digits" else "tests/fixtures/jobs/numpy-allreduce")
     results = "digits-results" if kind == "digits" else "digits-ddp-results"
-    text = chaos._manifest(name, learners, cpus, "normal", command, results)
-    return chaos.JobPlan(name, kind, epochs, text, code)
+    text = chaos_checks._manifest(name, learners, cpus, "normal", command, results)
+    return chaos_checks.JobPlan(name, kind, epochs, text, code)
 
 
 @pytest.mark.e2e

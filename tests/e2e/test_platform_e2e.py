@@ -24,13 +24,13 @@ from dlaas.clients.client import DlaasClient, pack_code
 from dlaas.domain import jobspec
 from dlaas.domain.accounts import DEFAULT_TEAM
 from dlaas.domain.namespace import team_bucket
+from dlaas.domain.status import FINAL
 from dlaas.local import components, platform
 from dlaas.local.state import StateDir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 REPO = Path(__file__).resolve().parents[2]
-FINAL = {"COMPLETED", "FAILED", "HALTED"}
 
 
 @pytest.fixture(scope="module")

@@ -28,14 +28,13 @@ from typer.testing import CliRunner
 
 from dlaas.clients.cli import app
 from dlaas.clients.client import pack_code
+from dlaas.domain.status import DEPLOYED, FINAL
 from dlaas.local import platform
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples/digits"
-FINAL = {"COMPLETED", "FAILED", "HALTED"}
-RUNNING = {"PENDING", "DOWNLOADING", "PROCESSING", "STORING"}
 NODE_CPUS, NODE_MEMORY_MB = 4, 4096
 SHARE = {"gpus": 0, "cpus": 2, "memory_mb": 2048}  # each team's guarantee: half the node
 # Liveness bounds (not performance claims): long enough for a loaded 2-core machine.
@@ -139,7 +138,7 @@ def preempted(job: dict) -> list[str]:
     """The reasons of the job's returns to the queue after it had been placed."""
     seen_placed, out = False, []
     for status, reason in history(job):
-        if status in RUNNING:
+        if status in DEPLOYED:
             seen_placed = True
         elif status == "QUEUED" and seen_placed:
             out.append(reason)

@@ -20,7 +20,7 @@ import pytest
 
 from dlaas.domain import jobspec
 from dlaas.local import dockerd, processes
-from dlaas.local import swarm as swarm_mod
+from dlaas.local import swarm_plan as swarm_mod
 from dlaas.local.swarm import SwarmLab, SwarmLabError, choose_subnet, lab_plan
 
 TASK_TIMEOUT = 90  # seconds a one-shot service may take to reach a final state
@@ -257,7 +257,7 @@ def test_tasks_of_two_networks_on_one_node_do_not_reach_each_other(
 ):
     """Every task also sits on its node's docker_gwbridge. A's address there answers from
     the node itself, but not from B's task on another network of the same node: the lab
-    puts back the rule Docker's `--iptables=false` leaves out (dlaas.local.swarm._plug)."""
+    puts back the rule Docker's `--iptables=false` leaves out (dlaas.local.swarm_node.plug)."""
     client, network, made = overlay
     server = f"srv-{secrets.token_hex(3)}"
     made.append(_http_server(client, server, learner_image, "node-1", network))

@@ -16,7 +16,8 @@ from services.scheduler.policy import (
     predict_waiting,
     queue_report,
 )
-from services.scheduler.simulator import TraceJob, simulate
+from services.scheduler.replay import simulate
+from services.scheduler.trace import TraceJob
 
 
 def test_remaining_is_conditional_on_time_already_run():

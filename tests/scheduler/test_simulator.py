@@ -8,15 +8,9 @@ from datetime import datetime
 
 import pytest
 
-from services.scheduler.simulator import (
-    KEYS,
-    TraceJob,
-    _gang,
-    load_trace,
-    main,
-    simulate,
-    team_of,
-)
+from services.scheduler.replay import _gang, simulate
+from services.scheduler.simulator import KEYS, main
+from services.scheduler.trace import TraceJob, load_trace, team_of
 
 TRACE = "/work/shared/traces/philly.csv"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from test_policy import by_action, nodes, q, running
 
 from services.scheduler.policy import POLICIES, Node, PolicyConfig, Snapshot, policy_for, schedule
-from services.scheduler.simulator import TraceJob, _gang, simulate
+from services.scheduler.replay import _gang, simulate
+from services.scheduler.trace import TraceJob
 
 
 def queued_class(j, now, policy, cfg):

@@ -42,6 +42,7 @@ import yaml
 from dlaas.clients.client import pack_code
 from dlaas.domain import jobspec
 from dlaas.domain.namespace import team_bucket
+from dlaas.domain.status import FINAL
 from dlaas.local import platform
 from dlaas.local.state import StateDir
 
@@ -49,7 +50,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 REPO = Path(__file__).resolve().parents[2]
 ATTACK_CODE = REPO / "tests/fixtures/attack_job"
-FINAL = {"COMPLETED", "FAILED", "HALTED"}
 TEAM_A, TEAM_B = "team-a", "team-b"
 DATA, RESULTS = "digits-data", "digits-results"
 # Distinctive credentials in alice's `connection`: parsed, never used, never shown.

@@ -1,30 +1,12 @@
-"""benchmarks/deploy_latency.py --ddp: its pure parts (the job it submits, how a run's time is
-read from the job's history)."""
+"""benchmarks/deploy_latency_ddp.py (deploy_latency.py --ddp): its pure parts (the job it
+submits, how a run's time is read from the job's history)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from benchmarks import deploy_latency_ddp as bench
 from dlaas.domain.manifest import parse_manifest
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location(
-        "deploy_latency", REPO / "benchmarks/deploy_latency.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
 
 
 def test_both_shapes_ask_the_same_cpus_and_differ_only_in_memory():

@@ -15,7 +15,9 @@ from typer.testing import CliRunner
 
 from dlaas.clients.cli import app
 from dlaas.domain.errors import ImageUnavailable, InvalidManifest
-from dlaas.domain.manifest import join_folded, parse_manifest, resolve_image
+from dlaas.domain.frameworks import resolve_image
+from dlaas.domain.manifest import parse_manifest
+from dlaas.domain.manifest_yaml import join_folded
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from dlaas.domain.errors import ImageUnavailable
-from dlaas.domain.manifest import FRAMEWORK_VERSIONS, parse_manifest, resolve_image
+from dlaas.domain.frameworks import FRAMEWORK_VERSIONS, resolve_image
+from dlaas.domain.manifest import parse_manifest
 from dlaas.local import images
 
 

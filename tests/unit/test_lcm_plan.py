@@ -4,8 +4,9 @@ import pytest
 
 from dlaas.domain import jobspec
 from dlaas.domain.errors import ImageUnavailable
+from dlaas.domain.frameworks import resolve_image
 from dlaas.domain.locations import S3Location
-from dlaas.domain.manifest import parse_manifest, resolve_image
+from dlaas.domain.manifest import parse_manifest
 from dlaas.domain.plan import deployment_plan
 
 MANIFEST = """

@@ -26,105 +26,24 @@ from pathlib import Path
 from typing import Any
 
 from dlaas.adapters.store.base import JobRecord, JobStore
+from dlaas.adapters.store.sqlite_rows import (
+    JOB_COLUMNS,
+    SCHEMA,
+    to_delivery,
+    to_hook,
+    to_record,
+    to_team,
+    to_token,
+    to_user,
+)
 from dlaas.domain.accounts import DEFAULT_MAX_PRIORITY, AuditEntry, Quota, Team, TokenRecord, User
 from dlaas.domain.errors import JobNotFound, temporary_on_all
 from dlaas.domain.hooks import Delivery, Hook
 from dlaas.domain.status import Status, Transition
 
 BUSY_TIMEOUT_MS = 30_000
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    job_id        TEXT PRIMARY KEY,
-    user          TEXT NOT NULL,
-    name          TEXT NOT NULL,
-    manifest_yaml TEXT NOT NULL,
-    created_at    REAL NOT NULL,
-    status        TEXT NOT NULL,
-    updated_at    REAL NOT NULL,
-    code_key      TEXT NOT NULL DEFAULT '',
-    reason        TEXT NOT NULL DEFAULT '',
-    error_code    TEXT NOT NULL DEFAULT '',
-    exit_code     INTEGER,
-    last_seq      INTEGER NOT NULL DEFAULT 0,
-    info          TEXT NOT NULL DEFAULT '{}'
-);
-CREATE INDEX IF NOT EXISTS jobs_user_created ON jobs (user, created_at);
-CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at);
-CREATE TABLE IF NOT EXISTS history (
-    job_id     TEXT NOT NULL,
-    seq        INTEGER NOT NULL,
-    status     TEXT NOT NULL,
-    at         REAL NOT NULL,
-    reason     TEXT NOT NULL,
-    error_code TEXT NOT NULL DEFAULT '',
-    exit_code  INTEGER,
-    PRIMARY KEY (job_id, seq)
-);
-CREATE TABLE IF NOT EXISTS teams (
-    name       TEXT PRIMARY KEY,
-    gpus       INTEGER NOT NULL DEFAULT 0,
-    cpus       REAL NOT NULL DEFAULT 0,
-    memory_mb  INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL,
-    max_priority INTEGER NOT NULL DEFAULT 100
-);
-CREATE TABLE IF NOT EXISTS users (
-    name       TEXT PRIMARY KEY,
-    team       TEXT NOT NULL,
-    admin      INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS tokens (
-    hash       TEXT PRIMARY KEY,
-    user       TEXT NOT NULL,
-    prefix     TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    expires_at REAL NOT NULL DEFAULT 0,
-    revoked_at REAL NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS tokens_user ON tokens (user);
-CREATE TABLE IF NOT EXISTS audit (
-    seq    INTEGER PRIMARY KEY AUTOINCREMENT,
-    at     REAL NOT NULL,
-    actor  TEXT NOT NULL,
-    action TEXT NOT NULL,
-    target TEXT NOT NULL,
-    detail TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS hooks (
-    hook_id    TEXT PRIMARY KEY,
-    user       TEXT NOT NULL,
-    url        TEXT NOT NULL,
-    events     TEXT NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS hooks_user ON hooks (user, created_at);
-CREATE TABLE IF NOT EXISTS deliveries (
-    key         TEXT PRIMARY KEY,
-    hook_id     TEXT NOT NULL,
-    job_id      TEXT NOT NULL,
-    event       TEXT NOT NULL,
-    attempts    INTEGER NOT NULL,
-    state       TEXT NOT NULL,
-    last_status INTEGER,
-    last_error  TEXT NOT NULL DEFAULT '',
-    at          REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS deliveries_hook_at ON deliveries (hook_id, at);
--- Append-only: the audit log refuses changes at the database itself.
-CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
-BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
-BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
-"""
-
-# The queries put together with f-strings (the `noqa: S608`s) join only these constants and
-# fixed clauses; every value goes as a ? parameter.
-_JOB_COLUMNS = (
-    "job_id, user, name, manifest_yaml, created_at, status, updated_at, code_key, reason,"
-    " error_code, exit_code, last_seq, info, team"
-)
+# The queries put together with f-strings (the `noqa: S608`s) join only constants (the
+# column lists of sqlite_rows) and fixed clauses; every value goes as a ? parameter.
 
 
 def first_history(job: JobRecord) -> list[Transition]:
@@ -156,7 +75,7 @@ class SqliteJobStore(JobStore):
         self._pid = 0
         with self._lock:
             conn = self._connection()
-            conn.executescript(_SCHEMA)
+            conn.executescript(SCHEMA)
             # A store made before jobs had teams gains the column (every job: no team).
             columns = {r["name"] for r in conn.execute("PRAGMA table_info(jobs)")}
             if "team" not in columns:
@@ -227,7 +146,7 @@ class SqliteJobStore(JobStore):
         last = history[-1]
         with self._write() as conn:
             cur = conn.execute(
-                f"INSERT OR IGNORE INTO jobs ({_JOB_COLUMNS})"  # noqa: S608 - constants only
+                f"INSERT OR IGNORE INTO jobs ({JOB_COLUMNS})"  # noqa: S608 - constants only
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     job.job_id,
@@ -262,12 +181,12 @@ class SqliteJobStore(JobStore):
 
     def get(self, job_id: str) -> JobRecord:
         with self._read() as conn:
-            sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = ?"  # noqa: S608 - constants only
+            sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = ?"  # noqa: S608 - constants only
             row = conn.execute(sql, (job_id,)).fetchone()
             if row is None:
                 raise JobNotFound(job_id)
             history = self._history(conn, [job_id])
-        return _record(row, history.get(job_id, []))
+        return to_record(row, history.get(job_id, []))
 
     def list(
         self,
@@ -291,12 +210,12 @@ class SqliteJobStore(JobStore):
             count = f"SELECT COUNT(*) FROM jobs{clause}"  # noqa: S608 - constants only
             total = conn.execute(count, args).fetchone()[0]
             rows = conn.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs{clause}"  # noqa: S608 - constants only
+                f"SELECT {JOB_COLUMNS} FROM jobs{clause}"  # noqa: S608 - constants only
                 " ORDER BY created_at DESC, job_id DESC LIMIT ? OFFSET ?",
                 [*args, limit, offset],
             ).fetchall()
             history = self._history(conn, [r["job_id"] for r in rows])
-        return [_record(r, history.get(r["job_id"], [])) for r in rows], total
+        return [to_record(r, history.get(r["job_id"], [])) for r in rows], total
 
     def record_transition(self, job_id: str, seq: int, t: Transition) -> bool:
         if seq < 0:
@@ -354,11 +273,11 @@ class SqliteJobStore(JobStore):
     def get_team(self, name: str) -> Team | None:
         with self._read() as conn:
             row = conn.execute("SELECT * FROM teams WHERE name = ?", (name,)).fetchone()
-        return _team(row) if row else None
+        return to_team(row) if row else None
 
     def list_teams(self) -> list[Team]:
         with self._read() as conn:
-            return [_team(r) for r in conn.execute("SELECT * FROM teams ORDER BY name")]
+            return [to_team(r) for r in conn.execute("SELECT * FROM teams ORDER BY name")]
 
     def set_quota(self, name: str, quota: Quota) -> bool:
         with self._write() as conn:
@@ -384,11 +303,11 @@ class SqliteJobStore(JobStore):
     def get_user(self, name: str) -> User | None:
         with self._read() as conn:
             row = conn.execute("SELECT * FROM users WHERE name = ?", (name,)).fetchone()
-        return _user(row) if row else None
+        return to_user(row) if row else None
 
     def list_users(self) -> list[User]:
         with self._read() as conn:
-            return [_user(r) for r in conn.execute("SELECT * FROM users ORDER BY name")]
+            return [to_user(r) for r in conn.execute("SELECT * FROM users ORDER BY name")]
 
     def add_token(self, token: TokenRecord) -> None:
         with self._write() as conn:
@@ -402,14 +321,14 @@ class SqliteJobStore(JobStore):
     def find_token(self, token_hash: str) -> TokenRecord | None:
         with self._read() as conn:
             row = conn.execute("SELECT * FROM tokens WHERE hash = ?", (token_hash,)).fetchone()
-        return _token(row) if row else None
+        return to_token(row) if row else None
 
     def list_tokens(self, user: str | None = None) -> list[TokenRecord]:
         clause, args = ("WHERE user = ?", [user]) if user is not None else ("", [])
         with self._read() as conn:
             sql = f"SELECT * FROM tokens {clause} ORDER BY created_at"  # noqa: S608 - constants only
             rows = conn.execute(sql, args)
-            return [_token(r) for r in rows]
+            return [to_token(r) for r in rows]
 
     def revoke_tokens(
         self, *, user: str | None = None, token_hash: str | None = None, at: float
@@ -457,14 +376,14 @@ class SqliteJobStore(JobStore):
     def get_hook(self, hook_id: str) -> Hook | None:
         with self._read() as conn:
             row = conn.execute("SELECT * FROM hooks WHERE hook_id = ?", (hook_id,)).fetchone()
-        return _hook(row) if row else None
+        return to_hook(row) if row else None
 
     def list_hooks(self, user: str | None = None) -> list[Hook]:
         clause, args = ("WHERE user = ?", [user]) if user is not None else ("", [])
         with self._read() as conn:
             sql = f"SELECT * FROM hooks {clause} ORDER BY created_at, hook_id"  # noqa: S608 - constants only
             rows = conn.execute(sql, args)
-            return [_hook(r) for r in rows]
+            return [to_hook(r) for r in rows]
 
     def delete_hook(self, hook_id: str) -> bool:
         with self._write() as conn:
@@ -485,7 +404,7 @@ class SqliteJobStore(JobStore):
     def get_delivery(self, key: str) -> Delivery | None:
         with self._read() as conn:
             row = conn.execute("SELECT * FROM deliveries WHERE key = ?", (key,)).fetchone()
-        return _delivery(row) if row else None
+        return to_delivery(row) if row else None
 
     def list_deliveries(
         self, hook_id: str, *, offset: int = 0, limit: int = 50
@@ -501,7 +420,7 @@ class SqliteJobStore(JobStore):
                 " LIMIT ? OFFSET ?",
                 (hook_id, limit, offset),
             ).fetchall()
-        return [_delivery(r) for r in rows], total
+        return [to_delivery(r) for r in rows], total
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -523,52 +442,3 @@ class SqliteJobStore(JobStore):
                     )
                 )
         return out
-
-
-def _team(row: sqlite3.Row) -> Team:
-    quota = Quota(row["gpus"], row["cpus"], row["memory_mb"])
-    return Team(row["name"], quota, row["created_at"], row["max_priority"])
-
-
-def _user(row: sqlite3.Row) -> User:
-    return User(row["name"], row["team"], bool(row["admin"]), row["created_at"])
-
-
-def _token(row: sqlite3.Row) -> TokenRecord:
-    return TokenRecord(
-        row["hash"], row["user"], row["prefix"], row["created_at"], row["expires_at"],
-        row["revoked_at"],
-    )  # fmt: skip
-
-
-def _hook(row: sqlite3.Row) -> Hook:
-    return Hook(
-        row["hook_id"], row["user"], row["url"], tuple(json.loads(row["events"])),
-        row["created_at"],
-    )  # fmt: skip
-
-
-def _delivery(row: sqlite3.Row) -> Delivery:
-    return Delivery(
-        row["key"], row["hook_id"], row["job_id"], row["event"], row["attempts"], row["state"],
-        row["last_status"], row["last_error"], row["at"],
-    )  # fmt: skip
-
-
-def _record(row: sqlite3.Row, history: list[Transition]) -> JobRecord:
-    return JobRecord(
-        job_id=row["job_id"],
-        user=row["user"],
-        name=row["name"],
-        manifest_yaml=row["manifest_yaml"],
-        created_at=row["created_at"],
-        status=Status(row["status"]),
-        updated_at=row["updated_at"],
-        code_key=row["code_key"],
-        reason=row["reason"],
-        error_code=row["error_code"],
-        exit_code=row["exit_code"],
-        history=history,
-        info=json.loads(row["info"]),
-        team=row["team"],
-    )

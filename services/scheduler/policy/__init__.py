@@ -9,6 +9,8 @@ No I/O and no clock reads here: callers pass `now`. The live scheduler service a
 trace-driven simulator both call `schedule()`.
 """
 
+from dlaas.domain.queue import QueueEntry
+
 from .config import DEFAULT_CONFIG, PolicyConfig
 from .feasibility import can_ever_fit
 from .model import (
@@ -16,7 +18,6 @@ from .model import (
     Decision,
     Node,
     QueuedJob,
-    QueueEntry,
     RunningJob,
     Snapshot,
     TeamQuota,

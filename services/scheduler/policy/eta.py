@@ -26,9 +26,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from dlaas.domain.queue import QueueEntry
+
 from .config import DEFAULT_CONFIG, PolicyConfig
 from .feasibility import gang_shape as _shape
-from .model import QueuedJob, QueueEntry, RunningJob, Snapshot
+from .model import QueuedJob, RunningJob, Snapshot
 from .policies import DEFAULT_POLICY, order_key, policy_for
 from .quota import guaranteed_first
 from .round import Round as _Round

@@ -221,17 +221,3 @@ class Decision:
     action: str
     cause: str
     allocations: list[Allocation] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueEntry:
-    """Position, pending reason and ETA range (seconds from now) of one queued job."""
-
-    job_id: str
-    position: int
-    reason: str
-    eta_low_s: float
-    eta_high_s: float
-
-    def __iter__(self):  # lets callers unpack it like the tuple the service expects
-        return iter((self.job_id, self.position, self.reason, self.eta_low_s, self.eta_high_s))
