@@ -41,8 +41,6 @@ from dlaas.domain.launch import (
     launcher_problem,
 )
 from dlaas.domain.manifest_yaml import (
-    MAX_DEPTH,  # noqa: F401 (services/api/routes.py reads both bounds from here)
-    MAX_MANIFEST_BYTES,  # noqa: F401
     capped_problems,
     check_shape,
     field_path,

@@ -311,12 +311,15 @@ def create_app(
     from services.api.data import router as data_router
     from services.api.hooks import router as hooks_router
     from services.api.metrics import router as metrics_router
-    from services.api.routes import router, system_router
+    from services.api.outputs import router as outputs_router
+    from services.api.routes import router
+    from services.api.system import system_router
 
     # Every /v1 route needs a token and may find a platform service not answering.
     v1_errors = error_responses(401, 503)
     app.include_router(system_router)
     app.include_router(router, responses=v1_errors)
+    app.include_router(outputs_router, responses=v1_errors)
     app.include_router(admin_router, responses=v1_errors)
     app.include_router(data_router, responses=v1_errors)
     app.include_router(metrics_router, responses=v1_errors)

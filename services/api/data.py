@@ -16,9 +16,8 @@ from pydantic import BaseModel
 
 from dlaas.domain.errors import InvalidRequest, PayloadTooLarge
 from dlaas.domain.namespace import NamespaceError, check_bucket, team_bucket, user_bucket
-from services.api.deps import CallerDep, DepsDep
+from services.api.deps import CallerDep, DepsDep, audit
 from services.api.models import error_responses
-from services.api.routes import audit
 
 router = APIRouter(prefix="/v1/data", tags=["data"])
 

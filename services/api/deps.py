@@ -6,6 +6,7 @@ a job or a hook is the domain's one rule (dlaas.domain.authz, `Caller.can_see`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -14,13 +15,18 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dlaas.adapters.logs import LogReader
 from dlaas.adapters.s3 import client_for_location
-from dlaas.adapters.store.base import JobStore
+from dlaas.adapters.store.base import JobRecord, JobStore
 from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.domain.accounts import audit_entry
 from dlaas.domain.locations import S3Location
 from services.api.auth import Authenticator, Caller
 
 if TYPE_CHECKING:
     from services.api.app import Metrics
+
+# Bound of every integer query parameter: SQLite (and Mongo) integers are 64-bit, and
+# no listing or log is a billion entries long.
+MAX_OFFSET = 10**9
 
 
 @dataclass
@@ -59,3 +65,15 @@ def get_caller(
 
 DepsDep = Annotated[Deps, Depends(get_deps)]
 CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+def owned_job(deps: Deps, caller: Caller, job_id: str) -> JobRecord:
+    """The job's record, if the caller may see it; another user's job is reported missing."""
+    record = deps.store.get(job_id)
+    caller.check_owner(job_id, record.user)
+    return record
+
+
+def audit(deps: Deps, caller: Caller, action: str, target: str, detail: str = "") -> None:
+    """Append to the audit log; it never holds secrets (callers pass names and counts)."""
+    deps.store.append_audit(audit_entry(time.time(), caller.user, action, target, detail))

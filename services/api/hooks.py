@@ -20,10 +20,9 @@ from dlaas.adapters import egress as egress_pin
 from dlaas.domain import egress, hooks
 from dlaas.domain.errors import InvalidRequest
 from services.api.auth import Caller
-from services.api.deps import CallerDep, DepsDep
+from services.api.deps import MAX_OFFSET, CallerDep, DepsDep
 from services.api.errors import HookNotFound
 from services.api.models import error_responses
-from services.api.routes import MAX_OFFSET
 
 router = APIRouter(prefix="/v1", tags=["webhooks"])
 

@@ -32,10 +32,9 @@ from dlaas.domain.metric_query import (
     wanted,
 )
 from services.api.auth import Caller
-from services.api.deps import CallerDep, Deps, DepsDep
+from services.api.deps import MAX_OFFSET, CallerDep, Deps, DepsDep, owned_job
 from services.api.follows import REFUSED_DOC, follows_of
 from services.api.models import error_responses
-from services.api.routes import MAX_OFFSET, _owned
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -133,5 +132,5 @@ async def job_metrics(
 def _source(deps: Deps, caller: Caller, job_id: str, learner: int) -> LearnerMetrics:
     """The learner's metric sources, once the caller is known to own the job. A learner the
     job never had is named (422), as is a bad regex group of the manifest."""
-    record = _owned(deps, caller, job_id)
+    record = owned_job(deps, caller, job_id)
     return learner_metrics(record, learner, deps.settings, deps.logs)

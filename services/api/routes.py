@@ -1,4 +1,6 @@
-"""The REST routes: thin use cases over the job store (reads), the LCM (changes) and S3.
+"""The REST job routes: submit, list, show, queue, halt, resume, scale and delete; thin use
+cases over the job store (reads), the LCM (changes) and S3 (code). A job's logs and results
+are read in outputs.py, `/health` and `/metrics` answer in system.py.
 
 Every `/v1` route needs a bearer token; a job that is not the caller's is reported as
 missing. Errors are raised as domain errors and mapped to HTTP in app.py.
@@ -9,55 +11,35 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import tarfile
 import time
-import zlib
-from collections.abc import Iterator
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 import yaml
 from botocore.exceptions import ClientError
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import UploadFile
 
-from dlaas.adapters.s3 import STORE_UNREACHABLE
 from dlaas.adapters.store.base import JobRecord
 from dlaas.domain import jobspec, purge
-from dlaas.domain.accounts import audit_entry
 from dlaas.domain.errors import (
     DlaasError,
     InvalidManifest,
     InvalidRequest,
     PayloadTooLarge,
-    TemporaryError,
 )
 from dlaas.domain.locations import check_buckets, job_locations
-from dlaas.domain.manifest import (
-    MAX_DEPTH,
-    MAX_MANIFEST_BYTES,
-    Manifest,
-    check_shape,
-    parse_manifest,
-)
+from dlaas.domain.manifest import Manifest, check_shape, parse_manifest
+from dlaas.domain.manifest_yaml import MAX_DEPTH, MAX_MANIFEST_BYTES
 from dlaas.domain.namespace import user_bucket
-from dlaas.domain.secretbox import SecretBox
 from dlaas.domain.status import Status
 from dlaas.domain.stored import stored_manifest, stored_manifest_or_none
-from services.api import health as health_probes
 from services.api.admission import admit
 from services.api.archive import normalize_archive
 from services.api.auth import Caller
-from services.api.deps import CallerDep, Deps, DepsDep
-from services.api.errors import NoResults
-from services.api.follows import REFUSED_DOC, follows_of
+from services.api.deps import MAX_OFFSET, CallerDep, Deps, DepsDep, audit, owned_job
 from services.api.models import (
-    ComponentHealthPublic,
     DeleteReply,
-    HealthReply,
     JobList,
     JobPublic,
     QueueReply,
@@ -71,19 +53,15 @@ from services.api.models import (
     queue_entry,
     queue_info,
 )
-from services.api.rules import check_scale, learners_with_logs
+from services.api.rules import check_scale
 
 log = logging.getLogger(__name__)
 
-# Bound of every integer query parameter: SQLite (and Mongo) integers are 64-bit, and
-# no listing or log is a billion entries long.
-MAX_OFFSET = 10**9
 # A code archive may unpack to this many times its size limit on the job volume.
 UNPACK_FACTOR = 10
 CODE_PREFIX = "code/"
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
-system_router = APIRouter(tags=["system"])
 
 
 def new_job_id() -> str:
@@ -92,12 +70,6 @@ def new_job_id() -> str:
 
 def code_key(job_id: str) -> str:
     return f"{CODE_PREFIX}{job_id}.tar.gz"
-
-
-def _owned(deps: Deps, caller: Caller, job_id: str) -> JobRecord:
-    record = deps.store.get(job_id)
-    caller.check_owner(job_id, record.user)
-    return record
 
 
 # --------------------------------------------------------------------------- submit
@@ -186,11 +158,6 @@ def _ensure_bucket(deps: Deps) -> None:
                 "BucketAlreadyExists",
             ):
                 raise
-
-
-def audit(deps: Deps, caller: Caller, action: str, target: str, detail: str = "") -> None:
-    """Append to the audit log; it never holds secrets (callers pass names and counts)."""
-    deps.store.append_audit(audit_entry(time.time(), caller.user, action, target, detail))
 
 
 def _submit(deps: Deps, caller: Caller, text: str, manifest: Manifest, code: bytes | None):
@@ -325,7 +292,7 @@ def list_jobs(
 @router.get("/jobs/{job_id}", response_model=JobPublic, responses=error_responses(404))
 def get_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobPublic:
     """A job's status, status history, learners and normalized manifest (secrets masked)."""
-    record = _owned(deps, caller, job_id)
+    record = owned_job(deps, caller, job_id)
     public = job_public(record)
     if record.status == Status.QUEUED:
         _add_queue_info(deps, public, record)
@@ -395,7 +362,7 @@ def get_queue(deps: DepsDep, caller: CallerDep) -> QueueReply:
 @router.post("/jobs/{job_id}/halt", response_model=StatusReply, responses=error_responses(404, 409))
 def halt_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
     """Halt a job: its learners checkpoint and stop, its logs are kept, it ends HALTED."""
-    record = _owned(deps, caller, job_id)
+    record = owned_job(deps, caller, job_id)
     status = deps.lcm.halt(job_id, record.user, f"halted by {caller.user} through the API")
     audit(deps, caller, "halt", job_id)
     return StatusReply(job_id=job_id, status=status)
@@ -406,7 +373,7 @@ def halt_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
 )
 def resume_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
     """Resume a HALTED job: it is queued again and continues from its last checkpoint."""
-    record = _owned(deps, caller, job_id)
+    record = owned_job(deps, caller, job_id)
     status = deps.lcm.resume(job_id, record.user, f"resumed by {caller.user} through the API")
     audit(deps, caller, "resume", job_id)
     return StatusReply(job_id=job_id, status=status)
@@ -417,7 +384,7 @@ def resume_job(job_id: str, deps: DepsDep, caller: CallerDep) -> StatusReply:
 )
 def scale_job(job_id: str, body: ScaleRequest, deps: DepsDep, caller: CallerDep) -> ScaleReply:
     """Change an elastic job's learner count within its manifest's [min_learners, max_learners]."""
-    record = _owned(deps, caller, job_id)
+    record = owned_job(deps, caller, job_id)
     manifest = stored_manifest_or_none(record)  # None: older rules, the LCM alone decides
     if manifest is not None:
         check_scale(manifest, body.learners, job_id)
@@ -437,7 +404,7 @@ def delete_job(
     ] = False,
 ) -> DeleteReply:
     """Delete a job: its record, containers and uploaded code; its results stay unless `purge`."""
-    record = _owned(deps, caller, job_id)
+    record = owned_job(deps, caller, job_id)
     _, results = job_locations(stored_manifest(record), deps.settings, record.team)
     prefix = results.prefix + jobspec.results_prefix(job_id)
     # The bucket as the user names it (inside the team's namespace).
@@ -473,183 +440,3 @@ def delete_job(
         prefix=prefix,
         purge_queued=purge_results,
     )
-
-
-# --------------------------------------------------------------------------- logs, results
-
-
-@router.get(
-    "/jobs/{job_id}/logs",
-    response_class=StreamingResponse,
-    responses={
-        200: {"content": {"text/plain": {}}, "description": "the log, one line per line"},
-        **error_responses(404, 422),
-        **REFUSED_DOC,
-    },
-)
-async def job_logs(
-    request: Request,
-    job_id: str,
-    deps: DepsDep,
-    caller: CallerDep,
-    learner: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="learner index")] = 0,
-    offset: Annotated[
-        int, Query(ge=0, le=MAX_OFFSET, description="lines to skip, to resume a stream")
-    ] = 0,
-    follow: Annotated[bool, Query(description="keep streaming until the job ends")] = False,
-) -> Response:
-    """Stream a learner's log as text, one line per line; `follow` waits for the job's end.
-
-    A follow holds no thread while it waits (services.api.follows); a user's follows on a
-    replica are limited (429 with `Retry-After` beyond)."""
-    follows = follows_of(request)
-    user = caller.user if follow else None
-    if user is not None and (refused := follows.take(user)) is not None:
-        return refused.response()
-    try:
-        record = await follows.call(_owned, deps, caller, job_id)
-        manifest = stored_manifest_or_none(record)
-        requested = manifest.learners if manifest is not None else 1
-        learners = learners_with_logs(requested, record.info)
-        if learner >= learners:
-            raise InvalidRequest(f"learner: the job has learners 0..{learners - 1}, not {learner}")
-        rounds = await follows.call(deps.logs.rounds, job_id, learner, offset=offset, follow=follow)
-    except BaseException:  # broad: the slot goes back whatever failed (re-raised)
-        if user is not None:
-            follows.give_back(user)
-        raise
-    lines = follows.stream(
-        rounds,
-        lambda line: line + "\n",
-        deps.logs.poll_s / 2,  # a line is seen within about 0.5 s (poll_s 0.5)
-        what=f"log stream of {job_id} learner {learner}",
-        user=user,
-    )
-    return StreamingResponse(lines, media_type="text/plain; charset=utf-8")
-
-
-def results_store_error(exc: Exception, endpoint: str) -> DlaasError:
-    """A results store's failure as a domain error naming what the user can look at.
-
-    Only the store's host is named: an endpoint URL may carry credentials.
-    """
-    host = urlsplit(endpoint).hostname or "?"
-    if isinstance(exc, ClientError):
-        code = exc.response.get("Error", {}).get("Code") or "an error"
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 500
-        if 400 <= status < 500:  # the store refuses these credentials or this bucket
-            return InvalidRequest(
-                f"data_stores[0].connection: the results store at {host} refused to list "
-                f"the results ({code}); check the store's credentials and bucket"
-            )
-        return TemporaryError(f"the results store at {host} failed ({code}); try again later")
-    # Timeouts and refused connections: the store is down, or a tarpit. Not retried here.
-    return TemporaryError(
-        f"data_stores[0].connection.endpoint: the results store at {host} did not answer "
-        f"({type(exc).__name__}); try again later",
-        delay_s=10.0,
-    )
-
-
-def _tar_gz_stream(s3, bucket: str, objects: list[dict], strip: str) -> Iterator[bytes]:
-    """A tar.gz of S3 objects, produced object by object without holding any in memory."""
-    gz = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: gzip framing
-    for obj in objects:
-        info = tarfile.TarInfo(obj["Key"][len(strip) :] or obj["Key"])
-        info.size = obj["Size"]
-        info.mtime = int(obj["LastModified"].timestamp()) if "LastModified" in obj else 0
-        info.mode = 0o644
-        yield gz.compress(info.tobuf(format=tarfile.PAX_FORMAT))
-        body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"]
-        sent = 0
-        for chunk in body.iter_chunks(256 * 1024):
-            chunk = chunk[: info.size - sent]  # never more than the header promised
-            sent += len(chunk)
-            yield gz.compress(chunk)
-        if sent < info.size:  # the object shrank under us: pad, keep the tar readable
-            yield gz.compress(b"\0" * (info.size - sent))
-        if info.size % tarfile.BLOCKSIZE:
-            yield gz.compress(b"\0" * (tarfile.BLOCKSIZE - info.size % tarfile.BLOCKSIZE))
-    yield gz.compress(b"\0" * (2 * tarfile.BLOCKSIZE))
-    yield gz.flush()
-
-
-@router.get(
-    "/jobs/{job_id}/results",
-    response_class=StreamingResponse,
-    responses={
-        200: {"content": {"application/gzip": {}}, "description": "the results as a tar.gz"},
-        **error_responses(404, 422),
-    },
-)
-def job_results(job_id: str, deps: DepsDep, caller: CallerDep) -> StreamingResponse:
-    """Download every result object of a job (model, logs, ...) as one tar.gz."""
-    record = _owned(deps, caller, job_id)
-    manifest = stored_manifest(record, SecretBox(deps.settings.secrets_key.get_secret_value()))
-    _, results = job_locations(manifest, deps.settings, record.team)
-    s3 = deps.s3_for(results)
-    prefix = results.prefix + jobspec.results_prefix(job_id)
-    objects: list[dict] = []
-    try:
-        for page in s3.get_paginator("list_objects_v2").paginate(
-            Bucket=results.bucket, Prefix=prefix
-        ):
-            objects.extend(o for o in page.get("Contents", []) if not o["Key"].endswith("/"))
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "NoSuchBucket":
-            raise results_store_error(exc, results.endpoint) from None
-    except STORE_UNREACHABLE as exc:
-        raise results_store_error(exc, results.endpoint) from None
-    if not objects:
-        raise NoResults(f"job {job_id} has no results stored (status {record.status})")
-    return StreamingResponse(
-        _tar_gz_stream(s3, results.bucket, objects, prefix),
-        media_type="application/gzip",
-        headers={"Content-Disposition": f'attachment; filename="{job_id}-results.tar.gz"'},
-    )
-
-
-# --------------------------------------------------------------------------- system
-
-
-@system_router.get("/health", response_model_exclude_none=True, responses=error_responses(503))
-def health(
-    deps: DepsDep,
-    components: Annotated[
-        bool,
-        Query(description="also ask the LCM, the scheduler and S3 whether they answer"),
-    ] = False,
-) -> HealthReply:
-    """Liveness: the API answers and can read its job store (503 if not).
-
-    With `components=true`, a report of every component the API depends on instead: it
-    answers 200 even when some are down (`status: degraded`), saying which and why.
-    """
-    replica = deps.api.replica or None
-    if not components:
-        store = health_probes.store_answers(deps.store)
-        if not store.ok:
-            raise TemporaryError(f"the job store is {store.detail}")
-        return HealthReply(status="ok", replica=replica)
-    settings = deps.settings
-    report = health_probes.check_all(
-        {
-            "store": lambda: health_probes.store_answers(deps.store),
-            "lcm": lambda: health_probes.replicas_serving(settings.lcm_addr),
-            "scheduler": lambda: health_probes.grpc_serving(settings.scheduler_addr),
-            "s3": lambda: health_probes.s3_answers(deps.s3, settings.s3_bucket),
-        }
-    )
-    return HealthReply(
-        status="ok" if all(c.ok for c in report.values()) else "degraded",
-        replica=replica,
-        components={
-            name: ComponentHealthPublic(ok=c.ok, detail=c.detail) for name, c in report.items()
-        },
-    )
-
-
-@system_router.get("/metrics", response_class=Response)
-def metrics(deps: DepsDep) -> Response:
-    """Prometheus metrics: requests, jobs by status, queue, nodes, deploys, restarts."""
-    return Response(generate_latest(deps.metrics.registry), media_type=CONTENT_TYPE_LATEST)

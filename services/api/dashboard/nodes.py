@@ -31,9 +31,8 @@ from dlaas.clients.sdk import NodeInfo, NodeUtilization
 from dlaas.domain.errors import InvalidManifest
 from dlaas.domain.manifest import parse_manifest
 from dlaas.domain.status import ACTIVE, Status
-from services.api.deps import CallerDep, DepsDep
+from services.api.deps import CallerDep, DepsDep, audit
 from services.api.models import error_responses
-from services.api.routes import audit
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
 

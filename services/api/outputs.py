@@ -1,0 +1,160 @@
+"""The REST routes that read what a job produced: a learner's log (streamed, or followed
+until the job ends without holding a thread) and the job's results as one tar.gz.
+"""
+
+from __future__ import annotations
+
+import tarfile
+import zlib
+from collections.abc import Iterator
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from botocore.exceptions import ClientError
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from dlaas.adapters.s3 import STORE_UNREACHABLE
+from dlaas.domain import jobspec
+from dlaas.domain.errors import DlaasError, InvalidRequest, TemporaryError
+from dlaas.domain.locations import job_locations
+from dlaas.domain.secretbox import SecretBox
+from dlaas.domain.stored import stored_manifest, stored_manifest_or_none
+from services.api.deps import MAX_OFFSET, CallerDep, DepsDep, owned_job
+from services.api.errors import NoResults
+from services.api.follows import REFUSED_DOC, follows_of
+from services.api.models import error_responses
+from services.api.rules import learners_with_logs
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+
+@router.get(
+    "/jobs/{job_id}/logs",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/plain": {}}, "description": "the log, one line per line"},
+        **error_responses(404, 422),
+        **REFUSED_DOC,
+    },
+)
+async def job_logs(
+    request: Request,
+    job_id: str,
+    deps: DepsDep,
+    caller: CallerDep,
+    learner: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="learner index")] = 0,
+    offset: Annotated[
+        int, Query(ge=0, le=MAX_OFFSET, description="lines to skip, to resume a stream")
+    ] = 0,
+    follow: Annotated[bool, Query(description="keep streaming until the job ends")] = False,
+) -> Response:
+    """Stream a learner's log as text, one line per line; `follow` waits for the job's end.
+
+    A follow holds no thread while it waits (services.api.follows); a user's follows on a
+    replica are limited (429 with `Retry-After` beyond)."""
+    follows = follows_of(request)
+    user = caller.user if follow else None
+    if user is not None and (refused := follows.take(user)) is not None:
+        return refused.response()
+    try:
+        record = await follows.call(owned_job, deps, caller, job_id)
+        manifest = stored_manifest_or_none(record)
+        requested = manifest.learners if manifest is not None else 1
+        learners = learners_with_logs(requested, record.info)
+        if learner >= learners:
+            raise InvalidRequest(f"learner: the job has learners 0..{learners - 1}, not {learner}")
+        rounds = await follows.call(deps.logs.rounds, job_id, learner, offset=offset, follow=follow)
+    except BaseException:  # broad: the slot goes back whatever failed (re-raised)
+        if user is not None:
+            follows.give_back(user)
+        raise
+    lines = follows.stream(
+        rounds,
+        lambda line: line + "\n",
+        deps.logs.poll_s / 2,  # a line is seen within about 0.5 s (poll_s 0.5)
+        what=f"log stream of {job_id} learner {learner}",
+        user=user,
+    )
+    return StreamingResponse(lines, media_type="text/plain; charset=utf-8")
+
+
+def results_store_error(exc: Exception, endpoint: str) -> DlaasError:
+    """A results store's failure as a domain error naming what the user can look at.
+
+    Only the store's host is named: an endpoint URL may carry credentials.
+    """
+    host = urlsplit(endpoint).hostname or "?"
+    if isinstance(exc, ClientError):
+        code = exc.response.get("Error", {}).get("Code") or "an error"
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 500
+        if 400 <= status < 500:  # the store refuses these credentials or this bucket
+            return InvalidRequest(
+                f"data_stores[0].connection: the results store at {host} refused to list "
+                f"the results ({code}); check the store's credentials and bucket"
+            )
+        return TemporaryError(f"the results store at {host} failed ({code}); try again later")
+    # Timeouts and refused connections: the store is down, or a tarpit. Not retried here.
+    return TemporaryError(
+        f"data_stores[0].connection.endpoint: the results store at {host} did not answer "
+        f"({type(exc).__name__}); try again later",
+        delay_s=10.0,
+    )
+
+
+def _tar_gz_stream(s3, bucket: str, objects: list[dict], strip: str) -> Iterator[bytes]:
+    """A tar.gz of S3 objects, produced object by object without holding any in memory."""
+    gz = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: gzip framing
+    for obj in objects:
+        info = tarfile.TarInfo(obj["Key"][len(strip) :] or obj["Key"])
+        info.size = obj["Size"]
+        info.mtime = int(obj["LastModified"].timestamp()) if "LastModified" in obj else 0
+        info.mode = 0o644
+        yield gz.compress(info.tobuf(format=tarfile.PAX_FORMAT))
+        body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"]
+        sent = 0
+        for chunk in body.iter_chunks(256 * 1024):
+            chunk = chunk[: info.size - sent]  # never more than the header promised
+            sent += len(chunk)
+            yield gz.compress(chunk)
+        if sent < info.size:  # the object shrank under us: pad, keep the tar readable
+            yield gz.compress(b"\0" * (info.size - sent))
+        if info.size % tarfile.BLOCKSIZE:
+            yield gz.compress(b"\0" * (tarfile.BLOCKSIZE - info.size % tarfile.BLOCKSIZE))
+    yield gz.compress(b"\0" * (2 * tarfile.BLOCKSIZE))
+    yield gz.flush()
+
+
+@router.get(
+    "/jobs/{job_id}/results",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"application/gzip": {}}, "description": "the results as a tar.gz"},
+        **error_responses(404, 422),
+    },
+)
+def job_results(job_id: str, deps: DepsDep, caller: CallerDep) -> StreamingResponse:
+    """Download every result object of a job (model, logs, ...) as one tar.gz."""
+    record = owned_job(deps, caller, job_id)
+    manifest = stored_manifest(record, SecretBox(deps.settings.secrets_key.get_secret_value()))
+    _, results = job_locations(manifest, deps.settings, record.team)
+    s3 = deps.s3_for(results)
+    prefix = results.prefix + jobspec.results_prefix(job_id)
+    objects: list[dict] = []
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket=results.bucket, Prefix=prefix
+        ):
+            objects.extend(o for o in page.get("Contents", []) if not o["Key"].endswith("/"))
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "NoSuchBucket":
+            raise results_store_error(exc, results.endpoint) from None
+    except STORE_UNREACHABLE as exc:
+        raise results_store_error(exc, results.endpoint) from None
+    if not objects:
+        raise NoResults(f"job {job_id} has no results stored (status {record.status})")
+    return StreamingResponse(
+        _tar_gz_stream(s3, results.bucket, objects, prefix),
+        media_type="application/gzip",
+        headers={"Content-Disposition": f'attachment; filename="{job_id}-results.tar.gz"'},
+    )
