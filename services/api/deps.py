@@ -51,7 +51,9 @@ class Deps:
 _bearer = HTTPBearer(auto_error=False, description="API token: `Authorization: Bearer <token>`")
 
 
-def get_deps(request: Request) -> Deps:
+async def get_deps(request: Request) -> Deps:
+    # async: FastAPI runs a plain `def` dependency on the thread pool, a hop per request
+    # for an attribute read.
     return request.app.state.deps
 
 
@@ -60,7 +62,7 @@ def get_caller(
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Caller:
     client = request.client.host if request.client else ""
-    return get_deps(request).tokens.caller(request.headers.get("authorization"), client)
+    return request.app.state.deps.tokens.caller(request.headers.get("authorization"), client)
 
 
 DepsDep = Annotated[Deps, Depends(get_deps)]

@@ -28,7 +28,9 @@ def main() -> int:
         print(f"dlaas-api: configuration incomplete or invalid: {missing}", file=sys.stderr)
         return 2
     app = create_app(settings, api_settings)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
+    # uvloop and httptools: C event loop and parser, about half the CPU per request.
+    config = uvicorn.Config(app, log_level="info", loop="uvloop", http="httptools")
+    server = uvicorn.Server(config)
     server.run(sockets=[listen(api_settings.host, api_settings.port)])
     return 0
 

