@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from dlaas.domain.errors import InvalidManifest, InvalidRequest
-from dlaas.domain.manifest import parse_manifest
+from dlaas.domain.errors import InvalidRequest
 from dlaas.domain.status import DEPLOYED, Transition
+from dlaas.domain.stored import stored_manifest_or_none
 
 # The job info key the LCM records its placements under: {"<seq of PENDING>": learners}.
 ALLOCATIONS_INFO = "allocations"
@@ -186,9 +186,8 @@ def daily(spans: Iterable[Interval], shape: Shape) -> dict[str, Usage]:
 def job_usage(record: Accountable, now: float) -> list[UsageRow]:
     """One job's usage by day; none for a manifest that no longer parses (its size is
     unknown, not guessed, as on the capacity page)."""
-    try:
-        m = parse_manifest(record.manifest_yaml)
-    except InvalidManifest:
+    m = stored_manifest_or_none(record)
+    if m is None:
         return []
     shape = Shape(m.gpus, round(m.cpus * MILLI), m.memory_mb)
     recorded = record.info.get(ALLOCATIONS_INFO)
