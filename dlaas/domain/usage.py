@@ -264,7 +264,7 @@ def make_query(since: str, until: str, team: str, user: str, by: str, today: dt.
         raise InvalidRequest(f"since: {first} is after until ({last})")
     if (last - first).days >= MAX_RANGE_DAYS:
         raise InvalidRequest(f"since: at most {MAX_RANGE_DAYS} days from since to until")
-    return Query(first.isoformat(), last.isoformat(), team, user, by)  # type: ignore[arg-type]
+    return Query(first.isoformat(), last.isoformat(), team, user, by)
 
 
 def group(rows: Iterable[UsageRow], by: Grouping) -> list[UsageRow]:
