@@ -28,15 +28,15 @@ async function getUsage(days) {
   return body;
 }
 
-// Each team's rows as uPlot data: [days (seconds since the epoch), one array per series].
-export function teamSeries(rows) {
+// Each team's rows as uPlot data: [every day of the range (seconds since the epoch), one
+// array per series], a day without a row at 0 (nothing held), so the x axis is the range.
+export function teamSeries(rows, since, until) {
+  const days = [];
+  for (let t = Date.parse(`${since}T00:00:00Z`); t <= Date.parse(`${until}T00:00:00Z`); t += 86400000) days.push(t / 1000);
   const byTeam = {};
-  for (const r of rows) (byTeam[r.team] ||= []).push(r);
+  for (const r of rows) (byTeam[r.team] ||= {})[Date.parse(`${r.day}T00:00:00Z`) / 1000] = r;
   return Object.fromEntries(
-    Object.entries(byTeam).map(([team, rs]) => [
-      team,
-      [rs.map((r) => Date.parse(`${r.day}T00:00:00Z`) / 1000), ...SERIES.map(([k]) => rs.map((r) => r[k]))],
-    ]),
+    Object.entries(byTeam).map(([team, byDay]) => [team, [days, ...SERIES.map(([k]) => days.map((d) => byDay[d]?.[k] ?? 0))]]),
   );
 }
 
@@ -82,7 +82,7 @@ export function UsagePage() {
     };
   }, [days]);
   const { body, error } = state;
-  const series = teamSeries(body?.rows || []);
+  const series = body ? teamSeries(body.rows, body.since, body.until) : {};
   const fmt = (v) => v.toFixed(2);
   return html`<section>
     <h2>Usage</h2>
