@@ -52,6 +52,7 @@ NODE_CPUS, NODE_MEMORY_MB = 4, 4096
 SHARE = {"gpus": 0, "cpus": 2, "memory_mb": 2048}
 HOLDING = {"PENDING", "DOWNLOADING", "PROCESSING", "STORING"}
 FINAL = {"COMPLETED", "FAILED", "HALTED"}
+REPO = Path(__file__).resolve().parents[1]
 BOUND_S = 240  # liveness bound of each wait on a loaded 2-core machine, not a claim
 STARTED = re.compile(r"^(\d+) learner\(s\) and the helper started")
 
@@ -186,11 +187,14 @@ def rest_view(admin: Api, since: str) -> tuple[dict, dict]:
 
 
 def cli_view(home: Path, since: str) -> dict:
+    # The CLI as a user runs it, from this checkout (`-c` puts the working directory first).
+    argv = ["--home", str(home), "--admin", "usage", "--by", "job", "--since", since, "--csv"]
     out = subprocess.run(
-        [sys.executable, "-m", "dlaas.clients.cli", "--home", str(home), "--admin", "usage",
-         "--by", "job", "--since", since, "--csv"],
-        capture_output=True, text=True, check=True, timeout=120,
+        [sys.executable, "-c", "from dlaas.clients.cli import app; app()", *argv],
+        check=False, capture_output=True, text=True, timeout=120, cwd=REPO,
     )  # fmt: skip
+    if out.returncode != 0:
+        raise SystemExit(f"dlaas usage failed ({out.returncode}): {out.stderr[-500:]}")
     return {
         (r["day"], r["job_id"]): {
             k: float(r[k]) for k in ("gpu_hours", "cpu_hours", "memory_gib_hours")
@@ -247,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         print("  down and up again", flush=True)
         platform.down(home, progress=lambda line: None)
         platform.up(home, progress=lambda line: None)
-        after_rows, after_teams = rest_view(Api(url, cfg["admin_token"]), since)
+        cfg = json.loads((home / "admin.json").read_text())
+        after_rows, after_teams = rest_view(Api(cfg["url"], cfg["admin_token"]), since)
         checks["after_down_up"] = after_rows == want_rows and after_teams == want_teams
         store = open_store(store_url)
         try:
