@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from dlaas.adapters.store.base import JobRecord, JobStore
 from dlaas.domain import usage
 from services.api.deps import CallerDep, DepsDep
+from services.api.models import error_responses
 
 router = APIRouter(prefix="/v1", tags=["usage"])
 
@@ -94,7 +95,7 @@ def _cache(request: Request) -> usage.UsageCache:
     return cache
 
 
-@router.get("/usage", response_model=UsageReply)
+@router.get("/usage", response_model=UsageReply, responses=error_responses(422))
 def get_usage(
     request: Request,
     deps: DepsDep,
