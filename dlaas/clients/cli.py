@@ -462,5 +462,5 @@ if __name__ == "__main__":
     app()
 
 
-# The account, team, audit, data, metrics, hooks and nodes commands register themselves on `app`.
-from dlaas.clients import cli_accounts, cli_hooks, cli_metrics, cli_nodes  # noqa: F401
+# The account, team, audit, data, metrics, hooks, nodes and usage commands register on `app`.
+from dlaas.clients import cli_accounts, cli_hooks, cli_metrics, cli_nodes, cli_usage  # noqa: F401

@@ -281,6 +281,15 @@ class DlaasClient:
         body = {"availability": availability}
         return self._request("PUT", f"/v1/nodes/{_seg(name)}/availability", json=body).json()
 
+    def usage(
+        self, *, team: str = "", user: str = "", since: str = "", until: str = "", by: str = "user"
+    ) -> dict:
+        """GET /v1/usage: allocated GPU-, CPU- and memory-hours by UTC day."""
+        params = {"team": team, "user": user, "since": since, "until": until, "by": by}
+        return self._request(
+            "GET", "/v1/usage", params={k: v for k, v in params.items() if v}
+        ).json()
+
     def audit(self, offset: int = 0, limit: int = 100) -> dict:
         return self._request("GET", "/v1/audit", params={"offset": offset, "limit": limit}).json()
 

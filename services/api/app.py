@@ -337,6 +337,7 @@ def create_app(
     from services.api.outputs import router as outputs_router
     from services.api.routes import router
     from services.api.system import system_router
+    from services.api.usage import router as usage_router
 
     # Every /v1 route needs a token and may find a platform service not answering.
     v1_errors = error_responses(401, 503)
@@ -348,6 +349,7 @@ def create_app(
     app.include_router(metrics_router, responses=v1_errors)
     app.include_router(hooks_router, responses=v1_errors)
     app.include_router(nodes_router, responses=v1_errors)
+    app.include_router(usage_router, responses=v1_errors)
     # The web dashboard at /ui: static files, and its own Content-Security-Policy.
     dashboard.mount(app)
     app.add_middleware(dashboard.SecurityHeaders)

@@ -43,6 +43,7 @@ from prometheus_client.core import (
 from dlaas.adapters.store.base import JobRecord, JobStore
 from dlaas.domain.hooks import event_for
 from dlaas.domain.status import Status, between
+from dlaas.domain.usage import UsageCache, totals
 from services.api.dashboard.nodes import HOLDING, NodeUse, allocation, placed_job
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,12 @@ NODE_USED_CPUS = "dlaas_node_used_cpus"
 NODE_USED_MEMORY = "dlaas_node_used_memory_bytes"
 NODE_CONTAINERS = "dlaas_node_job_containers"
 SOURCE_UP = "dlaas_metrics_source_up"
+# Allocated resource-hours per team (dlaas.domain.usage), exposed with "_total".
+USAGE = {
+    "gpu_hours": "dlaas_team_gpu_hours",
+    "cpu_hours": "dlaas_team_cpu_hours",
+    "memory_gib_hours": "dlaas_team_memory_gib_hours",
+}
 RESOURCES = ("cpus", "gpus", "memory_bytes")
 
 
@@ -148,6 +155,7 @@ class PlatformCollector:
         self, store: JobStore, lcm: Any, replica: str, clock: Callable[[], float] = time.time
     ):
         self.store, self.lcm, self.replica, self.clock = store, lcm, replica, clock
+        self.usage = UsageCache()
 
     def collect(self) -> Iterator[Metric]:
         r = self.replica
@@ -173,6 +181,7 @@ class PlatformCollector:
         yield up
         if records is not None:
             yield from self._jobs(summarize(records, self.clock()))
+            yield from self._usage(records)
         if nodes is not None:
             placed = [
                 p
@@ -227,6 +236,20 @@ class PlatformCollector:
         for code, n in sorted(s.failures.items()):
             failures.add_metric([r, code], n)
         yield failures
+
+    def _usage(self, records: list[JobRecord]) -> Iterator[Metric]:
+        """Each team's allocated hours so far, the sums `GET /v1/usage` answers with."""
+        now = self.clock()
+        by_team = totals((row for rec in records for row in self.usage.rows(rec, now)), "team")
+        for what, name in USAGE.items():
+            family = CounterMetricFamily(
+                name,
+                f"{what.replace('_', ' ')} allocated to the team's jobs",
+                labels=["replica", "team"],
+            )
+            for team, u in sorted(by_team.items()):
+                family.add_metric([self.replica, team], u.hours()[what])
+            yield family
 
     def _nodes(self, nodes: list[Any], use: dict[str, NodeUse]) -> Iterator[Metric]:
         r = self.replica

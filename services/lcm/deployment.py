@@ -26,6 +26,7 @@ from dlaas.domain.ports import ContainerEngine
 from dlaas.domain.status import Status
 from dlaas.domain.steps import run_step
 from dlaas.domain.stored import stored_manifest
+from dlaas.domain.usage import ALLOCATIONS_INFO
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +57,28 @@ class Deployment:
     def _start_placed(self, job_id: str, cause: str, placement: list[dict]) -> None:
         nodes = sorted({p["node"] for p in placement})
         self.keeper.set_placement(job_id, placement)
-        if (
-            self.keeper.try_transition(
-                job_id, Status.PENDING, f"placed on {', '.join(nodes)}: {cause}"
-            )
-            is None
-        ):
+        placed = self.keeper.try_transition(
+            job_id, Status.PENDING, f"placed on {', '.join(nodes)}: {cause}"
+        )
+        if placed is None:
             # Halted or deleted while queued: give the allocation back.
             self.scheduler.release(job_id)
             return
+        self._record_allocation(job_id, placed.seq, len(placement))
         self.deploy(job_id, placement)
+
+    def _record_allocation(self, job_id: str, seq: int, learners: int) -> None:
+        """Record how many learners this placement holds, by its PENDING entry's seq: usage
+        accounting (dlaas.domain.usage) charges each allocation interval with it. A store
+        that does not answer leaves it unrecorded (the manifest's learners count instead)."""
+
+        def record() -> None:
+            held = self.store.get(job_id).info.get(ALLOCATIONS_INFO)
+            held = held if isinstance(held, dict) else {}
+            self.store.update_info(job_id, {ALLOCATIONS_INFO: {**held, str(seq): learners}})
+
+        run_step(f"recording the allocation of {job_id}", record, log=log,
+                 then="its usage counts the manifest's learners")  # fmt: skip
 
     def deploy(self, job_id: str, placement: list[dict]) -> None:
         """Deploy (or redeploy, idempotently) a PENDING job and move it to DOWNLOADING."""

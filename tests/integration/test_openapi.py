@@ -55,6 +55,7 @@ OWN_ERRORS = {
     ("get", "/v1/hooks"): set(),
     ("delete", "/v1/hooks/{hook_id}"): {404},
     ("get", "/v1/hooks/{hook_id}/deliveries"): {404, 422},
+    ("get", "/v1/usage"): {422},
 }
 PENDING: set[tuple[str, str]] = set()
 

@@ -5,6 +5,7 @@
 // the API every few seconds; metric charts follow the metrics stream (NDJSON) so points
 // appear as the learner prints them. Charts are uPlot; the view is preact + htm.
 import { html, render, uPlot, useEffect, useRef, useState } from "./vendor/vendor.min.js";
+import { UsagePage } from "./usage.js";
 
 const TOKEN_KEY = "dlaas.token";
 const STATUSES = ["QUEUED", "PENDING", "DOWNLOADING", "PROCESSING", "STORING", "COMPLETED", "FAILED", "HALTED"];
@@ -559,12 +560,13 @@ function App() {
     job: () => html`<${JobPage} key=${arg} id=${arg} />`,
     queue: () => html`<${QueuePage} />`,
     nodes: () => html`<${NodesPage} />`,
+    usage: () => html`<${UsagePage} />`,
     admin: () => (me.admin ? html`<${AdminPage} />` : html`<p>Administrators only.</p>`),
   };
   const link = (name, label) => html`<a href="#/${name}" class=${page === name ? "active" : ""}>${label}</a>`;
   return html`<header>
       <strong>dlaas</strong>
-      <nav>${link("jobs", "Jobs")} ${link("submit", "Submit")} ${link("queue", "Queue")} ${link("nodes", "Nodes")}
+      <nav>${link("jobs", "Jobs")} ${link("submit", "Submit")} ${link("queue", "Queue")} ${link("nodes", "Nodes")} ${link("usage", "Usage")}
         ${me.admin ? link("admin", "Admin") : ""}</nav>
       <span class="who">${me.user} <span class="muted">(${me.team}${me.admin ? ", admin" : ""})</span>
         <button id="logout" onClick=${logout}>Log out</button></span>
