@@ -458,9 +458,8 @@ def queue(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] =
     console.print(table)
 
 
-if __name__ == "__main__":
-    app()
-
-
 # The account, team, audit, data, metrics, hooks, nodes and usage commands register on `app`.
 from dlaas.clients import cli_accounts, cli_hooks, cli_metrics, cli_nodes, cli_usage  # noqa: F401
+
+if __name__ == "__main__":  # after the registrations: `python -m dlaas.clients.cli usage` works
+    app()
