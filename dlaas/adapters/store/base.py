@@ -56,10 +56,12 @@ class JobStore(abc.ABC):
         *,
         user: str | None = None,
         status: Status | None = None,
+        label: str | None = None,
         offset: int = 0,
         limit: int = 50,
     ) -> tuple[list[JobRecord], int]:
-        """Jobs newest first, filtered by owner (None: all) and status; with the total count."""
+        """Jobs newest first, filtered by owner (None: all), status and label (the error code
+        of the job's last transition: a FAILED job's triage label); with the total count."""
 
     @abc.abstractmethod
     def record_transition(self, job_id: str, seq: int, t: Transition) -> bool:

@@ -119,6 +119,7 @@ class MongoJobStore(JobStore):
         *,
         user: str | None = None,
         status: Status | None = None,
+        label: str | None = None,
         offset: int = 0,
         limit: int = 50,
     ) -> tuple[list[JobRecord], int]:
@@ -129,6 +130,8 @@ class MongoJobStore(JobStore):
             query["user"] = user
         if status is not None:
             query["status"] = str(Status(status))
+        if label is not None:
+            query["error_code"] = label
         total = self.jobs.count_documents(query)
         if limit == 0:  # MongoDB reads limit 0 as "no limit"
             return [], total
