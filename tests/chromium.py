@@ -9,8 +9,11 @@ missing one is a failure.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -43,3 +46,15 @@ def browser_or_skip():
             pytest.fail(reason)
         pytest.skip(reason)
     return sync_playwright, (CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium"))
+
+
+@contextlib.contextmanager
+def launched() -> Iterator[Any]:
+    """A headless Chromium (a Playwright Browser), closed after; skipped as browser_or_skip."""
+    sync_playwright, chromium = browser_or_skip()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

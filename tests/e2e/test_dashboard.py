@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from chromium import CHROMIUM_ARGS, browser_or_skip
+from chromium import browser_or_skip, launched
 
 from dlaas.local import platform
 
@@ -80,13 +80,8 @@ def shots(tmp_path) -> Path:
 
 @pytest.fixture
 def browser():
-    sync_playwright, chromium = browser_or_skip()
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with launched() as b:
+        yield b
 
 
 class Watched:

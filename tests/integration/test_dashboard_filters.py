@@ -16,7 +16,7 @@ import time
 
 import pytest
 import uvicorn
-from chromium import CHROMIUM_ARGS, browser_or_skip
+from chromium import launched
 
 from dlaas.adapters.store import open_store
 from dlaas.adapters.store.base import JobRecord
@@ -82,13 +82,8 @@ def base_url(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_playwright, chromium = browser_or_skip()
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with launched() as b:
+        yield b
 
 
 @pytest.fixture
