@@ -6,9 +6,12 @@ Each subclasses the port it stands in for (dlaas/domain/ports.py, dlaas.domain.p
 that grows a method breaks them at construction, not in a test far away. They keep the
 adapters' rules where the LCM relies on them: status changes follow dlaas.domain.status's table
 and are mirrored into the job store like StatusKeeper's; `delete` forgets the placement
-too; the engine's calls are idempotent. The integration tests that run the real LCM on
-etcd and Docker (tests/integration/test_lcm_*.py) are the check that the adapters behave
-the same (a contract suite run against both is still to be written).
+too; the engine creates a gang's containers once (running), refuses a gang with a missing
+image whole, and its calls are idempotent. tests/integration/test_port_contracts.py is the
+check: one behavioural contract per port, run against each fake here and its real adapter
+(StatusKeeper on etcd, the Docker adapter, JobIdentities and boto3 on SeaweedFS); what a
+fake does not promise (event timing, the scheduler's watch, the scheduler port) is named
+there.
 
 Importable as `lcm_fakes` from tests/unit and tests/integration: pytest puts tests/ on
 sys.path for tests/conftest.py (no __init__.py files here).
@@ -26,7 +29,7 @@ from dlaas.adapters.nodes import NodeSpec
 from dlaas.adapters.store.base import JobStore
 from dlaas.config import PlatformSettings
 from dlaas.domain import jobspec
-from dlaas.domain.errors import JobNotFound
+from dlaas.domain.errors import ImageUnavailable, JobNotFound
 from dlaas.domain.plan import DeploymentPlan
 from dlaas.domain.ports import (
     Container,
@@ -192,6 +195,18 @@ class FakeEngine(ContainerEngine):
 
     def deploy(self, plan: DeploymentPlan) -> list[str]:
         self.plans.append(plan)
+        missing = sorted({s.image for s in plan.containers} & self.missing_images)
+        if missing:  # as the Docker adapter: nothing of the gang is created
+            raise ImageUnavailable(f"image not found on the node: {missing[0]}")
+        # Create what is missing, running; what is there already stays as it is.
+        there = {c.name for c in self.boxes.values()}
+        for spec in plan.containers:
+            if spec.name not in there:
+                c = Container(
+                    f"id-{spec.name}", spec.name, plan.job_id, spec.role, spec.learner,
+                    "running", self.node,
+                )  # fmt: skip
+                self.boxes[c.id] = c
         names = [spec.name for spec in plan.containers]
         self.containers_of[plan.job_id] = names
         return names
@@ -201,6 +216,9 @@ class FakeEngine(ContainerEngine):
 
     def stop_learners(self, job_id: str, timeout: int = 10) -> None:
         self.stopped.append(job_id)
+        for c in list(self.boxes.values()):
+            if c.job_id == job_id and c.role == jobspec.ROLE_LEARNER and c.running:
+                self.set_state(c, "exited", 143)  # SIGTERM, as `docker stop` sends
 
     def signal_helper(self, job_id: str) -> None:
         pass

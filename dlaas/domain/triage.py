@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import re
 import re._parser as sre  # the stdlib's own parse tree: the shape check needs it
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from dlaas.domain.jobspec import JobErrorCode
 
@@ -160,32 +160,24 @@ class TriageRow(BaseModel):
     label: str
     action: str = ACTION_FAIL
 
-    @field_validator("pattern")
+    @field_validator("pattern", "label", "action")
     @classmethod
-    def _pattern(cls, v: str) -> str:
-        problem = pattern_problem(v)
-        if problem:
-            raise ValueError(problem)
-        return v
-
-    @field_validator("label")
-    @classmethod
-    def _label(cls, v: str) -> str:
-        problem = label_problem(v)
-        if problem:
-            raise ValueError(problem)
-        return v
-
-    @field_validator("action")
-    @classmethod
-    def _action(cls, v: str) -> str:
-        problem = action_problem(v)
+    def _checked(cls, v: str, info: ValidationInfo) -> str:
+        problem = _FIELD_PROBLEMS[str(info.field_name)](v)
         if problem:
             raise ValueError(problem)
         return v
 
     def to_rule(self) -> Rule:
         return rule(self.pattern, self.label, self.action)
+
+
+# What each field of a row may be: one check per field, for manifests and operators alike.
+_FIELD_PROBLEMS: dict[str, Callable[[Any], str]] = {
+    "pattern": pattern_problem,
+    "label": label_problem,
+    "action": action_problem,
+}
 
 
 def operator_rules(rows: Any, source: str) -> tuple[Rule, ...]:

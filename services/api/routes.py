@@ -34,6 +34,7 @@ from dlaas.domain.manifest_yaml import MAX_DEPTH, MAX_MANIFEST_BYTES
 from dlaas.domain.namespace import user_bucket
 from dlaas.domain.status import Status
 from dlaas.domain.stored import stored_manifest, stored_manifest_or_none
+from dlaas.domain.triage import label_problem
 from services.api.admission import admit
 from services.api.archive import normalize_archive
 from services.api.auth import Caller
@@ -271,6 +272,10 @@ def list_jobs(
     deps: DepsDep,
     caller: CallerDep,
     status: Annotated[str | None, Query(description="only jobs in this status")] = None,
+    label: Annotated[
+        str | None,
+        Query(description="only jobs whose last error code is this (a FAILED job's triage label)"),
+    ] = None,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> JobList:
@@ -283,8 +288,10 @@ def list_jobs(
             raise InvalidRequest(
                 f"status: {status!r} is not a status; use one of {', '.join(Status)}"
             ) from None
+    if label and (problem := label_problem(label)):
+        raise InvalidRequest(f"label: {problem}")
     records, total = deps.store.list(
-        user=caller.user_filter, status=wanted, offset=offset, limit=limit
+        user=caller.user_filter, status=wanted, label=label or None, offset=offset, limit=limit
     )
     return JobList(jobs=[job_summary(r) for r in records], total=total, offset=offset, limit=limit)
 

@@ -1,5 +1,7 @@
-"""The system routes, outside `/v1` and without a token: `/health` (liveness, or every
-component's report) and `/metrics` (Prometheus).
+"""The system routes: `/health` (liveness, or every component's report) and `/metrics`
+(Prometheus), outside `/v1` and without a token; and `/v1/statuses`, the job status
+vocabulary generated from dlaas.domain.status's table, so that clients (the dashboard)
+never re-type the statuses or their groupings.
 """
 
 from __future__ import annotations
@@ -8,10 +10,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 
+from dlaas.domain import status as job_status
 from dlaas.domain.errors import TemporaryError
 from services.api import health as health_probes
-from services.api.deps import DepsDep
+from services.api.deps import CallerDep, DepsDep
 from services.api.models import ComponentHealthPublic, HealthReply, error_responses
 
 system_router = APIRouter(tags=["system"])
@@ -58,3 +62,27 @@ def health(
 def metrics(deps: DepsDep) -> Response:
     """Prometheus metrics: requests, jobs by status, queue, nodes, deploys, restarts."""
     return Response(generate_latest(deps.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+class StatusesReply(BaseModel):
+    """Every job status in the table's order, the edges between them, and the groupings."""
+
+    statuses: list[str]
+    transitions: dict[str, list[str]]
+    final: list[str]  # no container of the job runs; only a user's resume leaves HALTED
+    terminal: list[str]  # nothing leaves them
+
+
+def _ordered(group: frozenset[job_status.Status]) -> list[str]:
+    return [str(s) for s in job_status.Status if s in group]
+
+
+@system_router.get("/v1/statuses", responses=error_responses(401, 503))
+def statuses(caller: CallerDep) -> StatusesReply:
+    """The job statuses and their transition table, as the platform enforces them."""
+    return StatusesReply(
+        statuses=[str(s) for s in job_status.Status],
+        transitions={str(s): _ordered(nxt) for s, nxt in job_status.TRANSITIONS.items()},
+        final=_ordered(job_status.FINAL),
+        terminal=_ordered(job_status.TERMINAL),
+    )

@@ -17,28 +17,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from chromium import browser_or_skip, launched
 
 from dlaas.local import platform
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
-CHROMIUM = "/usr/bin/chromium"
-# Headless in a container, with nothing phoning home (ENVIRONMENT.md's flags).
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # Two points, then a pause long enough to see the chart hold them while the job still
 # runs, then three more. `key=value` lines are the default metrics convention.
 JOB = """\
@@ -59,29 +49,10 @@ LONG_JOB = (
 )
 
 
-def _browser_or_skip():
-    """Playwright's sync API and the path of Debian's Chromium, or a skip naming what is
-    missing (a failure in CI, where scripts/install.sh must have installed both)."""
-    missing = []
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-        missing.append("the Python package playwright (pip install -e '.[test]')")
-    if not (os.access(CHROMIUM, os.X_OK) or shutil.which("chromium")):
-        missing.append(f"{CHROMIUM} (apt-get install chromium; scripts/install.sh does)")
-    if missing:
-        reason = "no browser for the dashboard test: missing " + " and ".join(missing)
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return sync_playwright, (CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium"))
-
-
 @pytest.fixture(scope="module")
 def home(tmp_path_factory, docker_client):
     """The platform's state dir: up for the whole module, down afterwards."""
-    _browser_or_skip()  # before minutes of platform start, not after
+    browser_or_skip()  # before minutes of platform start, not after
     home = tmp_path_factory.mktemp("platform")
     platform.up(home, progress=lambda line: None)
     try:
@@ -109,13 +80,8 @@ def shots(tmp_path) -> Path:
 
 @pytest.fixture
 def browser():
-    sync_playwright, chromium = _browser_or_skip()
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with launched() as b:
+        yield b
 
 
 class Watched:

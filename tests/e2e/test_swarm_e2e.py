@@ -21,6 +21,7 @@ import httpx
 import listeners
 import pytest
 
+from dlaas.domain.status import FINAL
 from dlaas.local import platform
 from dlaas.local.swarm import SwarmLab, SwarmLabError, check_requirements
 
@@ -162,7 +163,7 @@ def _running_on(http, job_id: str, node: str, epoch: int) -> None:
 
     def there() -> bool:
         job = http.get(f"/v1/jobs/{job_id}").json()
-        assert job["status"] not in ("FAILED", "COMPLETED", "HALTED"), job["history"]
+        assert job["status"] not in FINAL, job["history"]
         placed = [e["node"] for e in job.get("learners") or []]
         return placed == [node] and any(
             line.startswith(f"epoch {epoch}/") for line in logs(http, job_id)

@@ -39,6 +39,7 @@ OWN_ERRORS = {
     ("get", "/v1/nodes"): set(),
     ("put", "/v1/nodes/{name}/availability"): {403, 422},
     ("get", "/v1/me"): set(),
+    ("get", "/v1/statuses"): set(),
     ("post", "/v1/users"): {403, 409, 422},
     ("get", "/v1/users"): {403},
     ("post", "/v1/users/{name}/tokens"): {403, 422},

@@ -12,8 +12,13 @@ forbids it: a contract that cannot fail checks nothing. Imports inside functions
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import os
 import shutil
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,8 +28,14 @@ from importlinter.application import use_cases
 REPO = Path(__file__).resolve().parents[2]
 
 
-def lint(root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> str:
-    """Check `root`'s contracts (its pyproject.toml) over `root`'s packages; the report."""
+def lint(
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    cache_dir: Path | None = None,
+) -> str:
+    """Check `root`'s contracts (its pyproject.toml) over `root`'s packages; the report.
+    `cache_dir`: import-linter's cache of each module's imports, by its modification time."""
     # import-linter finds a root package with importlib, which answers with the module
     # already imported (this test session's): make it look on the path, `root` first.
     monkeypatch.syspath_prepend(str(root))
@@ -33,7 +44,9 @@ def lint(root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
     configuration.configure()  # what the `lint-imports` command does first
     capsys.readouterr()
     passed = use_cases.lint_imports(
-        config_filename=str(root / "pyproject.toml"), cache_dir=None, no_logo=True
+        config_filename=str(root / "pyproject.toml"),
+        cache_dir=str(cache_dir) if cache_dir else None,
+        no_logo=True,
     )
     # The report wraps long contract names: compare with the white space folded.
     report = " ".join(capsys.readouterr().out.split())
@@ -46,16 +59,42 @@ def test_the_tree_keeps_every_contract(monkeypatch, capsys):
     assert "0 broken" in report
 
 
-def copy_with(tmp_path: Path, rel: str, planted: str) -> Path:
-    """A copy of the packages and pyproject.toml, with `planted` appended to `rel`."""
+@pytest.fixture(scope="module")
+def tree_copy(tmp_path_factory) -> Path:
+    """One copy of the packages and pyproject.toml for the module's plants. They share
+    import-linter's cache (`CACHE` in it), so a lint re-reads only the file a plant changed:
+    a stale entry could only hide a plant, which fails the test, never passes it."""
+    root = tmp_path_factory.mktemp("tree")
     for package in ("dlaas", "services"):
         shutil.copytree(
-            REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
+            REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__")
         )
-    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-    target = tmp_path / rel
-    target.write_text(target.read_text() + "\n" + planted + "\n")
-    return tmp_path
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+CACHE = ".import_linter_cache"
+_writes = itertools.count(1)
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text)
+    # A modification time of its own for every write, even within the clock's tick: the
+    # cache tells a changed file by it.
+    stamp = time.time_ns() + next(_writes) * 1_000_000
+    os.utime(path, ns=(stamp, stamp))
+
+
+@contextlib.contextmanager
+def planted_in(root: Path, rel: str, planted: str) -> Iterator[Path]:
+    """`root` with `planted` appended to `rel` while the block runs."""
+    target = root / rel
+    original = target.read_text()
+    _write(target, original + "\n" + planted + "\n")
+    try:
+        yield root
+    finally:
+        _write(target, original)
 
 
 PLANTED = [
@@ -107,15 +146,17 @@ PLANTED = [
 
 @pytest.mark.parametrize(("rel", "planted", "contract", "named"), PLANTED)
 def test_a_planted_violation_breaks_its_contract(
-    tmp_path, monkeypatch, capsys, rel, planted, contract, named
+    tree_copy, monkeypatch, capsys, rel, planted, contract, named
 ):
-    report = lint(copy_with(tmp_path, rel, planted), monkeypatch, capsys)
+    with planted_in(tree_copy, rel, planted) as root:
+        report = lint(root, monkeypatch, capsys, root / CACHE)
     assert report.startswith("FAILED"), report
     assert contract in report, report
     assert named in report, report
 
 
-def test_type_checking_imports_do_not_count(tmp_path, monkeypatch, capsys):
+def test_type_checking_imports_do_not_count(tree_copy, monkeypatch, capsys):
     planted = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import docker"
-    report = lint(copy_with(tmp_path, "dlaas/domain/status.py", planted), monkeypatch, capsys)
+    with planted_in(tree_copy, "dlaas/domain/status.py", planted) as root:
+        report = lint(root, monkeypatch, capsys, root / CACHE)
     assert report.startswith("PASSED"), report

@@ -14,8 +14,9 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
+from collections.abc import Sequence
 
-from source_scan import REPO, product_files, tree
+from source_scan import REPO, nodes, product_files
 
 TOPS = ("dlaas", "services")
 BROAD = frozenset({"Exception", "BaseException"})
@@ -85,16 +86,18 @@ def _comments(source: str) -> dict[int, str]:
     return {tok.start[0]: tok.string for tok in tokens if tok.type == tokenize.COMMENT}
 
 
-def find_unexplained(source: str, module: ast.Module | None = None) -> list[int]:
+def find_unexplained(source: str, module_nodes: Sequence[ast.AST] | None = None) -> list[int]:
     """Lines of broad handlers that lose their cause or carry no `# broad:` comment
-    (`module`: the source's tree, when the caller has it parsed already)."""
+    (`module_nodes`: the source's nodes, when the caller has it parsed already)."""
+    found = module_nodes if module_nodes is not None else ast.walk(ast.parse(source))
+    broad = [n for n in found if isinstance(n, ast.ExceptHandler) and is_broad(n)]
+    if not broad:
+        return []  # most modules: no need to tokenize them for their comments
     comments = _comments(source)
     return sorted(
         node.lineno
-        for node in ast.walk(module or ast.parse(source))
-        if isinstance(node, ast.ExceptHandler)
-        and is_broad(node)
-        and (not keeps_cause(node) or "broad" not in comments.get(node.lineno, "").lower())
+        for node in broad
+        if not keeps_cause(node) or "broad" not in comments.get(node.lineno, "").lower()
     )
 
 
@@ -102,7 +105,7 @@ def test_every_broad_handler_keeps_its_cause_and_says_why() -> None:
     bad = [
         f"{path.relative_to(REPO)}:{line}"
         for path in product_files(TOPS)
-        for line in find_unexplained(path.read_text(), tree(path))
+        for line in find_unexplained(path.read_text(), nodes(path))
     ]
     assert not bad, (
         "broad except that neither re-raises, logs nor hands the exception on, or has no "

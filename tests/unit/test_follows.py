@@ -4,6 +4,7 @@ that wait on the event loop, not in a thread, and give their slot back however t
 from __future__ import annotations
 
 import asyncio
+import time
 
 from dlaas.adapters.logs import PAUSE
 from services.api.follows import Follows
@@ -32,6 +33,14 @@ def quiet_source(closed: list[str], name: str):
         closed.append(name)
 
 
+async def until(done, timeout_s: float = 5.0) -> None:
+    """Wait until `done()` holds (a bound, not a pace: it returns as soon as it does)."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "not reached in time"
+        await asyncio.sleep(0.005)
+
+
 def test_many_quiet_follows_share_one_thread_and_end_at_once_when_cancelled():
     follows = Follows(per_user=100, per_replica=100, workers=1)
     closed: list[str] = []
@@ -47,18 +56,18 @@ def test_many_quiet_follows_share_one_thread_and_end_at_once_when_cancelled():
     async def main() -> list[list[str]]:
         got: list[list[str]] = [[] for _ in range(50)]
         tasks = [asyncio.create_task(follow(f"u{i}", got[i])) for i in range(50)]
-        await asyncio.sleep(0.3)  # one thread, 50 followers: each got its line
-        assert all(g == [f"u{i} first"] for i, g in enumerate(got))
+        # One thread, 50 followers: each gets its line.
+        await until(lambda: all(g == [f"u{i} first"] for i, g in enumerate(got)))
         assert follows.total == 50
         for t in tasks:
             t.cancel()  # the clients went away
         await asyncio.gather(*tasks, return_exceptions=True)
         assert follows.total == 0  # the slots are back at once
-        await asyncio.sleep(0.2)  # the sources are closed on the pool
+        await until(lambda: len(closed) == 50)  # the sources are closed on the pool
         return got
 
     asyncio.run(main())
-    assert len(closed) == 50
+    assert sorted(closed) == sorted(f"u{i}" for i in range(50))
 
 
 def test_a_source_that_breaks_ends_the_stream_and_frees_its_slot():

@@ -113,12 +113,12 @@ def test_wanted_is_the_follow_filter():
 
 
 def test_a_long_series_is_kept_in_at_most_keep_points_evenly_with_its_ends():
-    kept = Decimated(keep=100)
-    for step in range(1_000_000):
+    kept = Decimated(keep=10)  # 10,000 times the bound, as before with keep=100
+    for step in range(100_000):
         kept.add(step, step / 2)
     points = kept.points()
-    assert len(points) <= 101
-    assert points[0] == (0, 0) and points[-1] == (999_999, 999_999 / 2)
+    assert len(points) <= 11
+    assert points[0] == (0, 0) and points[-1] == (99_999, 99_999 / 2)
     gaps = {b[0] - a[0] for a, b in pairwise(points[:-1])}
     assert gaps == {kept.stride}  # evenly spread over the run
 
@@ -144,10 +144,10 @@ def test_downsample_keeps_the_ends_and_at_most_max_points():
 
 
 def test_a_page_is_downsampled_per_series_before_the_limit():
-    series = {"loss": [[i, 1.0 / (i + 1)] for i in range(50_000)]}
+    series = {"loss": [[i, 1.0 / (i + 1)] for i in range(10_000)]}
     page = select(series, metric_query(max_points=500))
     assert len(page.series["loss"]) == 500 and not page.truncated
-    assert page.series["loss"][-1][0] == 49_999
+    assert page.series["loss"][-1][0] == 9_999
     page = select(series, metric_query(limit=1000))
     assert len(page.series["loss"]) == 1000 and page.next_since_step == 999
 

@@ -151,6 +151,23 @@ def test_list_filters_by_user_and_status(listed):
     assert (jobs, total) == ([], 0)
 
 
+def test_list_filters_by_the_last_transitions_label(listed):
+    # j1 and j3 failed with gpu_oom, j5 with disk_full; j0 was requeued after a collective
+    # timeout (its last error code) and then went on: only the last transition's code counts.
+    listed.record_transition("j1", 2, t(Status.FAILED, 300.0, error_code="gpu_oom"))
+    listed.record_transition("j3", 1, t(Status.FAILED, 301.0, error_code="gpu_oom"))
+    listed.record_transition("j5", 2, t(Status.FAILED, 302.0, error_code="disk_full"))
+    listed.record_transition("j0", 1, t(Status.PENDING, 303.0, error_code="peer_reset"))
+    listed.record_transition("j0", 2, t(Status.DOWNLOADING, 304.0))
+    jobs, total = listed.list(label="gpu_oom")
+    assert (ids(jobs), total) == (["j3", "j1"], 2)
+    jobs, total = listed.list(user="bob", status=Status.FAILED, label="disk_full")
+    assert (ids(jobs), total) == (["j5"], 1)
+    jobs, total = listed.list(user="alice", label="gpu_oom")
+    assert (jobs, total) == ([], 0)
+    assert listed.list(label="peer_reset") == ([], 0)
+
+
 def test_list_pages_and_total_ignores_paging(listed):
     pages = [listed.list(offset=o, limit=2) for o in (0, 2, 4, 6)]
     assert [ids(p) for p, _ in pages] == [["j5", "j4"], ["j3", "j2"], ["j1", "j0"], []]

@@ -9,7 +9,7 @@ replayed mirror after a crash never duplicates history.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dlaas.domain.accounts import AuditEntry, Quota, Team, TokenRecord, User
@@ -41,6 +41,18 @@ class JobRecord:
         return len(self.history) - 1
 
 
+# A record's fields a backend keeps otherwise than as a plain value under the field's name.
+_NOT_PLAIN = frozenset({"status", "history", "info"})
+
+
+def job_record(row: Any, history: list[Transition], info: dict[str, Any]) -> JobRecord:
+    """A job's record from a backend's row of it (a SQLite row, a MongoDB document): every
+    plain field read by its name, the status parsed; the history and the info as the
+    backend keeps them."""
+    plain = {f.name: row[f.name] for f in fields(JobRecord) if f.name not in _NOT_PLAIN}
+    return JobRecord(**plain, status=Status(row["status"]), history=history, info=info)
+
+
 class JobStore(abc.ABC):
     @abc.abstractmethod
     def create(self, job: JobRecord) -> bool:
@@ -56,10 +68,12 @@ class JobStore(abc.ABC):
         *,
         user: str | None = None,
         status: Status | None = None,
+        label: str | None = None,
         offset: int = 0,
         limit: int = 50,
     ) -> tuple[list[JobRecord], int]:
-        """Jobs newest first, filtered by owner (None: all) and status; with the total count."""
+        """Jobs newest first, filtered by owner (None: all), status and label (the error code
+        of the job's last transition: a FAILED job's triage label); with the total count."""
 
     @abc.abstractmethod
     def record_transition(self, job_id: str, seq: int, t: Transition) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 import pymongo
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
-from dlaas.adapters.store.base import JobRecord, JobStore
+from dlaas.adapters.store.base import JobRecord, JobStore, job_record
 
 # Shared with the SQLite backend so both agree on the same edge cases.
 from dlaas.adapters.store.sqlite import check_info_keys, first_history
@@ -119,6 +119,7 @@ class MongoJobStore(JobStore):
         *,
         user: str | None = None,
         status: Status | None = None,
+        label: str | None = None,
         offset: int = 0,
         limit: int = 50,
     ) -> tuple[list[JobRecord], int]:
@@ -129,6 +130,8 @@ class MongoJobStore(JobStore):
             query["user"] = user
         if status is not None:
             query["status"] = str(Status(status))
+        if label is not None:
+            query["error_code"] = label
         total = self.jobs.count_documents(query)
         if limit == 0:  # MongoDB reads limit 0 as "no limit"
             return [], total
@@ -338,22 +341,8 @@ def _record(doc: dict[str, Any]) -> JobRecord:
         Transition(Status(h["status"]), h["at"], h["reason"], h["error_code"], h["exit_code"])
         for h in sorted(doc.get("history", []), key=lambda h: h["seq"])
     ]
-    return JobRecord(
-        job_id=doc["job_id"],
-        user=doc["user"],
-        name=doc["name"],
-        manifest_yaml=doc["manifest_yaml"],
-        created_at=doc["created_at"],
-        status=Status(doc["status"]),
-        updated_at=doc["updated_at"],
-        code_key=doc["code_key"],
-        reason=doc["reason"],
-        error_code=doc["error_code"],
-        exit_code=doc["exit_code"],
-        history=history,
-        info=doc.get("info", {}),
-        team=doc.get("team", ""),
-    )
+    # A job stored before teams has none.
+    return job_record({"team": "", **doc}, history, doc.get("info", {}))
 
 
 def _team(d: dict[str, Any]) -> Team:

@@ -193,6 +193,7 @@ class SqliteJobStore(JobStore):
         *,
         user: str | None = None,
         status: Status | None = None,
+        label: str | None = None,
         offset: int = 0,
         limit: int = 50,
     ) -> tuple[list[JobRecord], int]:
@@ -205,6 +206,9 @@ class SqliteJobStore(JobStore):
         if status is not None:
             where.append("status = ?")
             args.append(str(Status(status)))
+        if label is not None:
+            where.append("error_code = ?")
+            args.append(label)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         with self._read() as conn:
             count = f"SELECT COUNT(*) FROM jobs{clause}"  # noqa: S608 - constants only

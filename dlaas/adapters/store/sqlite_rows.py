@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from dlaas.adapters.store.base import JobRecord
+from dlaas.adapters.store.base import JobRecord, job_record
 from dlaas.domain.accounts import Quota, Team, TokenRecord, User
 from dlaas.domain.hooks import Delivery, Hook
-from dlaas.domain.status import Status, Transition
+from dlaas.domain.status import Transition
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -138,19 +138,4 @@ def to_delivery(row: sqlite3.Row) -> Delivery:
 
 
 def to_record(row: sqlite3.Row, history: list[Transition]) -> JobRecord:
-    return JobRecord(
-        job_id=row["job_id"],
-        user=row["user"],
-        name=row["name"],
-        manifest_yaml=row["manifest_yaml"],
-        created_at=row["created_at"],
-        status=Status(row["status"]),
-        updated_at=row["updated_at"],
-        code_key=row["code_key"],
-        reason=row["reason"],
-        error_code=row["error_code"],
-        exit_code=row["exit_code"],
-        history=history,
-        info=json.loads(row["info"]),
-        team=row["team"],
-    )
+    return job_record(row, history, json.loads(row["info"]))

@@ -8,8 +8,6 @@ import { html, render, uPlot, useEffect, useRef, useState } from "./vendor/vendo
 import { UsagePage } from "./usage.js";
 
 const TOKEN_KEY = "dlaas.token";
-const STATUSES = ["QUEUED", "PENDING", "DOWNLOADING", "PROCESSING", "STORING", "COMPLETED", "FAILED", "HALTED"];
-const FINAL = new Set(["COMPLETED", "FAILED", "HALTED"]);
 const LOG_TAIL_LINES = 300;
 
 // Charts by series name, for whoever debugs the page (and the browser test) to read
@@ -50,6 +48,15 @@ async function api(path, { method = "GET", json, body, raw = false, signal } = {
   }
   return raw ? r : r.json();
 }
+
+// The job statuses in order and the final ones, as the server's status table has them
+// (GET /v1/statuses): asked once per page load, never typed here.
+let statusTable = null;
+const loadStatuses = () =>
+  (statusTable ??= api("/v1/statuses").catch((e) => {
+    statusTable = null; // asked again next time
+    throw e;
+  }));
 
 // --------------------------------------------------------------------------- helpers
 
@@ -142,8 +149,13 @@ function Login({ onLogin }) {
 
 function JobsPage() {
   const [status, setStatus] = useState("");
+  const [label, setLabel] = useState("");
   const [text, setText] = useState("");
-  const [data, error] = usePoll(() => api(`/v1/jobs?${qs({ status, limit: 500 })}`), 2000, status);
+  const [statuses] = usePoll(loadStatuses, 0);
+  const [data, error] = usePoll(() => api(`/v1/jobs?${qs({ status, label, limit: 500 })}`), 2000, `${status}/${label}`);
+  // The labels to choose from: every FAILED job's triage label seen since the page opened.
+  const labels = useRef(new Set()).current;
+  for (const j of data?.jobs || []) if (j.status === "FAILED" && j.error_code) labels.add(j.error_code);
   const needle = text.toLowerCase();
   const jobs = (data?.jobs || []).filter((j) =>
     [j.job_id, j.name, j.user, j.reason].some((f) => f.toLowerCase().includes(needle)),
@@ -153,7 +165,11 @@ function JobsPage() {
     <div class="filters">
       <select id="status-filter" value=${status} onChange=${(e) => setStatus(e.target.value)}>
         <option value="">every status</option>
-        ${STATUSES.map((s) => html`<option value=${s}>${s}</option>`)}
+        ${(statuses?.statuses || []).map((s) => html`<option value=${s}>${s}</option>`)}
+      </select>
+      <select id="label-filter" value=${label} onChange=${(e) => setLabel(e.target.value)}>
+        <option value="">every failure label</option>
+        ${[...labels].sort().map((l) => html`<option value=${l}>${l}</option>`)}
       </select>
       <input id="text-filter" type="search" placeholder="filter by id, name, user, reason" value=${text}
         onInput=${(e) => setText(e.target.value)} />
@@ -210,8 +226,10 @@ function SubmitPage() {
 
 function JobPage({ id }) {
   const [job, error, reload] = usePoll(() => api(`/v1/jobs/${encodeURIComponent(id)}`), 1500, id);
-  if (!job) return html`<section><${ErrorNote} error=${error} />${error ? "" : "loading…"}</section>`;
-  const final = FINAL.has(job.status);
+  const [statuses, statusesError] = usePoll(loadStatuses, 0);
+  const failure = error || statusesError;
+  if (!job || !statuses) return html`<section><${ErrorNote} error=${failure} />${failure ? "" : "loading…"}</section>`;
+  const final = statuses.final.includes(job.status);
   // As the API counts them: the manifest's size, its scale target, what is deployed.
   const learners = Math.max(job.manifest?.learners || 1, job.learners.length, Number(job.info?.learners_target) || 0);
   return html`<section>
