@@ -219,6 +219,11 @@ class JobContainers(ABC):
     def remove_resources(self, job_id: str) -> None:
         """Remove every container, network and volume of the job here (missing is fine)."""
 
+    def layer_bytes(self, job_id: str) -> dict[str, int] | None:
+        """Container id -> bytes in its writable layer, for the job's running containers
+        here (the job monitor's disk limit); None: this engine cannot say."""
+        return None
+
 
 class ContainerEngine(JobContainers):
     """One node's container engine, as the LCM drives it: every call idempotent.

@@ -47,7 +47,7 @@ from dlaas.domain.status import (
     can_transition,
 )
 from dlaas.domain.triage import CATALOG, Rule
-from services.jobmonitor import limits
+from services.jobmonitor import disk, limits
 from services.jobmonitor.actions import (
     Action,
     Cleanup,
@@ -130,6 +130,11 @@ class JobView:
     history: Sequence[Transition] = ()
     max_duration_s: float = 0.0
     deadline_source: str = "max_duration"
+    # Disk (disk.py): learner -> its writable layer's bytes as last measured; each
+    # learner's disk size (0: not watched); how often the layers are measured.
+    layer_bytes: Mapping[int, int] = field(default_factory=dict)
+    disk_limit_bytes: int = 0
+    disk_poll_s: float = disk.DEFAULT_DISK_POLL_S
 
 
 # --- actions -------------------------------------------------------------------------
@@ -213,6 +218,11 @@ def _status_change(
     over = _deadline(view, learners, all_done)
     if over is not None:
         return over
+    full = disk.disk_full(
+        status, view.layer_bytes, view.disk_limit_bytes, view.helper_events, view.log_tails
+    )
+    if full is not None and not all_done:
+        return TransitionTo(Status.FAILED, *full)
     restart_helper = _helper_lost_alone(view, helper, learners, all_done)
     if restart_helper is not None:
         return restart_helper
@@ -308,6 +318,8 @@ def _recheck(view: JobView, learners: list[Container], status: Status) -> float 
         left = view.max_duration_s - limits.running_s(view.history, view.state, view.now)
         if left > 0:  # past it, _deadline has acted
             times.append(view.now + left)
+    if view.disk_limit_bytes > 0 and status in _LEARNERS_RUN:
+        times.append(view.now + view.disk_poll_s)
     if view.stall_after_s > 0 and status == Status.PROCESSING:
         since = limits.last_activity(learners, view.learner_activity)
         times.append(view.now + view.poll_s)
