@@ -98,10 +98,12 @@ class DiskWatch:
         containers: Sequence[Container],
         nodes: Sequence[str],
         measure: Callable[[str], Mapping[str, int] | None],
+        limit: int,
     ) -> dict[int, int]:
         """Learner index -> its writable layer's bytes; `measure(node)` gives container id
-        -> bytes for the job's containers there (None: that engine cannot say)."""
-        if status not in _WATCHED:
+        -> bytes for the job's containers there (None: that engine cannot say). Nothing is
+        measured for a job with no limit (0)."""
+        if status not in _WATCHED or limit <= 0:
             self._seen.pop(job_id, None)
             return {}
         now = self.clock()

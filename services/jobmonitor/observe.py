@@ -278,6 +278,7 @@ class Observer:
         layer = self._disk.look(
             job_id, state.status, containers, nodes,
             lambda n: self.reach.call(n, self.engines[n].layer_bytes, job_id),
+            lim["disk_limit_bytes"],
         )  # fmt: skip
         who = over_limit(state.status, layer, lim["disk_limit_bytes"], events)
         for c in containers:  # the reason of a disk_full names its learner's last lines

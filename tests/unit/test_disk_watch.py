@@ -161,3 +161,18 @@ def test_the_helper_prints_disk_full_once_past_its_limit(tmp_path):
     ((event, fields),) = printed
     assert event == jobspec.EVENT_DISK_FULL and fields["limit"] == 2**20
     assert fields["bytes"] > 2**20
+
+
+def test_a_job_without_a_disk_size_is_not_measured(job_store):
+    c = Cluster(job_store)
+    c.monitor = JobMonitor(
+        {"local": c.engine}, c.repo, job_store, lambda job_id, ended: None,
+        clock=lambda: c.now, requeue=lambda *a, **k: None, limits=Limits(learner_disk_mb=0),
+    )  # fmt: skip
+    c.job("free")
+    measured: list[str] = []
+    real = c.engine.layer_bytes
+    c.engine.layer_bytes = lambda job_id: measured.append(job_id) or real(job_id)
+    c.engine.layers[c.learners["free"][0].id] = 100 * GIB
+    c.reconcile("free")
+    assert measured == [] and c.status("free") == Status.PROCESSING
