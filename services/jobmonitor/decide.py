@@ -27,7 +27,9 @@ Which kind a failed learner's is comes from classify.py, its last log lines firs
 (the triage catalog, dlaas.domain.triage). A running job's limits (limits.py) are judged
 here too: a deadline passed stops the learners like a halt, then fails the job
 `deadline_exceeded`; a job whose learners stopped logging is marked stalled, then failed or
-restarted if its manifest says so. The actions are in actions.py.
+restarted if its manifest says so; a job over its disk size (disk.py: a learner's writable
+layer, or its node's job volume as the helper reports it) fails `disk_full`. The actions
+are in actions.py.
 """
 
 from __future__ import annotations
