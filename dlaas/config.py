@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -25,6 +25,7 @@ from pydantic_settings import (
 )
 
 from dlaas.domain.egress import allowed_networks
+from dlaas.domain.sizes import parse_memory_mb
 
 SECRETS_DIR = "/run/secrets"
 
@@ -124,6 +125,29 @@ class PlatformSettings(_Settings):
     # The operator's failure-triage rows (a YAML list of {pattern, label, action[, explain]},
     # dlaas.domain.triage), read once when the job monitor starts; "" for the built-in only.
     triage_file: str = ""
+    # Disk per learner (its writable layer and its share of the job volume): the size when
+    # a manifest names no `disk`, and the most one may ask (refused at submit above it).
+    # MiB, or a size such as 10GiB. Enforced as docs/operations.md's "Disk limits" says.
+    learner_disk_mb: int = 10 * 1024
+    max_learner_disk_mb: int = 100 * 1024
+
+    @field_validator("learner_disk_mb", "max_learner_disk_mb", mode="before")
+    @classmethod
+    def _size(cls, v: object) -> int:
+        return parse_memory_mb(v)
+
+    @model_validator(mode="after")
+    def _disk_within_max(self) -> PlatformSettings:
+        if self.learner_disk_mb > self.max_learner_disk_mb:
+            raise ValueError(
+                f"learner_disk_mb ({self.learner_disk_mb} MiB) is above max_learner_disk_mb "
+                f"({self.max_learner_disk_mb} MiB)"
+            )
+        return self
+
+    def learner_disk_for(self, asked_mb: int) -> int:
+        """A learner's disk size in MiB: the manifest's `disk`, else the platform's default."""
+        return asked_mb or self.learner_disk_mb
 
     @field_validator("egress_allow_networks")
     @classmethod

@@ -138,7 +138,8 @@ class FakeEngine(ContainerEngine):
     For the monitor (JobContainers): `boxes` (container id -> the Container as the engine
     reports it: `add` one, `set_state` to make it exit), `output` (container id -> what
     it printed: `print`), `emit` (an event for every open stream), `signals` and
-    `stopped_containers` (what was sent). While `up` is False every call of the port
+    `stopped_containers` (what was sent), `layers` (container id -> its writable layer's
+    bytes, for `layer_bytes`). While `up` is False every call of the port
     raises EngineUnreachable.
     """
 
@@ -155,6 +156,7 @@ class FakeEngine(ContainerEngine):
         self.signals: list[tuple[str, str | None]] = []  # (container name, signal)
         self.stopped_containers: list[str] = []
         self.streams: list[FakeEvents] = []
+        self.layers: dict[str, int] = {}  # container id -> bytes in its writable layer
 
     # ---- seeding and inspecting (tests) --------------------------------------------
 
@@ -285,6 +287,11 @@ class FakeEngine(ContainerEngine):
         self.stopped_containers.append(c.name)
         if c.id in self.boxes:
             self.set_state(c, "exited", 143)
+
+    def layer_bytes(self, job_id: str) -> dict[str, int] | None:
+        self._answer()
+        mine = [c.id for c in self.boxes.values() if c.job_id == job_id and c.running]
+        return {cid: self.layers.get(cid, 0) for cid in mine}
 
     def remove_resources(self, job_id: str) -> None:
         self._answer()

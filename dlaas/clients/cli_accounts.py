@@ -15,6 +15,7 @@ from rich.table import Table
 
 from dlaas.clients.cli_app import _fail, _json, _when, app, console, reports_errors
 from dlaas.clients.client import DlaasClient, NotConfigured, load_config
+from dlaas.domain.sizes import parse_quota_bytes, size_text
 
 users_app = typer.Typer(help="Users and their API tokens (administrators).")
 teams_app = typer.Typer(help="Teams and their guaranteed shares (quotas).")
@@ -87,6 +88,11 @@ def _quota(q: dict) -> str:
     return f"{q['gpus']} GPUs, {q['cpus']:g} CPUs, {q['memory_mb']} MiB"
 
 
+def _storage(t: dict) -> str:
+    quota = t.get("storage_quota_bytes")
+    return size_text(quota) if quota else "-"
+
+
 def _filled(amounts: dict) -> dict:
     return {k: amounts.get(k, 0) for k in ("gpus", "cpus", "memory_mb")}
 
@@ -102,7 +108,9 @@ def teams_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json
     teams = client.teams()
     if as_json:
         return _json(teams)
-    table = Table("team", "guaranteed", "in use", "borrowed", "queued", "max priority")
+    table = Table(
+        "team", "guaranteed", "in use", "borrowed", "queued", "max priority", "storage quota"
+    )
     for t in teams:
         u = t.get("usage") or {}
         used = u.get("used") or {}
@@ -114,6 +122,7 @@ def teams_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json
             _quota(_filled(borrowed)) if u else "-",
             str(u.get("queued", "-")),
             str(t.get("max_priority", "-")),
+            _storage(t),
         )  # fmt: skip
     console.print(table)
 
@@ -132,6 +141,27 @@ MaxPriority = Annotated[
 ]
 
 
+def _storage_bytes(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if value.strip() in ("0", "none"):
+        return 0
+    try:
+        return parse_quota_bytes(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+StorageQuota = Annotated[
+    str | None,
+    typer.Option(
+        help="bytes the team's buckets in the platform's S3 may hold, e.g. 50GiB or 1TB "
+        "(a bare number: bytes; 0 or none: no quota); `data upload` past it is refused. "
+        "Default for a new team: none"
+    ),
+]
+
+
 @teams_app.command("add")
 @reports_errors
 def teams_add(
@@ -141,23 +171,36 @@ def teams_add(
     cpus: Cpus = 0,
     memory_mb: MemoryMb = 0,
     max_priority: MaxPriority = None,
+    storage_quota: StorageQuota = None,
 ) -> None:
-    """Add a team with a guaranteed share and a priority ceiling."""
-    t = _admin(ctx).add_team(name, gpus, cpus, memory_mb, max_priority)
+    """Add a team with a guaranteed share, a priority ceiling and a storage quota."""
+    storage = _storage_bytes(storage_quota)
+    t = _admin(ctx).add_team(name, gpus, cpus, memory_mb, max_priority, storage)
     console.print(
         f"team {t['name']} added: {_quota(t['quota'])} guaranteed, "
-        f"priority at most {t['max_priority']}"
+        f"priority at most {t['max_priority']}, storage quota {_storage(t)}"
     )
 
 
 @teams_app.command("set")
 @reports_errors
-def teams_set(ctx: typer.Context, name: TeamName, max_priority: MaxPriority = None) -> None:
-    """Change a team's settings: its priority ceiling (`set-quota` sets its share)."""
-    if max_priority is None:
-        raise typer.BadParameter("name what to change: --max-priority N")
-    t = _admin(ctx).set_max_priority(name, max_priority)
-    console.print(f"team {t['name']}: priority at most {t['max_priority']}")
+def teams_set(
+    ctx: typer.Context,
+    name: TeamName,
+    max_priority: MaxPriority = None,
+    storage_quota: StorageQuota = None,
+) -> None:
+    """Change a team's settings: its priority ceiling, its storage quota (`set-quota` sets
+    its share)."""
+    storage = _storage_bytes(storage_quota)
+    if max_priority is None and storage is None:
+        raise typer.BadParameter("name what to change: --max-priority N, --storage-quota SIZE")
+    if max_priority is not None:
+        t = _admin(ctx).set_max_priority(name, max_priority)
+        console.print(f"team {t['name']}: priority at most {t['max_priority']}")
+    if storage is not None:
+        t = _admin(ctx).set_storage_quota(name, storage)
+        console.print(f"team {t['name']}: storage quota {_storage(t)}")
 
 
 @teams_app.command("set-quota")

@@ -259,16 +259,28 @@ class DlaasClient:
         return self._request("GET", "/v1/teams").json()
 
     def add_team(
-        self, name: str, gpus: int, cpus: float, memory_mb: int, max_priority: int | None = None
+        self,
+        name: str,
+        gpus: int,
+        cpus: float,
+        memory_mb: int,
+        max_priority: int | None = None,
+        storage_quota_bytes: int | None = None,
     ) -> dict:
         body = {"name": name, "gpus": gpus, "cpus": cpus, "memory_mb": memory_mb}
         if max_priority is not None:
             body["max_priority"] = max_priority
+        if storage_quota_bytes is not None:
+            body["storage_quota_bytes"] = storage_quota_bytes
         return self._request("POST", "/v1/teams", json=body).json()
 
     def set_max_priority(self, name: str, max_priority: int) -> dict:
         body = {"max_priority": max_priority}
         return self._request("PUT", f"/v1/teams/{_seg(name)}/max-priority", json=body).json()
+
+    def set_storage_quota(self, name: str, storage_quota_bytes: int) -> dict:
+        body = {"storage_quota_bytes": storage_quota_bytes}
+        return self._request("PUT", f"/v1/teams/{_seg(name)}/storage-quota", json=body).json()
 
     def set_quota(self, name: str, gpus: int, cpus: float, memory_mb: int) -> dict:
         body = {"gpus": gpus, "cpus": cpus, "memory_mb": memory_mb}

@@ -27,6 +27,7 @@ from dlaas.domain.accounts import (
 )
 from dlaas.domain.errors import InvalidRequest, JobExists
 from dlaas.domain.ports import AccountStore
+from dlaas.domain.sizes import MAX_SIZE_BYTES, size_text
 
 DAY_S = 86_400.0
 
@@ -66,17 +67,22 @@ def add_team(
     quota: Quota,
     now: float,
     max_priority: int = DEFAULT_MAX_PRIORITY,
+    storage_quota_bytes: int = 0,
 ) -> Team:
     check_name("name", name)
     check_quota(quota)
     check_max_priority(max_priority)
-    team = Team(name, quota, now, max_priority)
+    check_storage_quota(storage_quota_bytes)
+    team = Team(name, quota, now, max_priority, storage_quota_bytes)
     if not store.add_team(team):
         raise JobExists(
             f"name: team {name!r} exists already (`dlaas users add --team` makes a team it "
             "names); `dlaas teams set-quota` and `dlaas teams set` change it"
         )
-    detail = f"{_quota_text(quota)} max_priority={max_priority}"
+    detail = (
+        f"{_quota_text(quota)} max_priority={max_priority} "
+        f"storage_quota_bytes={storage_quota_bytes}"
+    )
     store.append_audit(audit_entry(now, actor, "add-team", name, detail))
     return team
 
@@ -88,6 +94,37 @@ def set_max_priority(store: AccountStore, actor: str, name: str, ceiling: int, n
         raise AccountNotFound(f"team: no team {name!r}")
     store.append_audit(audit_entry(now, actor, "set-max-priority", name, str(ceiling)))
     return _stored_team(store, name)
+
+
+def set_storage_quota(
+    store: AccountStore, actor: str, name: str, quota_bytes: int, now: float
+) -> Team:
+    """Set the bytes the team's buckets in the platform's S3 may hold (0: no quota)."""
+    check_storage_quota(quota_bytes)
+    if not store.set_storage_quota(name, quota_bytes):
+        raise AccountNotFound(f"team: no team {name!r}")
+    store.append_audit(audit_entry(now, actor, "set-storage-quota", name, str(quota_bytes)))
+    return _stored_team(store, name)
+
+
+def check_storage_quota(quota_bytes: int) -> None:
+    if not 0 <= quota_bytes <= MAX_SIZE_BYTES:
+        raise InvalidRequest(
+            f"storage_quota_bytes: must be between 0 (no quota) and {MAX_SIZE_BYTES} (1 PiB), "
+            f"got {quota_bytes}"
+        )
+
+
+def storage_refusal(team: str, quota_bytes: int, used_bytes: int, adding: int) -> str:
+    """Why `adding` bytes may not go into the team's buckets ("" when they fit): the
+    upload's 4xx, naming the quota and the current use."""
+    if not quota_bytes or used_bytes + adding <= quota_bytes:
+        return ""
+    return (
+        f"storage quota: team {team}'s buckets hold {size_text(used_bytes)} of its "
+        f"{size_text(quota_bytes)} quota; this upload ({size_text(adding)}) would exceed it. "
+        "Delete data or ask an administrator (dlaas teams set --storage-quota)"
+    )
 
 
 def check_max_priority(ceiling: int) -> None:

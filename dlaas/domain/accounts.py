@@ -2,7 +2,8 @@
 
 A user belongs to one team; a team has a guaranteed share of the cluster (its quota, which
 the scheduler enforces), a priority ceiling (the highest `priority` its users' manifests may
-ask for, checked at submit; administrators are exempt) and a namespace of S3 buckets (see dlaas.domain.namespace). API tokens are
+ask for, checked at submit; administrators are exempt) and a namespace of S3 buckets (see dlaas.domain.namespace)
+with a storage quota (bytes; `dlaas data upload` past it is refused). API tokens are
 random 256-bit strings shown once, when made; the store keeps only their SHA-256, so a
 stolen store file gives no usable token (a token has far too much entropy for the missing
 salt or stretching to matter). A token may expire; revoking marks it, so every API replica
@@ -78,6 +79,9 @@ class Team:
     quota: Quota = Quota()
     created_at: float = 0.0
     max_priority: int = DEFAULT_MAX_PRIORITY
+    # Bytes the team's buckets in the platform's S3 may hold (uploads past it are refused:
+    # services/api/data.py); 0: no quota.
+    storage_quota_bytes: int = 0
 
 
 @dataclass(frozen=True)

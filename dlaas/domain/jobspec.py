@@ -40,6 +40,9 @@ EVENT_PREFIX = "DLAAS-EVENT "
 EVENT_DATA_READY = "data_ready"  # data and code are in place; learners may start
 EVENT_STORED = "stored"  # results and logs are in S3
 EVENT_ERROR = "error"  # {"code": ..., "message": ...} before a non-zero exit
+# {"bytes": n, "limit": n} once, when the node's job volume holds more than its learners'
+# disk sizes (services/learner_helper/diskwatch.py); the monitor fails the job disk_full.
+EVENT_DISK_FULL = "disk_full"
 EVENT_CHECKPOINT_SYNCED = "checkpoint_synced"  # {"files": n, "at": unix time} after each sync
 
 # Helper exit codes, so the monitor can say why a job failed.
@@ -231,6 +234,9 @@ ENV_HELPER_PRIMARY = "DLAAS_HELPER_PRIMARY"
 # "1": the helper finishes by itself once every learner of its node has exited (their exit
 # codes in LOG_DIR), for engines that cannot signal a running container (Swarm).
 ENV_HELPER_FINISH_ON_EXIT = "DLAAS_HELPER_FINISH_ON_EXIT"
+# The most the node's job volume may hold, MiB: its learners' disk sizes added up. Its
+# helper measures the volume and prints EVENT_DISK_FULL past it; "" or 0: not watched.
+ENV_VOLUME_LIMIT_MB = "DLAAS_VOLUME_LIMIT_MB"
 # Where the helper finds its secret env entries as a file of NAME=value lines, when the
 # engine hands secrets over as files (Swarm secrets) instead of env values.
 ENV_SECRET_FILE = "DLAAS_SECRET_ENV_FILE"  # noqa: S105 - a variable's name, not a secret

@@ -15,7 +15,6 @@ never an overflow or a RecursionError further on.
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -46,6 +45,7 @@ from dlaas.domain.manifest_yaml import (
     field_path,
     load_yaml,
 )
+from dlaas.domain.sizes import MAX_SIZE_MB, DiskMb, parse_memory_mb
 from dlaas.domain.triage import MAX_MANIFEST_ROWS, TriageRow
 
 # Store types that are S3 (FfDL used several names for the same thing).
@@ -55,7 +55,7 @@ S3_STORE_TYPES = frozenset({"s3", "s3_datastore", "mount_cos", "cos", "s3_object
 # gpus and priority; int64 memory_mb) and of Docker (a container needs at least 6 MiB).
 INT32_MAX = 2**31 - 1
 MIN_MEMORY_MB = 6
-MAX_MEMORY_MB = 2**30  # 1 PiB: far above any node, far below int64 bytes
+MAX_MEMORY_MB = MAX_SIZE_MB
 MIN_CPUS = 0.01  # Docker's smallest CPU quota
 MAX_FREEFORM_BYTES = 64 * 2**10  # evaluation_metrics, as JSON
 MAX_ENV = 256
@@ -69,18 +69,6 @@ MAX_URL = 2048
 # Priority classes a manifest may name instead of a number.
 PRIORITY_CLASSES = {"low": -100, "normal": 0, "high": 100, "critical": 1000}
 
-_UNITS = {
-    "": 1,
-    "k": 1000,
-    "m": 1000**2,
-    "g": 1000**3,
-    "t": 1000**4,
-    "ki": 1024,
-    "mi": 1024**2,
-    "gi": 1024**3,
-    "ti": 1024**4,
-}
-_MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*$", re.IGNORECASE)
 # Spaces are allowed: FfDL examples use names such as "pytorch ddl" (the name is only shown).
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -105,35 +93,6 @@ def parse_duration_s(value: str) -> int:
         )
     d, h, mins, secs = (int(g or 0) for g in m.groups())
     return d * 86400 + h * 3600 + mins * 60 + secs
-
-
-def parse_memory_mb(value: Any) -> int:
-    """Memory as MiB from FfDL-style strings: `1Gb`, `16GB`, `1000MiB`, `512M`, or a number of MiB."""
-    if isinstance(value, bool):
-        # ValueError, not TypeError: pydantic reports only ValueErrors as field errors.
-        raise ValueError("must be a size such as 512MiB or 2Gb, not a boolean")  # noqa: TRY004
-    if isinstance(value, int | float):
-        try:
-            mib = float(value)
-        except OverflowError:  # an int beyond any float
-            raise ValueError(f"must be at most {MAX_MEMORY_MB} MiB (1 PiB)") from None
-    elif isinstance(value, str):
-        m = _MEM_RE.match(value)
-        if not m:
-            raise ValueError(
-                f"{value!r} is not a size; use a number with a unit such as 512MiB or 2Gb"
-            )
-        unit = (m.group(2) or "mi").lower()  # a bare number means MiB
-        mib = float(m.group(1)) * _UNITS[unit] / 1024**2
-    else:
-        raise ValueError("must be a size such as 512MiB or 2Gb")  # noqa: TRY004
-    if math.isnan(mib):
-        raise ValueError("must be a size such as 512MiB or 2Gb, not NaN")
-    if mib <= 0:
-        raise ValueError("must be greater than zero")
-    if mib > MAX_MEMORY_MB:  # also infinity; round() would overflow on it
-        raise ValueError(f"must be at most {MAX_MEMORY_MB} MiB (1 PiB)")
-    return max(1, round(mib))
 
 
 Short = Annotated[str, Field(max_length=MAX_SHORT)]
@@ -299,6 +258,9 @@ class Manifest(_Model):
     gpus: int = Field(default=0, ge=0, le=64)
     gpu_type: Short | None = None
     memory_mb: int = Field(default=1024, validation_alias="memory")
+    # Per learner: its writable layer and its share of the job volume (sizes.py); 0: the
+    # platform's default. The platform's maximum is checked at submit, enforced by the monitor.
+    disk_mb: DiskMb = Field(default=0, validation_alias="disk")
     data_stores: list[DataStore] = Field(default_factory=list, max_length=MAX_DATA_STORES)
     framework: Framework
     evaluation_metrics: dict[str, Any] | None = None

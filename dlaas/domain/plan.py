@@ -34,7 +34,9 @@ HELPER_MEMORY_MB = 512
 LEARNER_TMP_MB = 1024
 HELPER_TMP_MB = 256
 # The writable layer, where the engine's storage driver can bound it (overlay2 only on
-# xfs with pquota; the deployer probes and otherwise leaves it unbounded).
+# xfs with pquota; the deployer probes and otherwise leaves it unbounded). A learner's is
+# its manifest's `disk` (else the platform's default); the job monitor enforces it on
+# every engine (services/jobmonitor/disk.py), and each helper the job volume's share.
 LEARNER_DISK_MB = 10240
 HELPER_DISK_MB = 1024
 MPI_CAPABILITIES = ("SETUID", "SETGID", "SYS_CHROOT")
@@ -110,6 +112,7 @@ def deployment_plan(
     code: S3Location | None,
     nodes: list[str] | None = None,
     ssh_key: bytes = b"",
+    learner_disk_mb: int = LEARNER_DISK_MB,
 ) -> DeploymentPlan:
     """The containers of one job: a helper and `learners` learners, with limits and env.
 
@@ -117,8 +120,10 @@ def deployment_plan(
     nodes gets a helper per node: learner 0's node has the job's helper (it alone mirrors
     the checkpoints to S3 and prints the events the monitor follows); the helper of each
     other node stages data, code and checkpoints for its learners and stores their logs and
-    results. The job volume is per node.
+    results. The job volume is per node: its helper bounds it to the disk size of the
+    learners on that node (`jobspec.ENV_VOLUME_LIMIT_MB`).
     """
+    disk_mb = manifest.disk_mb or learner_disk_mb
     labels = job_labels(platform_id, job_id, user)
     nodes = list(nodes) if nodes else [""] * learners
     helper_env = {
@@ -148,6 +153,7 @@ def deployment_plan(
     helpers = []
     for k, node in enumerate(spanned):
         env = dict(helper_env)
+        env[jobspec.ENV_VOLUME_LIMIT_MB] = str(disk_mb * nodes.count(node))
         if len(spanned) > 1:
             env[jobspec.ENV_HELPER_LEARNERS] = ",".join(
                 str(i) for i, n in enumerate(nodes) if n == node
@@ -204,6 +210,7 @@ def deployment_plan(
                 nano_cpus=int(manifest.cpus * 1e9),
                 cpu_shares=jobspec.LEARNER_CPU_SHARES,
                 mem_limit_mb=manifest.memory_mb,
+                disk_mb=disk_mb,
                 gpus=manifest.gpus,
                 gpu_indices=gpus,
                 aliases=(jobspec.learner_alias(i),),

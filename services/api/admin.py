@@ -1,5 +1,5 @@
-"""The REST API's account routes: users, tokens, teams with quotas and priority ceilings,
-the audit log.
+"""The REST API's account routes: users, tokens, teams with quotas, priority ceilings and
+storage quotas, the audit log.
 
 Administrators only, except `GET /v1/me`. Tokens travel in bodies, never in URLs (URLs end
 up in access logs). A new token is in the reply once; the store keeps its hash.
@@ -24,6 +24,7 @@ from dlaas.domain.accounts import (
     Team,
 )
 from dlaas.domain.errors import DlaasError
+from dlaas.domain.sizes import MAX_SIZE_BYTES
 from services.api.deps import CallerDep, DepsDep
 from services.api.models import error_responses
 
@@ -80,19 +81,34 @@ PriorityCeiling = Field(
 )
 
 
+StorageQuota = Field(
+    0,
+    ge=0,
+    le=MAX_SIZE_BYTES,
+    description="bytes the team's buckets in the platform's S3 may hold; uploads past it "
+    "are refused (0: no quota)",
+)
+
+
 class TeamCreate(QuotaBody):
     name: str = Field(max_length=MAX_NAME)
     max_priority: int = PriorityCeiling
+    storage_quota_bytes: int = StorageQuota
 
 
 class MaxPriorityBody(BaseModel):
     max_priority: int = PriorityCeiling
 
 
+class StorageQuotaBody(BaseModel):
+    storage_quota_bytes: int = StorageQuota
+
+
 class TeamPublic(BaseModel):
     name: str
     quota: QuotaBody
     max_priority: int
+    storage_quota_bytes: int
     usage: dict[str, Any] = Field(
         default_factory=dict, description="what the scheduler reports: used, borrowed, queued"
     )
@@ -124,6 +140,7 @@ def _team_public(team: Team, usage: dict[str, Any] | None = None) -> TeamPublic:
         name=team.name,
         quota=QuotaBody(gpus=q.gpus, cpus=q.cpus, memory_mb=q.memory_mb),
         max_priority=team.max_priority,
+        storage_quota_bytes=team.storage_quota_bytes,
         usage=usage or {},
     )
 
@@ -235,15 +252,17 @@ def _push_quota(deps, name: str, quota: Quota) -> None:
     "/teams", status_code=201, response_model=TeamPublic, responses=error_responses(403, 409, 422)
 )
 def add_team(body: TeamCreate, deps: DepsDep, caller: CallerDep) -> TeamPublic:
-    """Add a team with its guaranteed share (GPUs, CPUs, memory) and priority ceiling."""
+    """Add a team with its guaranteed share (GPUs, CPUs, memory), priority ceiling and
+    storage quota."""
     caller.require_admin()
     quota = Quota(body.gpus, body.cpus, body.memory_mb)
     account_ops.check_name("name", body.name)
     if deps.store.get_team(body.name) is None:
         _push_quota(deps, body.name, quota)
     team = account_ops.add_team(
-        deps.store, caller.user, body.name, quota, time.time(), body.max_priority
-    )
+        deps.store, caller.user, body.name, quota, time.time(), body.max_priority,
+        body.storage_quota_bytes,
+    )  # fmt: skip
     return _team_public(team)
 
 
@@ -258,6 +277,21 @@ def set_max_priority(
     return _team_public(
         account_ops.set_max_priority(
             deps.store, caller.user, name[:MAX_NAME], body.max_priority, time.time()
+        )
+    )
+
+
+@router.put(
+    "/teams/{name}/storage-quota", response_model=TeamPublic, responses=error_responses(403, 422)
+)
+def set_storage_quota(
+    name: str, body: StorageQuotaBody, deps: DepsDep, caller: CallerDep
+) -> TeamPublic:
+    """Set the bytes a team's buckets in the platform's S3 may hold (0: no quota)."""
+    caller.require_admin()
+    return _team_public(
+        account_ops.set_storage_quota(
+            deps.store, caller.user, name[:MAX_NAME], body.storage_quota_bytes, time.time()
         )
     )
 

@@ -7,6 +7,8 @@ Run by the submit route (services/api/routes.py `_submit`) before anything is st
   pinned, at every connection (dlaas.adapters.s3.client_for).
 - the manifest's priority is at most the team's ceiling (`dlaas teams set --max-priority`).
   Administrators are exempt: they run the platform, and they set the ceilings.
+- the manifest's `disk` is at most the platform's maximum (DLAAS_MAX_LEARNER_DISK_MB), for
+  everyone: it bounds what one learner may fill on a node's disk.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from dlaas.adapters.store.base import JobStore
 from dlaas.config import PlatformSettings
 from dlaas.domain import egress
 from dlaas.domain.account_ops import check_priority
+from dlaas.domain.errors import InvalidRequest
 from dlaas.domain.manifest import Manifest
+from dlaas.domain.sizes import MIB, size_text
 from services.api.auth import Caller
 
 
@@ -38,5 +42,10 @@ def check_endpoints(
 def admit(manifest: Manifest, caller: Caller, store: JobStore, settings: PlatformSettings) -> None:
     """Raise the first reason the caller may not submit `manifest` (a 4xx)."""
     check_endpoints(manifest, settings)
+    if manifest.disk_mb > settings.max_learner_disk_mb:
+        raise InvalidRequest(
+            f"disk: {size_text(manifest.disk_mb * MIB)} per learner is above the platform's "
+            f"maximum {size_text(settings.max_learner_disk_mb * MIB)}"
+        )
     if not caller.admin:
         check_priority(store, caller.team, manifest.priority)

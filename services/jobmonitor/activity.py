@@ -24,6 +24,7 @@ from dlaas.domain.ports import Container
 from dlaas.domain.status import Status
 from dlaas.domain.triage import Rule
 from services.jobmonitor import limits as lm
+from services.jobmonitor.disk import DEFAULT_DISK_POLL_S, limit_bytes
 from services.jobmonitor.limits import Activity
 
 # Lines of a running learner's log compared between two looks (a stall: none changed).
@@ -39,6 +40,10 @@ class Limits:
     max_stall_after_s: float = lm.MAX_STALL_AFTER_S
     poll_s: float = lm.DEFAULT_POLL_S
     max_duration_s: float = 0.0  # the most any job runs; 0: no maximum
+    # A learner's disk size when its manifest names none, MiB (DLAAS_LEARNER_DISK_MB; 0: not
+    # watched), and how often running learners' writable layers are measured (disk.py).
+    learner_disk_mb: int = 0
+    disk_poll_s: float = DEFAULT_DISK_POLL_S
 
     def of(self, manifest: Manifest | None) -> dict[str, Any]:
         """The JobView fields of one job's limits: its manifest's, bounded by the platform's."""
@@ -53,6 +58,10 @@ class Limits:
             "on_stall": manifest.on_stall if manifest else lm.ON_STALL_NOTIFY,
             "max_duration_s": asked,
             "deadline_source": source,
+            "disk_limit_bytes": limit_bytes(
+                manifest.disk_mb if manifest else 0, self.learner_disk_mb
+            ),
+            "disk_poll_s": self.disk_poll_s,
         }
 
 

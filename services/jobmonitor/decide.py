@@ -27,7 +27,9 @@ Which kind a failed learner's is comes from classify.py, its last log lines firs
 (the triage catalog, dlaas.domain.triage). A running job's limits (limits.py) are judged
 here too: a deadline passed stops the learners like a halt, then fails the job
 `deadline_exceeded`; a job whose learners stopped logging is marked stalled, then failed or
-restarted if its manifest says so. The actions are in actions.py.
+restarted if its manifest says so; a job over its disk size (disk.py: a learner's writable
+layer, or its node's job volume as the helper reports it) fails `disk_full`. The actions
+are in actions.py.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from dlaas.domain.status import (
     can_transition,
 )
 from dlaas.domain.triage import CATALOG, Rule
-from services.jobmonitor import limits
+from services.jobmonitor import disk, limits
 from services.jobmonitor.actions import (
     Action,
     Cleanup,
@@ -130,6 +132,11 @@ class JobView:
     history: Sequence[Transition] = ()
     max_duration_s: float = 0.0
     deadline_source: str = "max_duration"
+    # Disk (disk.py): learner -> its writable layer's bytes as last measured; each
+    # learner's disk size (0: not watched); how often the layers are measured.
+    layer_bytes: Mapping[int, int] = field(default_factory=dict)
+    disk_limit_bytes: int = 0
+    disk_poll_s: float = disk.DEFAULT_DISK_POLL_S
 
 
 # --- actions -------------------------------------------------------------------------
@@ -213,6 +220,11 @@ def _status_change(
     over = _deadline(view, learners, all_done)
     if over is not None:
         return over
+    full = disk.disk_full(
+        status, view.layer_bytes, view.disk_limit_bytes, view.helper_events, view.log_tails
+    )
+    if full is not None and not all_done:
+        return TransitionTo(Status.FAILED, *full)
     restart_helper = _helper_lost_alone(view, helper, learners, all_done)
     if restart_helper is not None:
         return restart_helper
@@ -308,6 +320,8 @@ def _recheck(view: JobView, learners: list[Container], status: Status) -> float 
         left = view.max_duration_s - limits.running_s(view.history, view.state, view.now)
         if left > 0:  # past it, _deadline has acted
             times.append(view.now + left)
+    if view.disk_limit_bytes > 0 and status in _LEARNERS_RUN:
+        times.append(view.now + view.disk_poll_s)
     if view.stall_after_s > 0 and status == Status.PROCESSING:
         since = limits.last_activity(learners, view.learner_activity)
         times.append(view.now + view.poll_s)

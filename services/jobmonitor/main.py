@@ -34,6 +34,7 @@ from services.jobmonitor.decide import (
     DEFAULT_REQUEUE_RETRY_S,
     DEFAULT_STORE_TIMEOUT_S,
 )
+from services.jobmonitor.disk import DEFAULT_DISK_POLL_S
 from services.jobmonitor.limits import DEFAULT_POLL_S, DEFAULT_STALL_AFTER_S, MAX_STALL_AFTER_S
 from services.jobmonitor.monitor import JobMonitor
 
@@ -66,6 +67,9 @@ class MonitorSettings(BaseSettings):
     # The most running time any job gets (its max_duration, if shorter, ends it first);
     # 0: no maximum.
     max_duration_s: float = Field(0, ge=0)
+    # How often a running job's learners' writable layers are measured (disk.py; the
+    # disk sizes are the platform's DLAAS_LEARNER_DISK_MB and the manifests').
+    disk_poll_s: float = Field(DEFAULT_DISK_POLL_S, gt=0, le=300)
 
 
 def main() -> None:
@@ -107,8 +111,9 @@ def main() -> None:
     scheduler = SchedulerClient(settings.scheduler_addr)
     lcm = LcmClient(settings.lcm_addr)
     limits = Limits(
-        rules, ms.stall_after_s, ms.max_stall_after_s, ms.stall_poll_s, ms.max_duration_s
-    )
+        rules, ms.stall_after_s, ms.max_stall_after_s, ms.stall_poll_s, ms.max_duration_s,
+        learner_disk_mb=settings.learner_disk_mb, disk_poll_s=ms.disk_poll_s,
+    )  # fmt: skip
     monitor = JobMonitor(
         engines,
         keeper,

@@ -23,7 +23,7 @@ from typing import Any
 from dlaas.adapters.store.base import JobRecord, JobStore
 from dlaas.domain import jobspec
 from dlaas.domain.errors import JobNotFound
-from dlaas.domain.jobspec import EVENT_DATA_READY, EVENT_ERROR
+from dlaas.domain.jobspec import EVENT_DATA_READY, EVENT_DISK_FULL, EVENT_ERROR
 from dlaas.domain.manifest import Manifest
 from dlaas.domain.namespace import user_text
 from dlaas.domain.ports import Container, EngineUnreachable, JobContainers, StatusRepo
@@ -33,6 +33,7 @@ from dlaas.domain.triage import rules_for
 from services.jobmonitor import decide as d
 from services.jobmonitor.activity import ACTIVITY_TAIL_LINES, Limits, LogActivity
 from services.jobmonitor.classify import LOG_TAIL_LINES
+from services.jobmonitor.disk import DiskWatch, over_limit
 from services.jobmonitor.watchers import Reachability
 
 log = logging.getLogger("dlaas.jobmonitor")
@@ -136,7 +137,7 @@ def fold_events(per_helper: list[list[dict]]) -> list[dict]:
     ready = all(any(e.get("event") == EVENT_DATA_READY for e in evs) for evs in per_helper)
     events = [e for e in per_helper[0] if ready or e.get("event") != EVENT_DATA_READY]
     for evs in per_helper[1:]:
-        events += [e for e in evs if e.get("event") == EVENT_ERROR]
+        events += [e for e in evs if e.get("event") in (EVENT_ERROR, EVENT_DISK_FULL)]
     return events
 
 
@@ -188,6 +189,7 @@ class Observer:
         self._learner_info: dict[str, list[dict]] = {}  # job -> last learners info written
         self._manifests: dict[str, Manifest | None] = {}
         self._activity = LogActivity(clock)
+        self._disk = DiskWatch(self.limits.disk_poll_s, clock)
         self._waiting: set[str] = set()  # jobs left alone while a node is down (logged once)
 
     def observe(self, job_id: str) -> Seen | NoStatus | None:
@@ -273,6 +275,15 @@ class Observer:
             if lim["stall_after_s"] > 0
             else {}
         )
+        layer = self._disk.look(
+            job_id, state.status, containers, nodes,
+            lambda n: self.reach.call(n, self.engines[n].layer_bytes, job_id),
+            lim["disk_limit_bytes"],
+        )  # fmt: skip
+        who = over_limit(state.status, layer, lim["disk_limit_bytes"], events)
+        for c in containers:  # the reason of a disk_full names its learner's last lines
+            if c.learner is not None and c.learner == who and c.role == jobspec.ROLE_LEARNER:
+                tails.setdefault(who, self.tail(c, where[c.id], LOG_TAIL_LINES))
         stall = mine.get(INFO_STALL)
         view = d.JobView(
             state=state,
@@ -293,6 +304,7 @@ class Observer:
             triage_rules=rules_for(manifest.triage if manifest else (), self.limits.triage),
             image=str(info.get("image") or ""),
             learner_activity=activity,
+            layer_bytes=layer,
             stall_marked_for=stall.get("since") if isinstance(stall, dict) else None,
             poll_s=self.limits.poll_s,
             history=record.history if record is not None else (),
@@ -477,6 +489,7 @@ class Observer:
             self._learner_info.pop(job_id, None)
             self._manifests.pop(job_id, None)
             self._activity.forget(job_id)
+            self._disk.forget(job_id)
             self._waiting.discard(job_id)
 
 

@@ -108,6 +108,7 @@ class Deployment:
                 results=results,
                 code=code,
                 nodes=[p["node"] for p in placement],
+                learner_disk_mb=self.settings.learner_disk_mb,
                 ssh_key=ssh_private_key(
                     self.settings.s3_secret_key.get_secret_value().encode(), job_id
                 )

@@ -23,6 +23,8 @@ the job volume at /job. It
    kill; see LearnerPresence), then mirrors CHECKPOINT_DIR a last time, uploads RESULT_DIR/** under
    results_prefix(JOB_ID) and LOG_DIR/learner-<i>.log to log_object_key(JOB_ID, i),
    prints the `stored` event, removes DATA_READY_MARK and exits 0.
+Throughout, it measures the job volume (services.learner_helper.diskwatch) and prints the
+`disk_full` event once the volume holds more than DLAAS_VOLUME_LIMIT_MB.
 A finish signal during steps 1-3 skips straight to step 6 (the last checkpoint sync then
 only touches what was restored or written). A helper that starts while DATA_READY_MARK
 exists was restarted beside running learners: it skips steps 1-3 (the volume is the
@@ -85,7 +87,7 @@ from dlaas.domain.jobspec import (
     results_prefix,
 )
 from dlaas.learner.paths import JobPaths
-from services.learner_helper import probe, resume, store
+from services.learner_helper import diskwatch, probe, resume, store
 from services.learner_helper.archive import UnsafeArchive, safe_extract
 from services.learner_helper.config import (
     ConfigError,
@@ -366,6 +368,7 @@ def run(
         paths.log_dir,
     ):
         d.mkdir(parents=True, exist_ok=True)
+    diskwatch.start(paths.job_dir, env, emit, stop)
     client = store.make_client(cfg.endpoint, cfg.access_key, cfg.secret_key, cfg.region)
     steps.done("store client")
     ckpt = CheckpointSync(client, cfg.results_bucket, cfg.checkpoint_prefix, paths.checkpoint_dir)

@@ -6,8 +6,19 @@ from __future__ import annotations
 import json
 
 from test_cli import server  # noqa: F401 - a fixture
+from typer.testing import CliRunner
 
+from dlaas.clients.cli import app
 from dlaas.domain.namespace import team_bucket
+
+
+def teams_table(server) -> str:  # noqa: F811
+    """`dlaas teams list` on a terminal wide enough that no header wraps."""
+    out = CliRunner().invoke(
+        app, ["--home", str(server.home), "teams", "list"], env={"COLUMNS": "200"}
+    )
+    assert out.exit_code == 0, out.output
+    return out.stdout
 
 
 def test_users_add_list_revoke(server):  # noqa: F811
@@ -68,8 +79,8 @@ def test_teams_priority_ceiling(server):  # noqa: F811
     assert r.exit_code == 0 and "speech: priority at most 50" in r.stdout, r.output
     listed = json.loads(server.cli("teams", "list", "--json").stdout)
     assert {t["name"]: t["max_priority"] for t in listed}["speech"] == 50
-    table = server.cli("teams", "list")
-    assert "max priority" in table.stdout and "50" in table.stdout
+    table = teams_table(server)
+    assert "max priority" in table and "50" in table
     nothing = server.cli("teams", "set", "speech")
     assert nothing.exit_code != 0 and "--max-priority" in nothing.output
 
@@ -79,3 +90,34 @@ def test_the_readme_order_user_then_team_is_named(server):  # noqa: F811
     assert server.cli("users", "add", "erin", "--team", "nlp").exit_code == 0
     again = server.cli("teams", "add", "nlp", "--gpus", "2")
     assert again.exit_code != 0 and "dlaas teams set-quota" in again.output
+
+
+def test_an_upload_past_the_teams_storage_quota_is_refused(server, tmp_path):  # noqa: F811
+    made = server.cli("teams", "add", "audio", "--storage-quota", "10KiB")
+    assert made.exit_code == 0 and "storage quota 10 KiB" in made.stdout, made.output
+    token = server.cli("users", "add", "ann", "--team", "audio").stdout.splitlines()[1].strip()
+    table = teams_table(server)
+    assert "storage quota" in table and "10 KiB" in table
+    listed = json.loads(server.cli("teams", "list", "--json").stdout)
+    assert {t["name"]: t["storage_quota_bytes"] for t in listed}["audio"] == 10240
+    (tmp_path / "a.bin").write_bytes(b"a" * 6000)
+    (tmp_path / "b.bin").write_bytes(b"b" * 6000)
+    first = server.cli("--token", token, "data", "upload", "speech", str(tmp_path / "a.bin"))
+    assert first.exit_code == 0, first.output
+    # 6,000 bytes held, 6,000 more: past 10 KiB, refused naming the quota and the use.
+    second = server.cli("--token", token, "data", "upload", "voice", str(tmp_path / "b.bin"))
+    assert second.exit_code != 0 and "Traceback" not in second.output
+    assert "storage quota: team audio's buckets hold 5.859 KiB of its 10 KiB quota" in (
+        " ".join(second.output.split())
+    ), second.output
+    names = [b["Name"] for b in server.s3.list_buckets().get("Buckets", [])]
+    assert team_bucket("audio", "voice") not in names  # refused before anything was made
+    # The administrator lifts it: the upload goes through.
+    lifted = server.cli("teams", "set", "audio", "--storage-quota", "none")
+    assert lifted.exit_code == 0 and "audio: storage quota -" in lifted.stdout, lifted.output
+    again = server.cli("--token", token, "data", "upload", "voice", str(tmp_path / "b.bin"))
+    assert again.exit_code == 0, again.output
+    actions = [e["action"] for e in json.loads(server.cli("audit", "--json").stdout)["entries"]]
+    assert "set-storage-quota" in actions
+    bad = server.cli("teams", "set", "audio", "--storage-quota", "lots")
+    assert bad.exit_code != 0 and "is not a size" in bad.output

@@ -204,6 +204,7 @@ def test_the_platform_bounds_a_manifests_limits():
     assert of("max_duration: 2h\n", max_duration_s=3600) == {
         "stall_after_s": 0, "on_stall": "notify", "max_duration_s": 3600,
         "deadline_source": "the platform's maximum run time",
+        "disk_limit_bytes": 0, "disk_poll_s": 10.0,
     }  # fmt: skip
     assert of("max_duration: 30m\n", max_duration_s=3600)["deadline_source"] == "max_duration"
     assert of("")["max_duration_s"] == 0

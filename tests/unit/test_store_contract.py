@@ -530,6 +530,17 @@ def test_a_teams_priority_ceiling_is_stored_and_set(store):
     assert store.get_team("nlp").quota == Quota(1, 2.0, 3)  # the quota untouched
 
 
+def test_a_teams_storage_quota_is_stored_and_set(store):
+    assert store.add_team(Team("nlp", Quota(1, 2.0, 3), 5.0))
+    assert store.get_team("nlp").storage_quota_bytes == 0  # none by default
+    assert store.add_team(Team("cv", Quota(), 6.0, storage_quota_bytes=50 * 2**30))
+    assert store.set_storage_quota("nlp", 2**40) and not store.set_storage_quota("gone", 1)
+    assert {t.name: t.storage_quota_bytes for t in store.list_teams()} == {
+        "cv": 50 * 2**30, "nlp": 2**40,
+    }  # fmt: skip
+    assert store.get_team("nlp").max_priority == 100  # the ceiling untouched
+
+
 def test_a_sqlite_store_from_before_ceilings_gains_the_default(tmp_path):
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:

@@ -202,6 +202,14 @@ class Deployer(ContainerEngine):
             found = self.client.containers.list(all=True, filters=filters, ignore_removed=True)
         return [container_of(c, self.node) for c in found]
 
+    def layer_bytes(self, job_id: str) -> dict[str, int] | None:
+        # SizeRw: the engine adds up the container's upper directory (a walk of what the
+        # container wrote, bounded by the disk limit it enforces). Running ones only.
+        filters = {"label": [f"{jobspec.LABEL_JOB}={job_id}", self._managed]}
+        with self._answering():
+            found = self.client.api.containers(filters=filters, size=True)
+        return {c["Id"]: int(c.get("SizeRw") or 0) for c in found}
+
     def jobs_with_resources(self) -> set[str]:
         managed = {"label": self._managed}
         with self._answering():

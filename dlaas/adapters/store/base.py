@@ -113,6 +113,10 @@ class JobStore(abc.ABC):
         """Set a team's priority ceiling; False if there is no such team."""
 
     @abc.abstractmethod
+    def set_storage_quota(self, name: str, quota_bytes: int) -> bool:
+        """Set the bytes a team's buckets may hold (0: no quota); False if no such team."""
+
+    @abc.abstractmethod
     def add_user(self, user: User) -> bool:
         """Create a user; False if the name is taken."""
 

@@ -193,7 +193,8 @@ class MongoJobStore(JobStore):
         return self._insert(
             self.teams,
             {"name": team.name, "gpus": q.gpus, "cpus": q.cpus, "memory_mb": q.memory_mb,
-             "created_at": team.created_at, "max_priority": team.max_priority},
+             "created_at": team.created_at, "max_priority": team.max_priority,
+             "storage_quota_bytes": team.storage_quota_bytes},
         )  # fmt: skip
 
     def get_team(self, name: str) -> Team | None:
@@ -212,6 +213,10 @@ class MongoJobStore(JobStore):
 
     def set_max_priority(self, name: str, ceiling: int) -> bool:
         res = self.teams.update_one({"name": name}, {"$set": {"max_priority": ceiling}})
+        return res.matched_count > 0
+
+    def set_storage_quota(self, name: str, quota_bytes: int) -> bool:
+        res = self.teams.update_one({"name": name}, {"$set": {"storage_quota_bytes": quota_bytes}})
         return res.matched_count > 0
 
     def add_user(self, user: User) -> bool:
@@ -346,9 +351,10 @@ def _record(doc: dict[str, Any]) -> JobRecord:
 
 
 def _team(d: dict[str, Any]) -> Team:
-    # A team stored before priority ceilings has the default one.
+    # A team stored before priority ceilings has the default one (and no storage quota).
     ceiling = d.get("max_priority", DEFAULT_MAX_PRIORITY)
-    return Team(d["name"], Quota(d["gpus"], d["cpus"], d["memory_mb"]), d["created_at"], ceiling)
+    quota = Quota(d["gpus"], d["cpus"], d["memory_mb"])
+    return Team(d["name"], quota, d["created_at"], ceiling, d.get("storage_quota_bytes", 0))
 
 
 def _user(d: dict[str, Any]) -> User:

@@ -87,6 +87,10 @@ class SqliteJobStore(JobStore):
                     "ALTER TABLE teams ADD COLUMN max_priority INTEGER NOT NULL DEFAULT "
                     f"{DEFAULT_MAX_PRIORITY}"
                 )
+            if "storage_quota_bytes" not in columns:  # ... and no storage quota
+                conn.execute(
+                    "ALTER TABLE teams ADD COLUMN storage_quota_bytes INTEGER NOT NULL DEFAULT 0"
+                )
         if self.path != ":memory:":
             # It holds manifests and token hashes: the owner's only.
             os.chmod(self.path, 0o600)
@@ -269,8 +273,16 @@ class SqliteJobStore(JobStore):
         with self._write() as conn:
             cur = conn.execute(
                 "INSERT OR IGNORE INTO teams (name, gpus, cpus, memory_mb, created_at,"
-                " max_priority) VALUES (?, ?, ?, ?, ?, ?)",
-                (team.name, q.gpus, q.cpus, q.memory_mb, team.created_at, team.max_priority),
+                " max_priority, storage_quota_bytes) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    team.name,
+                    q.gpus,
+                    q.cpus,
+                    q.memory_mb,
+                    team.created_at,
+                    team.max_priority,
+                    team.storage_quota_bytes,
+                ),
             )
         return cur.rowcount > 0
 
@@ -294,6 +306,13 @@ class SqliteJobStore(JobStore):
     def set_max_priority(self, name: str, ceiling: int) -> bool:
         with self._write() as conn:
             cur = conn.execute("UPDATE teams SET max_priority = ? WHERE name = ?", (ceiling, name))
+        return cur.rowcount > 0
+
+    def set_storage_quota(self, name: str, quota_bytes: int) -> bool:
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE teams SET storage_quota_bytes = ? WHERE name = ?", (quota_bytes, name)
+            )
         return cur.rowcount > 0
 
     def add_user(self, user: User) -> bool:

@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS teams (
     cpus       REAL NOT NULL DEFAULT 0,
     memory_mb  INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
-    max_priority INTEGER NOT NULL DEFAULT 100
+    max_priority INTEGER NOT NULL DEFAULT 100,
+    storage_quota_bytes INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS users (
     name       TEXT PRIMARY KEY,
@@ -109,7 +110,9 @@ JOB_COLUMNS = (
 
 def to_team(row: sqlite3.Row) -> Team:
     quota = Quota(row["gpus"], row["cpus"], row["memory_mb"])
-    return Team(row["name"], quota, row["created_at"], row["max_priority"])
+    return Team(
+        row["name"], quota, row["created_at"], row["max_priority"], row["storage_quota_bytes"]
+    )
 
 
 def to_user(row: sqlite3.Row) -> User:
