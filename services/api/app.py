@@ -294,7 +294,14 @@ def create_app(
     elif docker is None:
         docker = _node_views(settings)
     metrics = Metrics(api_settings.replica)
-    limiter = FailureLimiter(api_settings.auth_max_failures, api_settings.auth_failure_window_s)
+    from dlaas.adapters.failure_counts import RedisFailureCounts
+
+    # Failed token checks are counted in Redis, so the guessing limit holds across replicas.
+    limiter = FailureLimiter(
+        api_settings.auth_max_failures,
+        api_settings.auth_failure_window_s,
+        shared=RedisFailureCounts(settings.redis_url),
+    )
     tokens = Authenticator(
         store,
         api_settings.admin_token.get_secret_value(),
