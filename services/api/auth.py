@@ -209,7 +209,7 @@ class AuthMetrics:
         )
         self.refused = Counter(
             "dlaas_api_auth_refused_total",
-            "Requests refused unchecked: their address failed too many token checks",
+            "Requests refused by the token-guessing limit (their address failed too many checks)",
             registry=registry,
         )
 
