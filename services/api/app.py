@@ -274,13 +274,16 @@ def create_app(
     docker: Any = None,
     scheduler: Any = None,
     tasks: Any = None,
+    failure_counts: Any = None,
     log_poll_s: float = 0.5,
 ) -> FastAPI:
     """The API app; real adapters are built from `settings` for any not given.
 
     `docker`: the nodes' container views for live log lines (node name -> JobContainers,
     or one JobContainers); None builds one per configured node; `docker=False` runs
-    without an engine (log lines then come from S3 only).
+    without an engine (log lines then come from S3 only). `failure_counts`: where failed
+    token checks are counted for every replica; None counts them in Redis,
+    `failure_counts=False` leaves each replica to count its own.
     """
     from dlaas.clients.sdk import LcmClient, SchedulerClient
 
@@ -294,7 +297,15 @@ def create_app(
     elif docker is None:
         docker = _node_views(settings)
     metrics = Metrics(api_settings.replica)
-    limiter = FailureLimiter(api_settings.auth_max_failures, api_settings.auth_failure_window_s)
+    if failure_counts is None:  # in Redis, so the guessing limit holds across replicas
+        from dlaas.adapters.failure_counts import RedisFailureCounts
+
+        failure_counts = RedisFailureCounts(settings.redis_url)
+    limiter = FailureLimiter(
+        api_settings.auth_max_failures,
+        api_settings.auth_failure_window_s,
+        shared=None if failure_counts is False else failure_counts,
+    )
     tokens = Authenticator(
         store,
         api_settings.admin_token.get_secret_value(),

@@ -14,7 +14,10 @@ noticed until the window frees. Each failure is counted on /metrics
 (`dlaas_api_auth_failures_total`, by reason; `dlaas_api_auth_refused_total` for requests
 refused by the limit) and each address that reaches the limit is one audit entry
 (`auth-failures`: the address, how many failures, for how long it is refused), not one per
-guess. The limit is per API replica (each counts what it sees).
+guess. The failures are counted in Redis (`dlaas.adapters.failure_counts`), so the limit
+holds across the API replicas; while Redis does not answer, each replica's own count is the
+limit. A good token costs no Redis call: only failed checks are counted there, and an
+address found over the limit is refused from this replica's memory until its window frees.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -61,9 +65,38 @@ def client_key(address: str) -> str:
     return str(ipaddress.ip_network(f"{ip}/64", strict=False))
 
 
+class FailureCounts(Protocol):
+    """Failures counted where every API replica sees them (dlaas.adapters.failure_counts)."""
+
+    def add(self, key: str, limit: int, window_s: float) -> tuple[int, float]:
+        """Record one failure of `key` unless `limit` are already within the last
+        `window_s`; the failures within the window counting this one (above `limit`: it
+        was not recorded), and from `limit` on the seconds until the oldest leaves it.
+        Raises TemporaryError while the counts cannot be reached."""
+        ...
+
+
+class _Client:
+    """One address's failures seen by this replica, and until when the shared counts said
+    it is refused."""
+
+    __slots__ = ("times", "until")
+
+    def __init__(self, max_failures: int):
+        self.times: deque[float] = deque(maxlen=max_failures)
+        self.until = 0.0
+
+
 class FailureLimiter:
     """Failed token checks per client, over a sliding window; thread-safe and bounded
-    (at most `max_clients` clients, the least recently failing forgotten first)."""
+    (at most `max_clients` clients, the least recently failing forgotten first).
+
+    With `shared` counts (Redis), a failure is counted there, so the limit holds across
+    API replicas; an address found over the limit is remembered here until its window
+    frees, so its further requests cost no call to `shared`. This replica also counts on
+    its own, always: while `shared` does not answer (logged once, asked again every
+    `shared_retry_s`), that count is the limit, never none at all.
+    """
 
     def __init__(
         self,
@@ -71,42 +104,97 @@ class FailureLimiter:
         window_s: float = 60.0,
         max_clients: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        shared: FailureCounts | None = None,
+        shared_retry_s: float = 5.0,
     ):
         self.max_failures, self.window_s = max_failures, window_s
         self._max_clients, self._clock = max_clients, clock
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._clients: OrderedDict[str, _Client] = OrderedDict()
         self._lock = threading.Lock()
+        self._shared, self._shared_retry_s = shared, shared_retry_s
+        self._shared_down_until: float | None = None  # None: answering
 
-    def _recent(self, key: str, now: float) -> deque[float] | None:
-        times = self._failures.get(key)
+    def _recent(self, key: str, now: float) -> _Client | None:
+        client = self._clients.get(key)
+        if client is None:
+            return None
+        times = client.times
         while times and times[0] <= now - self.window_s:
             times.popleft()
-        if times is not None and not times:
-            del self._failures[key]
+        if not times and client.until <= now:
+            del self._clients[key]
             return None
-        return times
+        return client
+
+    def _entry(self, key: str, now: float) -> _Client:
+        client = self._recent(key, now)
+        if client is None:
+            client = self._clients[key] = _Client(self.max_failures)
+            while len(self._clients) > self._max_clients:
+                self._clients.popitem(last=False)
+        self._clients.move_to_end(key)
+        return client
 
     def retry_after(self, key: str) -> float:
-        """0 while `key` may try; else the seconds until its oldest failure leaves the window."""
+        """0 while `key` may try; else the seconds until it may (from this replica's count,
+        or what the shared counts said). Never asks the shared counts."""
         now = self._clock()
         with self._lock:
-            times = self._recent(key, now)
-            if times is None or len(times) < self.max_failures:
+            client = self._recent(key, now)
+            if client is None:
                 return 0.0
-            return max(0.0, times[0] + self.window_s - now)
+            wait = client.until - now
+            if len(client.times) >= self.max_failures:
+                wait = max(wait, client.times[0] + self.window_s - now)
+            return max(0.0, wait)
 
     def failed(self, key: str) -> int:
-        """Record one failure of `key`; the failures within the window, this one included."""
+        """Record one failure of `key`; the failures within the window, this one included:
+        across replicas while the shared counts answer (above `max_failures` when another
+        replica had already reached the limit), else this replica's."""
         now = self._clock()
         with self._lock:
-            times = self._recent(key, now)
-            if times is None:
-                times = self._failures[key] = deque(maxlen=self.max_failures)
-                while len(self._failures) > self._max_clients:
-                    self._failures.popitem(last=False)
-            self._failures.move_to_end(key)
+            times = self._entry(key, now).times
             times.append(now)
-            return len(times)
+            here = len(times)
+        counted = self._count_shared(key, now)
+        if counted is None:
+            return here
+        n, wait = counted
+        if n >= self.max_failures:
+            with self._lock:
+                client = self._entry(key, now)
+                client.until = max(client.until, now + wait)
+        # This replica's own count can be the higher one only when Redis lost its counts.
+        return max(n, here)
+
+    def _count_shared(self, key: str, now: float) -> tuple[int, float] | None:
+        """The shared count after this failure; None while it does not answer."""
+        if self._shared is None:
+            return None
+        down_until = self._shared_down_until
+        if down_until is not None and now < down_until:
+            return None
+        try:
+            counted = self._shared.add(key, self.max_failures, self.window_s)
+        except TemporaryError as exc:
+            with self._lock:
+                first = self._shared_down_until is None
+                self._shared_down_until = now + self._shared_retry_s
+            if first:
+                log.warning(
+                    "%s; failed token checks are limited per API replica until it answers",
+                    exc.message,
+                )
+            return None
+        if down_until is not None:
+            with self._lock:
+                again = self._shared_down_until is not None
+                self._shared_down_until = None
+            if again:
+                log.warning("failure counts answer again; the token-guessing limit is shared")
+        return counted
 
 
 class AuthMetrics:
@@ -121,7 +209,7 @@ class AuthMetrics:
         )
         self.refused = Counter(
             "dlaas_api_auth_refused_total",
-            "Requests refused unchecked: their address failed too many token checks",
+            "Requests refused by the token-guessing limit (their address failed too many checks)",
             registry=registry,
         )
 
@@ -167,11 +255,7 @@ class Authenticator:
         key = client_key(client)
         wait = self.limiter.retry_after(key)
         if wait > 0:
-            self.metrics.refused.inc()
-            raise TooManyFailures(
-                "too many failed token checks from your address; try again later",
-                delay_s=max(1.0, wait),
-            )
+            self._refuse(wait)
         try:
             return self._check(authorization)
         except _Failed as exc:
@@ -180,8 +264,18 @@ class Authenticator:
                 self._count(key)
             raise Unauthorized(exc.message) from None
 
+    def _refuse(self, wait: float) -> None:
+        self.metrics.refused.inc()
+        raise TooManyFailures(
+            "too many failed token checks from your address; try again later",
+            delay_s=max(1.0, wait),
+        )
+
     def _count(self, key: str) -> None:
         n = self.limiter.failed(key)
+        if n > self.limiter.max_failures:
+            # Over the limit another replica saw it reach: refused like the rest.
+            self._refuse(self.limiter.retry_after(key))
         if n < self.limiter.max_failures:
             return
         # One audit entry per address reaching the limit, not one per guess: the log stays

@@ -104,6 +104,7 @@ def client(job_store, tmp_path):
         docker=False,
         scheduler=object(),
         tasks=object(),
+        failure_counts=False,  # no Redis: each replica counts failed token checks itself
     )
     with TestClient(app) as c:
         yield c
