@@ -176,6 +176,25 @@ class PolicyConfig:
     fifo_blocking: str = "count"
     # Let elastic jobs grow into idle GPUs.
     grow: bool = True
+    # Elastic growth without thrash (elastic.py). Every resize is a gang restart from the last
+    # checkpoint, so: (1) a job that (re)started or was resized less than `resize_interval_s`
+    # ago is not grown (a queued job still gets lent learners back, and a higher class may
+    # still shrink or preempt it: lent learners rank below every class); 0 turns it off.
+    # (2) `auto_grow` lends a job learners above its target only if
+    #     lent x expected_idle_s >= grow_payback x restart_s x (learners now + after + target),
+    # the restarts of the grow and of the give-back that ends the loan, all learners counted.
+    # `restart_s` is the pause of one resize (checkpoint save + restore: the simulator's
+    # 20 + 30 s). `expected_idle_s` is how long the idle capacity should stay unwanted: the
+    # mean gap between recent arrivals and, while a gang waits for capacity to free up, between
+    # recent finishes (`arrival_gap_s` / `finish_gap_s`, learned by the caller from what it saw,
+    # `elastic.IdleForecast`; None: not known yet, the loan is made as before). 0 turns the
+    # rule off. Measured on Philly windows A and B with elastic jobs (benchmarks/
+    # elastic_resizes.py, figures in docs/scheduling.md).
+    resize_interval_s: float = 300.0
+    restart_s: float = 50.0
+    grow_payback: float = 1.0
+    arrival_gap_s: float | None = None
+    finish_gap_s: float | None = None
     # Moves (defragmentation): a gang that does not fit although enough GPUs are free in total
     # may move up to this many single-node jobs of no higher priority off the nodes it needs;
     # each moved job is preempted and restarted elsewhere in the same round (it pays a
