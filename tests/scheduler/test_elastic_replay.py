@@ -3,6 +3,7 @@ learner-seconds its gang restart costs, so the grow rule's thrash can be measure
 
 from __future__ import annotations
 
+import json
 import zlib
 from dataclasses import replace
 
@@ -58,3 +59,21 @@ def test_short_jobs_coming_and_going_make_the_old_rule_thrash_and_the_new_one_no
     # arrivals every 100 s: a loan of 1 learner costs 3 restarts of 50 s, more than it gains
     assert after["resizes"] <= 2
     assert after["resize_learner_s"] < before["resize_learner_s"] / 10
+
+
+def test_the_simulate_command_reports_resizes_with_elastic_jobs(tmp_path, capsys):
+    from services.scheduler.simulator import main
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,duration,num_gpus\n2017-10-09 00:00:00,20000.0,2\n")
+    args = ["--trace", str(trace), "--nodes", "1", "--gpus-per-node", "4", "--json"]
+    assert main([*args, "--elastic", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "resizes of 1 elastic jobs" in out and "80 learner-s lost" in out
+    last = json.loads(out.strip().splitlines()[-1])
+    assert (last["resizes"], last["resize_learner_s"]) == (1, 80.0)
+    assert main(args) == 0  # without --elastic: no such keys
+    assert "resizes" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    with pytest.raises(SystemExit):
+        main([*args, "--elastic", "1.5"])
+    assert "--elastic: expected a share from 0 to 1" in capsys.readouterr().err

@@ -144,3 +144,23 @@ def test_idle_forecast_learns_the_gaps_up_to_now():
     assert f.config(off, 50.0) is off
     with pytest.raises(ValueError, match="events"):
         IdleForecast(events=0)
+
+
+def test_the_live_scheduler_reads_the_interval_and_the_payback_from_its_environment(monkeypatch):
+    from services.scheduler.main import load_settings
+
+    for name in ("RESIZE_INTERVAL_S", "RESTART_S", "GROW_PAYBACK"):
+        monkeypatch.delenv(f"DLAAS_SCHEDULER_{name}", raising=False)
+    cfg = load_settings().policy_config()
+    assert (cfg.resize_interval_s, cfg.restart_s, cfg.grow_payback) == (300.0, 50.0, 1.0)
+    monkeypatch.setenv("DLAAS_SCHEDULER_RESIZE_INTERVAL_S", "900")
+    monkeypatch.setenv("DLAAS_SCHEDULER_RESTART_S", "120")
+    monkeypatch.setenv("DLAAS_SCHEDULER_GROW_PAYBACK", "0")
+    cfg = load_settings().policy_config()
+    assert (cfg.resize_interval_s, cfg.restart_s, cfg.grow_payback) == (900.0, 120.0, 0.0)
+    assert cfg.max_moves == DEFAULT_CONFIG.max_moves  # the rest as the default
+    monkeypatch.setenv("DLAAS_SCHEDULER_RESIZE_INTERVAL_S", "-5")
+    with pytest.raises(SystemExit) as exc:
+        load_settings()
+    assert "DLAAS_SCHEDULER_RESIZE_INTERVAL_S" in str(exc.value)
+    assert "greater than or equal to 0" in str(exc.value)
