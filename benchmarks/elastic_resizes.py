@@ -11,7 +11,9 @@ how a resize is modelled) under two grow rules of the default policy:
           (`resize_interval_s` 0, `grow_payback` 0);
   after   the configuration's defaults: no grow within `resize_interval_s` of a (re)start or
           resize, and a loan only if the capacity is expected to stay idle long enough to pay
-          for its restarts (policy/elastic.py).
+          for its restarts (policy/elastic.py);
+  interval-only, payback-only, interval-600, payback-2 (with --rules): one half of the
+          rule alone, or another setting of it.
 
 Per window and rule: resizes, elastic job-hours, resizes per elastic job-hour, learner-seconds
 lost to resizes (each resize: checkpoint save x learners before + restore x learners after),
@@ -37,6 +39,11 @@ except ImportError:  # imported as benchmarks.elastic_resizes
 RULES = {
     "before": replace(DEFAULT_CONFIG, resize_interval_s=0.0, grow_payback=0.0),
     "after": DEFAULT_CONFIG,
+    # each half of the rule alone, and other settings (--rules)
+    "interval-only": replace(DEFAULT_CONFIG, grow_payback=0.0),
+    "payback-only": replace(DEFAULT_CONFIG, resize_interval_s=0.0),
+    "interval-600": replace(DEFAULT_CONFIG, resize_interval_s=600.0),
+    "payback-2": replace(DEFAULT_CONFIG, grow_payback=2.0),
 }
 KEYS = (
     "elastic_jobs",
