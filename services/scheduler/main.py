@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
-from pydantic import ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dlaas.adapters.etcd_status import connect
@@ -12,7 +13,7 @@ from dlaas.adapters.grpc_server import configure_logging, start_server, wait_for
 from dlaas.adapters.nodes import nodes_or_exit
 from dlaas.config import PlatformSettings
 from dlaas.v1 import scheduler_pb2_grpc
-from services.scheduler.policy import DEFAULT_POLICY, policy_problem
+from services.scheduler.policy import DEFAULT_CONFIG, DEFAULT_POLICY, PolicyConfig, policy_problem
 from services.scheduler.service import SchedulerService, SchedulerState
 
 
@@ -23,6 +24,12 @@ class SchedulerSettings(BaseSettings):
     # carries out every decision (start, preempt, shrink, grow). One default everywhere
     # (policy.DEFAULT_POLICY): the live platform runs the policy the simulator measures.
     policy: str = DEFAULT_POLICY
+    # Elastic growth without thrash (PolicyConfig, docs/scheduling.md): no job grown within
+    # this many seconds of its (re)start or last resize (0: off); a resize's restart pause in
+    # seconds; how many times its restarts a loan of idle learners must pay back (0: off).
+    resize_interval_s: float = Field(DEFAULT_CONFIG.resize_interval_s, ge=0, le=86_400)
+    restart_s: float = Field(DEFAULT_CONFIG.restart_s, ge=0, le=3_600)
+    grow_payback: float = Field(DEFAULT_CONFIG.grow_payback, ge=0, le=100)
 
     @field_validator("policy")
     @classmethod
@@ -33,9 +40,18 @@ class SchedulerSettings(BaseSettings):
             raise ValueError(problem.removeprefix("policy: "))
         return v
 
+    def policy_config(self) -> PolicyConfig:
+        """The policies' configuration with these settings' knobs."""
+        return replace(
+            DEFAULT_CONFIG,
+            resize_interval_s=self.resize_interval_s,
+            restart_s=self.restart_s,
+            grow_payback=self.grow_payback,
+        )
+
 
 def load_settings() -> SchedulerSettings:
-    """The scheduler's settings; exits naming DLAAS_SCHEDULER_POLICY if it is not a policy."""
+    """The scheduler's settings; exits naming the DLAAS_SCHEDULER_ variable that is wrong."""
     try:
         return SchedulerSettings()
     except ValidationError as exc:
@@ -57,6 +73,7 @@ def main() -> None:
         nodes_or_exit(settings, "scheduler"),
         sched.policy,
         span_nodes=bool(settings.swarm_manager),
+        config=sched.policy_config(),
     )
     host, _, port = settings.scheduler_addr.rpartition(":")
     server = start_server(

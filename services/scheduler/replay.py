@@ -26,6 +26,11 @@ Modelling choices (all stated, none hidden):
   every run) and gives each team an equal guarantee, together the whole cluster; it prints
   each team's avg JCT and share of the GPU time. Without it no job has a team and no quota is
   set: the policy decides exactly as it does without teams;
+- `elastic` > 0 makes that share of the jobs (by a hash of the job id) elastic with
+  `auto_grow`: min half its learners, max twice them, its target the trace's size. A job runs at
+  speed (learners now / target); every resize (a grow, a shrink) pauses it for a checkpoint
+  save and a restore, and costs each learner before the save and after the restore those
+  seconds: the `resize_learner_s` reported, beside the resizes per elastic job-hour;
 - the policy never sees durations; the ETA, predicted once at submission, learns run times only
   from the jobs that finished before then (the last `DURATION_WINDOW` of them) and conditions each
   running job's remaining time on how long it has run so far, as the live service would.
@@ -36,6 +41,7 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
+import zlib
 from dataclasses import dataclass
 
 from services.scheduler.policy import (
@@ -54,6 +60,7 @@ from services.scheduler.policy import (
     predict_waiting,
     schedule,
 )
+from services.scheduler.policy.elastic import IdleForecast
 from services.scheduler.trace import TraceJob, equal_quotas, team_of
 
 _FINISH, _SUBMIT, _TICK = 0, 1, 2
@@ -80,6 +87,53 @@ class _State:
     running: RunningJob | None = None
     queued: QueuedJob | None = None
     team: str = ""
+    cur: int = 0  # learners it runs with now (an elastic job's may differ from `learners`)
+    max_learners: int | None = None  # elastic (auto_grow) jobs only
+    last_resize: float | None = None
+
+    @property
+    def rate(self) -> float:
+        """Work done per second: its size now over the size the trace ran it at."""
+        return self.cur / self.learners
+
+    def queued_job(self, **kw) -> QueuedJob:
+        el = self.max_learners is not None
+        return QueuedJob(
+            self.job.job_id,
+            "trace",
+            self.learners,
+            self.gpl,
+            0.0,
+            0,
+            0,
+            self.job.submit,
+            team=self.team,
+            min_learners=max(1, self.learners // 2) if el else None,
+            max_learners=self.max_learners,
+            auto_grow=el,
+            **kw,
+        )
+
+    def running_job(self, allocs, start: float, attained: float) -> RunningJob:
+        return RunningJob(
+            self.job.job_id,
+            "trace",
+            allocs,
+            0,
+            start,
+            attained,
+            start,
+            submit_time=self.job.submit,
+            gpus_per_learner=self.gpl,
+            cpus_per_learner=0.0,
+            memory_mb_per_learner=0,
+            team=self.team,
+            min_learners=max(1, self.learners // 2) if self.max_learners else None,
+            max_learners=self.max_learners,
+            target_learners=self.learners,
+            auto_grow=self.max_learners is not None,
+            last_resize_time=self.last_resize,
+        )
 
 
 def _gang(n: int, g: int) -> tuple[int, int]:
@@ -111,10 +165,12 @@ def simulate(
     teams: int = 0,
     guarantees: bool = True,
     gpu_count: bool = False,
+    elastic: float = 0.0,
 ) -> dict:
     """Replay `jobs`; metrics as a dict. `teams` > 0 labels the jobs with teams (see
     `team_of`) and reports per team; `guarantees=False` then leaves the quotas out of the
-    snapshots (the baseline: the same teams, no quotas, decisions as without teams)."""
+    snapshots (the baseline: the same teams, no quotas, decisions as without teams).
+    `elastic` (0..1): the share of jobs made elastic with auto_grow; resizes are reported."""
     cfg = config or DEFAULT_CONFIG
     cluster = tuple(
         Node(
@@ -157,6 +213,8 @@ def simulate(
             refused += 1
             continue
         states[j.job_id] = _State(j, learners, gpl, j.duration)
+        if elastic > 0 and zlib.crc32(f"elastic {j.job_id}".encode()) < elastic * 2**32:
+            states[j.job_id].max_learners = 2 * learners
         if teams > 0:
             states[j.job_id].team = team_of(j.job_id, teams)
         events.append((j.submit, _SUBMIT, seq, j.job_id))
@@ -170,6 +228,8 @@ def simulate(
     gpu_model = DurationModel(window=LEVEL_HISTORY)
     base_cfg = cfg
     preemptions = 0
+    resizes, resize_learner_s = 0, 0.0
+    forecast = IdleForecast()  # the grow rule's pace of arrivals and finishes
     busy_gpu_s = 0.0
     last_t = None
     tick_pending = False
@@ -183,30 +243,25 @@ def simulate(
         heapq.heappush(events, (t, kind, seq, jid))
         seq += 1
 
+    def progress(st: _State, t: float) -> None:
+        """Book the work done since work_start (a preemption or resize stops the run)."""
+        done = max(0.0, t - st.work_start)
+        st.remaining = max(0.0, st.remaining - done * st.rate)
+        st.attained += done * (st.cur * st.gpl)
+        st.work_start = max(st.work_start, t)
+
     def start_run(st: _State, t: float, allocs, extra_delay: float) -> None:
         delay = extra_delay + (restore_s if st.restore_due else 0.0)
         st.restore_due = False
         st.run_start = t
         st.work_start = t + delay
-        st.epoch += 1
+        st.cur = len(allocs)
+        st.last_resize = None
         if st.first_start is None:
             st.first_start = t
-        st.running = RunningJob(
-            st.job.job_id,
-            "trace",
-            tuple(allocs),
-            0,
-            t,
-            st.attained,
-            t,
-            submit_time=st.job.submit,
-            gpus_per_learner=st.gpl,
-            cpus_per_learner=0.0,
-            memory_mb_per_learner=0,
-            team=st.team,
-        )
+        st.running = st.running_job(tuple(allocs), t, st.attained)
         running[st.job.job_id] = st
-        push(st.work_start + st.remaining, _FINISH, f"{st.job.job_id}#{st.epoch}")
+        finish_at(st)
         # wake up when it drops a LAS level: someone may preempt it
         scale = pol.service(1.0, st.job.gpus, cfg)  # level = attained * scale
         for thr in thresholds:
@@ -214,18 +269,29 @@ def simulate(
             if st.attained < thr:
                 push(st.work_start + (thr - st.attained) / st.job.gpus + 1e-3, _TICK, "")
 
+    def growable() -> bool:
+        """Elastic jobs below their max may grow: rounds (and ticks) go on for them, as the
+        live loop runs rounds all the time."""
+        return elastic > 0 and any(
+            s.max_learners and s.cur < s.max_learners for s in running.values()
+        )
+
+    def finish_at(st: _State) -> None:
+        st.epoch += 1  # any earlier finish event is stale now
+        push(st.work_start + st.remaining / st.rate, _FINISH, f"{st.job.job_id}#{st.epoch}")
+
     while events:
         t = events[0][0]
         if round_s > 0:  # rounds on a fixed cadence, as a live scheduler loop runs them
             t = math.ceil(t / round_s) * round_s
         # utilization: GPUs held by running jobs between events
         if last_t is not None:
-            busy_gpu_s += (t - last_t) * sum(s.job.gpus for s in running.values())
+            busy_gpu_s += (t - last_t) * sum(s.cur * s.gpl for s in running.values())
             if team_quotas:
                 dt = t - last_t
                 holds = dict.fromkeys(team_quotas, 0)
                 for s in running.values():
-                    holds[s.team] += s.job.gpus
+                    holds[s.team] += s.cur * s.gpl
                 contended = all(waiting_gpus.values())
                 contended_s += dt if contended else 0.0
                 for name, g in holds.items():
@@ -249,6 +315,7 @@ def simulate(
                 st.remaining = 0.0
                 last_end = max(last_end, te)
                 model.add(st.job.duration)
+                forecast.finished(te)
                 gpu_model.add(st.job.duration * st.job.gpus)
                 cfg = learned_config(gpu_model, base_cfg)
                 thresholds = pol.thresholds(cfg) if pol.leveled else ()
@@ -256,9 +323,8 @@ def simulate(
                 st = states[jid]
                 if team_quotas:
                     waiting_gpus[st.team] += st.job.gpus
-                queue[jid] = QueuedJob(
-                    jid, "trace", st.learners, st.gpl, 0.0, 0, 0, st.job.submit, team=st.team
-                )
+                queue[jid] = st.queued_job()
+                forecast.arrived(te)
                 submitted.append(jid)
             elif jid == "tick":
                 tick_pending = False
@@ -267,28 +333,16 @@ def simulate(
         run_jobs = []
         for st in running.values():
             done = max(0.0, t - max(st.work_start, st.run_start))
-            att = st.attained + done * st.job.gpus
+            att = st.attained + done * (st.cur * st.gpl)
             r = st.running
             if r.attained_service != att:
-                st.running = r = RunningJob(
-                    r.job_id,
-                    r.user,
-                    r.allocations,
-                    0,
-                    r.start_time,
-                    att,
-                    r.last_checkpoint_time,
-                    submit_time=r.submit_time,
-                    gpus_per_learner=st.gpl,
-                    cpus_per_learner=0.0,
-                    memory_mb_per_learner=0,
-                    team=st.team,
-                )
+                st.running = r = st.running_job(r.allocations, r.start_time, att)
             run_jobs.append(r)
-        if not queue:
+        if not queue and not growable():
             continue
         snap = Snapshot(cluster, run_jobs, list(queue.values()), quotas)
-        decisions = schedule(snap, t, policy, cfg, include_waits=False)
+        round_cfg = forecast.config(cfg, t) if elastic > 0 else cfg
+        decisions = schedule(snap, t, policy, round_cfg, include_waits=False)
         preempted_now = False
         for d in decisions:
             st = states[d.job_id]
@@ -297,28 +351,32 @@ def simulate(
                 if quotas and d.cause.startswith("reclaimed"):
                     reclaims += 1
                 preempted_now = True
-                done = max(0.0, t - st.work_start)
-                st.remaining = max(0.0, st.remaining - done)
-                st.attained += done * st.job.gpus
+                progress(st, t)
                 st.preemptions += 1
                 st.restore_due = True
                 del running[d.job_id]
                 if team_quotas:
                     waiting_gpus[st.team] += st.job.gpus
-                queue[d.job_id] = QueuedJob(
-                    d.job_id,
-                    "trace",
-                    st.learners,
-                    st.gpl,
-                    0.0,
-                    0,
-                    0,
-                    st.job.submit,
+                queue[d.job_id] = st.queued_job(
                     attained_service=st.attained,
                     preemptions=st.preemptions,
                     last_preempted_time=t,
-                    team=st.team,
                 )
+            elif d.action in ("grow", "shrink"):  # a gang restart from its checkpoint
+                progress(st, t)
+                held, before = st.running.allocations, st.cur
+                if d.action == "grow":
+                    allocs = (*held, *d.allocations)
+                else:
+                    allocs = tuple(a for a in held if a not in d.allocations)
+                    preempted_now = True  # who gets them waits for the checkpoint
+                st.cur = len(allocs)
+                st.work_start = t + save_s + restore_s
+                st.last_resize = t
+                st.running = st.running_job(allocs, st.run_start, st.attained)
+                finish_at(st)
+                resizes += 1
+                resize_learner_s += save_s * before + restore_s * st.cur
             elif d.action == "start":
                 del queue[d.job_id]
                 if team_quotas:
@@ -335,7 +393,7 @@ def simulate(
                 )
                 for j, eta in predict_waiting(snap, t, policy, model, waiting, cfg).items():
                     states[j].eta = eta
-        if queue and pol.preempts and not tick_pending:
+        if (growable() or (queue and pol.preempts)) and not tick_pending:
             push(t + tick_s, _TICK, "tick")
             tick_pending = True
 
@@ -383,6 +441,13 @@ def simulate(
         "eta_median_width_waited": statistics.median(waited_widths) if waited else 0.0,
         "median_wait_waited": statistics.median(waited_waits) if waited else 0.0,
     }
+    if elastic > 0:
+        hours = sum(s.end - s.first_start for s in done if s.max_learners) / 3600
+        out["elastic_jobs"] = sum(1 for s in done if s.max_learners)
+        out["elastic_job_hours"] = hours
+        out["resizes"] = resizes
+        out["resizes_per_job_hour"] = resizes / hours if hours else 0.0
+        out["resize_learner_s"] = resize_learner_s
     if team_quotas:
         busy = sum(busy_by_team.values()) or 1.0
         contended = sum(contended_by_team.values()) or 1.0

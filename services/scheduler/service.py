@@ -28,11 +28,13 @@ from dlaas.domain.keys import EtcdKeys
 from dlaas.domain.manifest import elastic_range_problem
 from dlaas.v1 import scheduler_pb2, scheduler_pb2_grpc
 from services.scheduler.policy import (
+    DEFAULT_CONFIG,
     DEFAULT_POLICY,
     LEVEL_HISTORY,
     Allocation,
     DurationModel,
     Node,
+    PolicyConfig,
     QueuedJob,
     RunningJob,
     Snapshot,
@@ -44,6 +46,7 @@ from services.scheduler.policy import (
     schedule,
     team_usage,
 )
+from services.scheduler.policy.elastic import IdleForecast
 
 log = logging.getLogger(__name__)
 
@@ -290,6 +293,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         clock: Callable[[], float] = time.time,
         *,
         span_nodes: bool = False,
+        config: PolicyConfig = DEFAULT_CONFIG,
     ):
         problem = policy_problem(policy)
         if problem:
@@ -310,6 +314,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         # GPU-seconds of the jobs that ended here: the default policy's first level threshold
         # is learned from them (policy.learned_config; the prior until 50 ended)
         self.gpu_seconds = DurationModel(window=LEVEL_HISTORY)
+        self.config = config  # the knobs (DLAAS_SCHEDULER_*); learned values go on top
+        # The pace of arrivals and finishes, for the grow rule (policy.elastic): from what this
+        # service saw since it started (unknown until then: growth as without the rule).
+        self.forecast = IdleForecast()
         # One round at a time: rounds read, decide and write; etcd guards against other writers.
         self._lock = threading.Lock()
 
@@ -345,8 +353,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             return scheduler_pb2.EnqueueReply(accepted=False, reason=reason)
         # A job that runs already gets the request's size as its new target (a user's scale
         # to the size it runs at: no restart); otherwise it is queued, once.
-        if not self.state.retarget(job):
-            self.state.enqueue(job)
+        if not self.state.retarget(job) and self.state.enqueue(job):
+            self.forecast.arrived(self.clock())
         return scheduler_pb2.EnqueueReply(accepted=True)
 
     def _snapshot(self, now: float) -> Snapshot:
@@ -401,7 +409,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             snapshot = self._snapshot(now)
             queue = {j.job_id: j for j in snapshot.queue}
             out = []
-            cfg = learned_config(self.gpu_seconds)
+            cfg = self.forecast.config(learned_config(self.gpu_seconds, self.config), now)
             for d in schedule(snapshot, now, policy=self.policy, config=cfg):
                 if d.action == "wait":
                     continue
@@ -426,6 +434,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             ran = _ran(held, self.clock())
             self.durations.add(held.attained_service / max(1, held.gpus) + ran)
             self.gpu_seconds.add(held.attained_service + _served(held, self.clock()))
+            self.forecast.finished(self.clock())
         return scheduler_pb2.SchedEmpty()
 
     @translate_errors
@@ -440,7 +449,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 now,
                 self.policy,
                 model=self.durations,
-                config=learned_config(self.gpu_seconds),
+                config=learned_config(self.gpu_seconds, self.config),
             )
         ]
         return scheduler_pb2.QueueReply(entries=entries)

@@ -1,7 +1,8 @@
 """Trace-driven, event-driven simulator: replays a Philly-style trace through `schedule()`.
 
     python -m services.scheduler.simulator --trace PATH --vc VC --start DATE --end DATE \
-        --nodes N --gpus-per-node G --policy NAME [--teams N] [--gpu-count] [--json]
+        --nodes N --gpus-per-node G --policy NAME [--teams N] [--gpu-count] [--elastic SHARE]
+        [--json]
 
 It calls the SAME pure `schedule()` the live scheduler service calls, once per batch of events
 (submits and finishes at the same instant, plus LAS level crossings and a coarse tick while jobs
@@ -53,6 +54,15 @@ KEYS = (
 )
 
 
+ELASTIC_KEYS = (
+    "elastic_jobs",
+    "elastic_job_hours",
+    "resizes",
+    "resizes_per_job_hour",
+    "resize_learner_s",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="dlaas simulate", description=__doc__.split("\n")[0])
     p.add_argument(
@@ -82,6 +92,13 @@ def main(argv: list[str] | None = None) -> int:
         help="Tiresias' simulator's placement model: a job takes any free GPUs, not whole "
         "learners on nodes (for comparison with that simulator only)",
     )
+    p.add_argument(
+        "--elastic",
+        type=float,
+        default=0.0,
+        help="make this share (0..1) of the jobs elastic with auto_grow (min half, max twice "
+        "their learners) and report their resizes and the learner-seconds those cost",
+    )
     p.add_argument("--json", action="store_true", help="last line: one JSON object of metrics")
     a = p.parse_args(argv)
     for name in ("nodes", "gpus_per_node"):
@@ -89,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{name.replace('_', '-')}: must be at least 1")
     if a.teams < 0:
         p.error("--teams: must not be negative")
+    if not 0 <= a.elastic <= 1:
+        p.error("--elastic: expected a share from 0 to 1")
     for name in ("checkpoint_save_s", "restore_s"):
         if getattr(a, name) < 0:
             p.error(f"--{name.replace('_', '-')}: must not be negative")
@@ -113,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         a.restore_s,
         teams=a.teams,
         gpu_count=a.gpu_count,
+        elastic=a.elastic,
     )
     wall = time.perf_counter() - t0
     span = f"[{a.start or 'first'}, " + (f"{a.end})" if a.end else "last]")
@@ -143,6 +163,16 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ),
     ]
+    if a.elastic:
+        rows.append(
+            (
+                f"resizes of {m['elastic_jobs']:,} elastic jobs",
+                (
+                    f"{m['resizes']:,} ({m['resizes_per_job_hour']:.3f} per job-hour), "
+                    f"{m['resize_learner_s']:,.0f} learner-s lost to their restarts"
+                ),
+            )
+        )
     if a.teams:
         rows.append(("reclaims (preemptions for a guarantee)", f"{m['reclaims']:,}"))
         for name, t in m["teams"].items():
@@ -157,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {k:<40} {v}")
     if a.json:
         extra = ("reclaims", "teams") if a.teams else ()
+        if a.elastic:
+            extra += ELASTIC_KEYS
         print(json.dumps({k: m[k] for k in (*KEYS, *extra)}))
     return 0
 

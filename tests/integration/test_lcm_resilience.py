@@ -211,13 +211,18 @@ def test_an_elastic_job_runs_at_its_size_and_scaling_to_it_restarts_nothing(lcm,
 
 
 def test_grown_learners_are_lent_to_a_queued_job_and_a_scale_to_the_size_keeps_them(
-    lcm, docker_client
+    lcm_factory, docker_client
 ):
+    clock = LaterClock()
+    lcm = lcm_factory(clock=clock)
     el, other = new_id(), new_id()
     extra = "min_learners: 1\nmax_learners: 4\nelastic:\n  auto_grow: true\n"
     submit(lcm, el, learners=1, extra=extra)
     lcm.place_round()
-    lcm.place_round()  # idle: it grows past its target into the node's 2 CPUs
+    # an hour on, past the resize interval, and nothing arrived since: the idle CPUs should
+    # stay idle, so it grows past its target into them
+    clock.ahead = 3600.0
+    lcm.place_round()
     assert [env["NUM_LEARNERS"] for env in learner_env(docker_client, el)] == ["4"] * 4
     grow = [t.reason for t in lcm.store.get(el).history if t.reason.startswith("grow: ")]
     assert grow and "lent" in grow[0]

@@ -5,7 +5,7 @@ import pytest
 
 from dlaas.adapters.nodes import NodeSpec
 from dlaas.v1 import scheduler_pb2
-from services.scheduler.policy import Allocation, QueuedJob
+from services.scheduler.policy import DEFAULT_CONFIG, Allocation, QueuedJob
 from services.scheduler.service import SchedulerService, SchedulerState
 
 NODE = NodeSpec(name="local", cpus=2, memory_mb=4096)
@@ -330,7 +330,9 @@ def test_what_an_elastic_job_grew_into_is_lent_to_the_next_queued_job(etcd):
     svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "default", clock)
     svc.Enqueue(prio_gang("el", 0, learners=1, lo=1, hi=2), Ctx())
     assert [len(d.allocations) for d in started(svc).values()] == [1]  # its target, not its max
-    clock.now += 1
+    # grown once the resize interval after its start has passed (and, with one arrival in
+    # 300 s, idle capacity is expected to stay idle long enough to pay for the loan)
+    clock.now += DEFAULT_CONFIG.resize_interval_s
     grow = started(svc)["el"]
     assert grow.action == "grow" and "lent" in grow.cause
     clock.now += 1  # well inside the thrash guard: lent learners are given back all the same
@@ -342,12 +344,30 @@ def test_what_an_elastic_job_grew_into_is_lent_to_the_next_queued_job(etcd):
     assert (running["el"].learners, running["el"].target) == (1, 1)
 
 
+def test_the_service_lends_idle_learners_only_once_arrivals_slow_down(etcd):
+    clock = Clock()
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "default", clock)
+    svc.Enqueue(prio_gang("el", 0, learners=1, lo=1, hi=2), Ctx())
+    started(svc)
+    for i in range(10):  # a short job every 10 s, each gone before the next
+        clock.now += 10
+        svc.Enqueue(prio_gang(f"s{i}", 0, learners=1, submit_time=clock.now), Ctx())
+        assert started(svc)[f"s{i}"].action == "start"
+        svc.Release(scheduler_pb2.JobId(job_id=f"s{i}", ended=True), Ctx())
+    # past the resize interval, one CPU idle: 11 arrivals in 300 s, a loan would not pay
+    clock.now = 1000.0 + DEFAULT_CONFIG.resize_interval_s
+    assert started(svc) == {}
+    # nothing arrived for a while: the idle CPU is lent
+    clock.now = 3000.0
+    assert started(svc)["el"].action == "grow"
+
+
 def test_enqueue_of_a_running_job_sets_its_target_without_a_restart(etcd):
     clock = Clock()
     svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "default", clock)
     svc.Enqueue(prio_gang("el", 0, learners=1, lo=1, hi=2), Ctx())
     started(svc)
-    clock.now += 1
+    clock.now += DEFAULT_CONFIG.resize_interval_s
     assert started(svc)["el"].action == "grow"
     # the user scales it to the 2 learners it runs with: they are its own now
     assert svc.Enqueue(prio_gang("el", 0, learners=2, lo=1, hi=2), Ctx()).accepted

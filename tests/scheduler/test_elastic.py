@@ -28,15 +28,18 @@ def node(gpus: int = 4, name: str = "n0") -> Node:
     return Node(name, gpus, 32.0, 256_000)
 
 
-def elastic(learners: int, target: int, max_learners: int = 4, auto_grow=False, **kw):
-    """One-GPU learners on n0's GPUs 0..learners-1, (re)sized a second ago."""
+def elastic(
+    learners: int, target: int, max_learners: int = 4, auto_grow=False, resized_ago=1.0, **kw
+):
+    """One-GPU learners on n0's GPUs 0..learners-1, (re)sized `resized_ago` seconds ago (a
+    second: inside every thrash guard)."""
     allocs = tuple(Allocation(i, "n0", (i,), 1.0, 1000) for i in range(learners))
     return RunningJob(
         "el",
         "u",
         allocs,
-        start_time=NOW - 1,
-        last_resize_time=NOW - 1,
+        start_time=NOW - resized_ago,
+        last_resize_time=NOW - resized_ago,
         min_learners=1,
         max_learners=max_learners,
         gpus_per_learner=1,
@@ -57,20 +60,21 @@ def acts(ds) -> list[tuple[str, str, int]]:
 
 
 def test_a_job_grows_back_to_its_target_but_not_past_it_without_auto_grow():
-    shrunk = elastic(1, target=2)
+    shrunk = elastic(1, target=2, resized_ago=3600)
     (grow,) = schedule(Snapshot([node()], [shrunk], []), NOW)
     assert (grow.action, len(grow.allocations)) == ("grow", 1)
     assert "back to 2 (its target 2)" in grow.cause
     # at its target, with max 4 and two idle GPUs: it stays as the user asked
-    assert schedule(Snapshot([node()], [elastic(2, target=2)], []), NOW) == []
+    assert schedule(Snapshot([node()], [elastic(2, target=2, resized_ago=3600)], []), NOW) == []
 
 
 def test_auto_grow_grows_past_the_target_when_idle_and_says_the_growth_is_lent():
-    (grow,) = schedule(Snapshot([node()], [elastic(1, target=1, auto_grow=True)], []), NOW)
+    el = elastic(1, target=1, auto_grow=True, resized_ago=3600)
+    (grow,) = schedule(Snapshot([node()], [el], []), NOW)
     assert (grow.action, len(grow.allocations)) == ("grow", 3)
     assert "target 1, max 4, auto_grow" in grow.cause and "lent" in grow.cause
     # queued jobs first: it grows into what they leave idle
-    ds = schedule(Snapshot([node()], [elastic(1, target=1, auto_grow=True)], [q("w")]), NOW)
+    ds = schedule(Snapshot([node()], [el], [q("w")]), NOW)
     assert acts(ds) == [("start", "w", 1), ("grow", "el", 2)]
 
 

@@ -176,6 +176,29 @@ class PolicyConfig:
     fifo_blocking: str = "count"
     # Let elastic jobs grow into idle GPUs.
     grow: bool = True
+    # Elastic growth without thrash (elastic.py). Every resize is a gang restart from the last
+    # checkpoint, so: (1) a job that (re)started or was resized less than `resize_interval_s`
+    # ago is not grown (a queued job still gets lent learners back, and a higher class may
+    # still shrink or preempt it: lent learners rank below every class); 0 turns it off.
+    # (2) `auto_grow` lends a job learners above its target only if
+    #     lent x expected_idle_s >= grow_payback x restart_s x (learners after it + target),
+    # the restarts of the grow and of the give-back that ends the loan, all learners counted.
+    # `restart_s` is the pause of one resize (checkpoint save + restore: the simulator's
+    # 20 + 30 s). `expected_idle_s` is how long the idle capacity should stay unwanted: the
+    # mean gap between recent arrivals and, while a gang waits for capacity to free up, between
+    # recent finishes (`arrival_gap_s` / `finish_gap_s`, learned by the caller from what it saw,
+    # `elastic.IdleForecast`; None: not known yet, the loan is made as before). 0 turns the
+    # rule off. Measured (benchmarks/elastic_resizes.py, Philly windows with 30 % of the jobs
+    # elastic, auto_grow to twice their size), resizes per elastic job-hour and learner-s lost
+    # to them: A 0.374 / 81,510 without either guard, 0.165 / 37,480 with both (avg JCT
+    # 11,897 -> 11,902 s); the interval alone 0.307, the payback alone 0.228; payback 2:
+    # 0.140 but avg JCT 12,024 s; an interval of 600 s 0.178. B: 0.176 / 75,710
+    # -> 0.048 / 21,730 (23,132 -> 23,200 s); the interval alone 0.115, the payback alone 0.070.
+    resize_interval_s: float = 300.0
+    restart_s: float = 50.0
+    grow_payback: float = 1.0
+    arrival_gap_s: float | None = None
+    finish_gap_s: float | None = None
     # Moves (defragmentation): a gang that does not fit although enough GPUs are free in total
     # may move up to this many single-node jobs of no higher priority off the nodes it needs;
     # each moved job is preempted and restarted elsewhere in the same round (it pays a

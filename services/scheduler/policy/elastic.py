@@ -7,13 +7,80 @@ policy, whatever the two jobs' classes and the thrash guard. This comes before p
 lent learner costs its job one restart, a preemption the whole run. Leftover idle GPUs then
 GROW elastic jobs back toward their target (the size the user asked for), and past it toward
 their max only with `auto_grow`, if nobody waiting could use them.
+
+Growth without thrash: every resize is a gang restart from a checkpoint, so a job (re)started or
+resized less than `resize_interval_s` ago is not grown, and `auto_grow` lends learners only
+when the idle capacity is expected to stay idle long enough to pay for the restarts of the loan
+(its grow and its give-back; `PolicyConfig.grow_payback`). How long capacity stays idle is read
+from the recent gaps between arrivals and between finishes, which the caller learns with
+`IdleForecast` (the round itself reads no clock and keeps no history).
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
+from dataclasses import replace
+
+from .config import PolicyConfig
 from .feasibility import placed_shape
 from .model import Decision, QueuedJob, RunningJob
 from .state import RoundState
+
+# Arrivals and finishes an IdleForecast averages over: enough to smooth one burst of a sweep,
+# few enough to follow the day's pace.
+FORECAST_EVENTS = 32
+
+
+class IdleForecast:
+    """The recent pace of arrivals and finishes, as the gaps the grow rule reads.
+
+    The caller (live service, simulator) notes each job's arrival and end; `config(cfg, now)`
+    gives `cfg` with `arrival_gap_s` / `finish_gap_s` set to the mean gap over the last
+    `FORECAST_EVENTS` of each, up to `now` (a quiet spell lengthens it). None until one was seen.
+    """
+
+    def __init__(self, events: int = FORECAST_EVENTS) -> None:
+        if events < 1:
+            raise ValueError(f"events must be at least 1, got {events}")
+        self._arrivals: deque[float] = deque(maxlen=events)
+        self._finishes: deque[float] = deque(maxlen=events)
+
+    def arrived(self, t: float) -> None:
+        self._arrivals.append(t)
+
+    def finished(self, t: float) -> None:
+        self._finishes.append(t)
+
+    @staticmethod
+    def _gap(times: deque[float], now: float) -> float | None:
+        return max(0.0, now - times[0]) / len(times) if times else None
+
+    def config(self, cfg: PolicyConfig, now: float) -> PolicyConfig:
+        if cfg.grow_payback <= 0:
+            return cfg  # the rule is off: nothing to read
+        return replace(
+            cfg,
+            arrival_gap_s=self._gap(self._arrivals, now),
+            finish_gap_s=self._gap(self._finishes, now),
+        )
+
+
+def min_lent_that_pays(r: RunningJob, idle_s: float | None, cfg: PolicyConfig) -> float:
+    """The fewest learners above its target that pay for lending them to `r` (math.inf: no
+    loan pays; 0: the rule is off or the idle time unknown).
+
+    Lending `lent` learners for `idle_s` gains lent x idle_s learner-seconds and costs
+    `restart_s` for every learner of two restarts, the grow (base + lent learners) and the
+    give-back that ends the loan (down to the target), base = max(learners now, target):
+    lent x idle_s >= k x restart_s x (base + lent + target), solved for lent."""
+    k = cfg.grow_payback
+    if k <= 0 or idle_s is None:
+        return 0.0
+    rate = idle_s - k * cfg.restart_s
+    if rate <= 0:
+        return math.inf
+    return k * cfg.restart_s * (max(r.learners, r.target) + r.target) / rate
 
 
 def grow_cause(r: RunningJob, added: int) -> str:
@@ -88,6 +155,17 @@ class Elastic(RoundState):
         return False
 
     # -- grow -----------------------------------------------------------------------------
+    def _idle_s(self) -> float | None:
+        """How long idle capacity should stay unwanted: until the next arrival and, while a
+        gang waits for more than is idle, until the next finish frees room for it (then lent
+        learners would be given back). None if neither pace is known."""
+        cfg = self.cfg
+        gaps = [cfg.arrival_gap_s]
+        if any(j.gpus_per_learner for j in self.waiting):
+            gaps.append(cfg.finish_gap_s)
+        known = [g for g in gaps if g is not None]
+        return min(known) if known else None
+
     def grow(self) -> None:
         if not self.cfg.grow:
             return
@@ -100,10 +178,15 @@ class Elastic(RoundState):
                 or self.idx.upper_capacity(j.gpus_per_learner, j.gpu_type) >= j.min_gang
             ):
                 return
+        now, interval = self.now, self.cfg.resize_interval_s
         elastic = [
             r
             for r in self.snapshot.running
-            if r.job_id not in self.touched and r.learners < r.grow_limit and r.allocations
+            if r.job_id not in self.touched
+            and r.learners < r.grow_limit
+            and r.allocations
+            # thrash guard: at most one grow per interval (counted from a restart too)
+            and now - max(r.start_time, r.last_resize_time or r.start_time) >= interval
         ]
         # jobs below their target first (those learners are theirs), then auto_grow lending
         elastic.sort(
@@ -114,13 +197,22 @@ class Elastic(RoundState):
                 r.job_id,
             )
         )
+        idle_s: float | None = None
+        idle_known = False
         for r in elastic:
+            base = max(r.learners, r.target)  # growth past this is a loan
+            min_lent = 0.0
+            if r.grow_limit > base:
+                if not idle_known:
+                    idle_s, idle_known = self._idle_s(), True
+                min_lent = min_lent_that_pays(r, idle_s, self.cfg)
             g, c, m = r.per_learner()
             gtype = r.gpu_type
             if not gtype:
                 nf = self.idx.nodes.get(r.allocations[0].node)
                 gtype = nf.node.gpu_type if nf is not None else ""
-            add = r.grow_limit - r.learners
+            # no loan it could get pays: its own learners only (none if it is at its target)
+            add = (base if min_lent > r.grow_limit - base else r.grow_limit) - r.learners
             first = max(a.learner for a in r.allocations) + 1
             allocs = None
             while add > 0:
@@ -132,6 +224,8 @@ class Elastic(RoundState):
                 if allocs is not None:
                     break
                 add -= 1
+                if 0 < r.learners + add - base < min_lent:
+                    add = base - r.learners  # a loan this small does not pay: its own part only
             if allocs:
                 self.idx.take(allocs)
                 self.touched.add(r.job_id)
