@@ -291,8 +291,11 @@ class SchedulerClient(_Client, SchedulerPort):
         """Free the job's allocation; `ended`: it ran to its end (its run time is learned)."""
         self._call(self._stub.Release, scheduler_pb2.JobId(job_id=job_id, ended=ended))
 
-    def queue(self) -> list[QueueEntry]:
-        reply = self._call(self._stub.Queue, scheduler_pb2.SchedEmpty())
+    def queue(self, remaining_s: dict[str, float] | None = None) -> list[QueueEntry]:
+        """The queue with ETAs; `remaining_s`: running jobs' expected seconds left, where
+        their progress says it (the others are guessed from the jobs that ended)."""
+        request = scheduler_pb2.QueueRequest(remaining_s=remaining_s or {})
+        reply = self._call(self._stub.Queue, request)
         return [
             QueueEntry(e.job_id, e.position, e.reason, e.eta_low_s, e.eta_high_s)
             for e in reply.entries

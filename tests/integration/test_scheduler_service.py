@@ -150,7 +150,7 @@ def test_queue_etas_learn_the_run_times_of_jobs_that_ended(etcd):
     svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "fifo", clock)
 
     def eta_of_b():
-        (entry,) = [e for e in svc.Queue(scheduler_pb2.SchedEmpty(), Ctx()).entries]
+        (entry,) = [e for e in svc.Queue(scheduler_pb2.QueueRequest(), Ctx()).entries]
         return entry.eta_low_s, entry.eta_high_s
 
     svc.Enqueue(gang("a", cpus=2), Ctx())
@@ -250,7 +250,7 @@ def test_quotas_survive_a_restart_and_a_team_reclaims_borrowed_gpus(etcd):
     usage = teams(restarted)
     assert usage["vision"].guaranteed_gpus == 4 and usage["nlp"].borrowed_gpus == 0
     assert usage["nlp"].queued == 1
-    (entry,) = restarted.Queue(scheduler_pb2.SchedEmpty(), Ctx()).entries
+    (entry,) = restarted.Queue(scheduler_pb2.QueueRequest(), Ctx()).entries
     assert entry.job_id == "n2"
     assert entry.reason.startswith(
         "team nlp uses 4/4 guaranteed GPUs (this job needs 4); "

@@ -177,3 +177,24 @@ def test_a_cpu_only_cluster_counts_running_jobs_by_their_allocated_cpus():
     starts = forward_starts(Snapshot([node], [busy], queue), 5_000.0, "fifo", model)
     # 1 CPU free, 2 needed: w starts when r ends (1,000 s run, 700 s of it done)
     assert starts == {"w": [5_300.0, 5_300.0]}
+
+
+def test_a_running_jobs_progress_sets_when_the_queue_behind_it_starts():
+    """A job whose progress says it has 100 s left frees its GPUs then, whatever the model
+    would guess from its run time (here: 10,000 s jobs only)."""
+    node = Node("n0", 1, 8.0, 8_000)
+    alloc = Allocation(0, "n0", (0,), 1.0, 1_000)
+    waiting = QueuedJob("q", "u", 1, 1, 1.0, 1_000, 0, 5.0)
+    model = DurationModel([10_000.0] * 20)
+
+    def eta_of(remaining: float | None) -> tuple[float, float]:
+        running = RunningJob(
+            "r", "u", (alloc,), start_time=0.0, attained_service=50.0, remaining_s=remaining
+        )
+        snap = Snapshot([node], [running], [waiting])
+        return predict_waiting(snap, 50.0, "fifo", model, ["q"])["q"]
+
+    lo, hi = eta_of(100.0)
+    assert lo == pytest.approx(50.0 + 80.0) and hi == pytest.approx(50.0 + 120.0)
+    lo, hi = eta_of(None)  # unknown: the model's 10,000 s jobs
+    assert lo == pytest.approx(50.0 + 9_950.0)
