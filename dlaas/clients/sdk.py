@@ -199,6 +199,22 @@ class LcmClient(_Client):
         request = lcm_pb2.NodeAvailabilityRequest(node=node, availability=availability, user=user)
         return _node_info(self._call(self._stub.SetNodeAvailability, request))
 
+    def job_progress(self, job_id: str, user: str = "") -> dict | None:
+        """A job's progress (REST's job view `progress`: done, total, unit, percent,
+        rate_per_s, remaining_s, finish_at; None for what is not known), or None when no
+        learner's log says where it is. Another user's job is JobNotFound."""
+        reply = self._call(self._stub.JobProgress, lcm_pb2.JobRef(job_id=job_id, user=user))
+        if not reply.known:
+            return None
+        return {
+            "done": reply.done,
+            "unit": reply.unit,
+            **{
+                k: getattr(reply, k) if reply.HasField(k) else None
+                for k in ("total", "percent", "rate_per_s", "remaining_s", "finish_at")
+            },
+        }
+
     def job_metrics(
         self,
         job_id: str,
