@@ -36,7 +36,7 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.scheduler.policy import (
     DEFAULT_CONFIG,
@@ -111,10 +111,13 @@ def simulate(
     teams: int = 0,
     guarantees: bool = True,
     gpu_count: bool = False,
+    progress: bool = True,
 ) -> dict:
     """Replay `jobs`; metrics as a dict. `teams` > 0 labels the jobs with teams (see
     `team_of`) and reports per team; `guarantees=False` then leaves the quotas out of the
-    snapshots (the baseline: the same teams, no quotas, decisions as without teams)."""
+    snapshots (the baseline: the same teams, no quotas, decisions as without teams).
+    `progress`: the ETA knows each running job's time left (from the trace, as the live
+    service reads it off the job's progress); False: the run-time model guesses it."""
     cfg = config or DEFAULT_CONFIG
     cluster = tuple(
         Node(
@@ -330,9 +333,13 @@ def simulate(
                 if j not in queue:
                     states[j].eta = (t, t)
             if waiting:
-                snap = Snapshot(
-                    cluster, [s.running for s in running.values()], list(queue.values()), quotas
-                )
+                ran = [s.running for s in running.values()]
+                if progress:  # its end is due at work_start + remaining (see start_run)
+                    ran = [
+                        replace(s.running, remaining_s=max(0.0, s.work_start + s.remaining - t))
+                        for s in running.values()
+                    ]
+                snap = Snapshot(cluster, ran, list(queue.values()), quotas)
                 for j, eta in predict_waiting(snap, t, policy, model, waiting, cfg).items():
                     states[j].eta = eta
         if queue and pol.preempts and not tick_pending:

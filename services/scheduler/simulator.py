@@ -82,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         help="Tiresias' simulator's placement model: a job takes any free GPUs, not whole "
         "learners on nodes (for comparison with that simulator only)",
     )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="the ETA guesses running jobs' time left from finished jobs' run times, as for "
+        "jobs whose logs give no progress (default: known from the trace)",
+    )
     p.add_argument("--json", action="store_true", help="last line: one JSON object of metrics")
     a = p.parse_args(argv)
     for name in ("nodes", "gpus_per_node"):
@@ -113,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         a.restore_s,
         teams=a.teams,
         gpu_count=a.gpu_count,
+        progress=not a.no_progress,
     )
     wall = time.perf_counter() - t0
     span = f"[{a.start or 'first'}, " + (f"{a.end})" if a.end else "last]")

@@ -118,7 +118,7 @@ def test_the_waited_score_judges_the_eta_given_at_submit():
     # 10 s, so its ETA at submit says "within about 100 s". It starts at 10,000 s: a re-issued
     # ETA would have caught up with that, the one given at submit did not, and that one counts.
     jobs = [TraceJob("j0", 0.0, 10_000.0, 1), TraceJob("j1", 10.0, 100.0, 1)]
-    m = simulate(jobs, 1, 1, "fifo", per_job=True)
+    m = simulate(jobs, 1, 1, "fifo", per_job=True, progress=False)
     (low, high) = next(r[6] for r in m["_per_job"] if r[0] == 10.0)
     assert high < 1_000.0
     assert m["waited"] == 1
@@ -198,3 +198,13 @@ def test_a_running_jobs_progress_sets_when_the_queue_behind_it_starts():
     assert lo == pytest.approx(50.0 + 80.0) and hi == pytest.approx(50.0 + 120.0)
     lo, hi = eta_of(None)  # unknown: the model's 10,000 s jobs
     assert lo == pytest.approx(50.0 + 9_950.0)
+
+
+def test_the_simulators_eta_knows_running_jobs_time_left_from_the_trace():
+    """The case above with progress known (the default): j0's 9,990 s left put j1's range
+    around its real start (0.8-1.2x of the wait), where the model alone said ~100 s."""
+    jobs = [TraceJob("j0", 0.0, 10_000.0, 1), TraceJob("j1", 10.0, 100.0, 1)]
+    m = simulate(jobs, 1, 1, "fifo", per_job=True)
+    (low, high) = next(r[6] for r in m["_per_job"] if r[0] == 10.0)
+    assert (low, high) == pytest.approx((10.0 + 0.8 * 9_990.0, 10.0 + 1.2 * 9_990.0))
+    assert m["eta_in_range_waited"] == 1.0
