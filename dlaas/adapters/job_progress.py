@@ -45,7 +45,7 @@ class _Job:
 class ProgressReader:
     """The progress of jobs, from looks at their learners' log tails (see the module)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time, ttl_s: float = 2.0) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, ttl_s: float = 1.0) -> None:
         self.clock = clock
         self.ttl_s = ttl_s
         self._jobs: OrderedDict[str, _Job] = OrderedDict()
