@@ -37,6 +37,7 @@ MAX_LOOKS = 64
 
 class _Job:
     def __init__(self) -> None:
+        self.lock = threading.Lock()  # one look at a time (the API answers in threads)
         self.trackers: dict[int, Tracker] = {}
         self.looked_at = float("-inf")
         self.progress: Progress | None = None
@@ -63,6 +64,10 @@ class ProgressReader:
         """The job's progress: a fresh look if it is PROCESSING and the last is older than
         `ttl_s` (and `look`), else what the last look saw."""
         job = self._job(record.job_id)
+        with job.lock:
+            return self._of(job, record, logs, look)
+
+    def _of(self, job: _Job, record: JobRecord, logs: LogReader, look: bool) -> Progress | None:
         now = self.clock()
         if look and record.status == Status.PROCESSING and now - job.looked_at >= self.ttl_s:
             job.looked_at = now
@@ -85,8 +90,10 @@ class ProgressReader:
     def many(self, records: Iterable[JobRecord], logs: LogReader) -> dict[str, Progress]:
         """`of` for several jobs (a page of `list`), fresh looks for at most MAX_LOOKS."""
         out = {}
-        for i, record in enumerate(records):
-            p = self.of(record, logs, look=i < MAX_LOOKS)
+        looks = 0
+        for record in records:
+            p = self.of(record, logs, look=looks < MAX_LOOKS)
+            looks += record.status == Status.PROCESSING
             if p is not None:
                 out[record.job_id] = p
         return out

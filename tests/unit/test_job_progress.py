@@ -52,3 +52,19 @@ def test_looks_once_per_ttl_and_estimates_from_the_moves():
     now[0] = 500.0
     reads = logs.reads
     assert reader.of(done, logs).position.done == 3 and logs.reads == reads
+
+
+def test_a_page_of_many_jobs_looks_at_most_max_looks_running_ones():
+    from dlaas.adapters.job_progress import MAX_LOOKS
+
+    logs = FakeLogs()
+    logs.lines[0] = logs.lines[1] = ["epoch 1/10 loss=1"]
+    finished = [
+        JobRecord(f"f{i}", "u", "p", MANIFEST, 0.0, status=Status.COMPLETED) for i in range(10)
+    ]
+    running = [
+        JobRecord(f"r{i}", "u", "p", MANIFEST, 0.0, status=Status.PROCESSING) for i in range(80)
+    ]
+    got = ProgressReader(clock=lambda: 0.0).many([*finished, *running], logs)
+    assert len(got) == MAX_LOOKS  # finished jobs cost no look and take no look's place
+    assert logs.reads == MAX_LOOKS * 2  # two learners each
