@@ -10,7 +10,8 @@ last a known time):
       at >= 25/50/75 % progress, |estimated finish - actual| / (actual - then), where the
       actual finish is the job's leaving PROCESSING (target median <= 20 %);
   (c) queue ETAs: `--short` short jobs (digits, 4 epochs of 1 s) submitted while the two
-      runners fill the node's CPUs (every job asks for half of them): each job's ETA range
+      runners fill the node's CPUs (every job asks for half of them), once the runners'
+      progress gives their time left (two moves seen by each API replica): each job's range
       as first seen in `GET /v1/queue` right after its submit, against when it left QUEUED:
       the share inside (target >= 80 %), and the median width against the median wait
       (target <= 1x). Before (c), `--warmup` short jobs run so the scheduler has seen run
@@ -172,6 +173,20 @@ def queue_phase(http: httpx.Client, args: argparse.Namespace, cpus: float) -> tu
             raise SystemExit("the runners did not both reach PROCESSING in 300 s")
         time.sleep(0.5)
     looks: dict[str, list[tuple[float, dict]]] = {r: [] for r in runners}
+    # The short jobs queue behind runners whose progress gives their time left: until two
+    # looks saw a runner move, the ETA falls back to the model's guess (run 2026-11-26 with
+    # the jobs submitted at once: every range too early). Each API replica keeps its own
+    # looks, so several estimates in a row (the replicas answer in turn) are waited for.
+    estimated = {r: 0 for r in runners}
+    while min(estimated.values()) < 4:
+        if time.time() > deadline:
+            raise SystemExit("the runners had no finish estimate in 300 s")
+        for r in runners:
+            p = job(http, r).get("progress") or {}
+            estimated[r] = estimated[r] + 1 if p.get("finish_at") else 0
+            if p:
+                looks[r].append((time.time(), p))
+        time.sleep(0.5)
     shorts: dict[str, dict] = {}
     short_job = DIGITS_JOB.format(name="short", cpus=cpus, epochs=4, sleep=1)
     for _ in range(args.short):
