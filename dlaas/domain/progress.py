@@ -39,8 +39,9 @@ _EPOCH_TOTAL_RE = re.compile(r"(?<![\w])epoch\s*[=:]?\s*(\d+)\s*/\s*(\d+)(?![\w.
 _EPOCH_RE = re.compile(r"(?<![\w])epoch\s*[=:]?\s*(\d+)(?![\w./])", re.IGNORECASE)
 # Keras' epoch header: the line says nothing else.
 _KERAS_HEADER_RE = re.compile(r"^\s*Epoch\s+(\d+)\s*/\s*(\d+)\s*$")
-# tqdm's and Keras' counters: `450/1000 [`, `469/469 - 2s`, `| 450/1000 |`.
-_COUNTER_RE = re.compile(r"(?<![\w./])(\d+)\s*/\s*(\d+)(?=\s*(?:\[|\|)|\s+-\s)")
+# tqdm's and Keras' counters: `450/1000 [`, `469/469 - 2s`, `| 450/1000 |`, Keras 3's bar
+# `11/22 ━━━━━━━━━━ 0s 20ms/step`.
+_COUNTER_RE = re.compile(r"(?<![\w./])(\d+)\s*/\s*(\d+)(?=\s*(?:\[|\||\u2501)|\s+-\s)")
 _STEP_RE = re.compile(
     r"(?<![\w.\-/])(?:global_step|step|iteration|iter)\s*[=:]\s*(\d+)(?:\s*/\s*(\d+))?(?![\w.])",
     re.IGNORECASE,

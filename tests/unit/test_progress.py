@@ -43,6 +43,8 @@ def test_keras_header_counts_the_epoch_as_started_not_done():
     # verbose=1: the bar inside epoch 3 adds its share
     bar = "11/22 [=============>...............] - ETA: 0s - accuracy: 0.9 - loss: 0.3"
     assert position([*KERAS, bar]).done == pytest.approx(2.5)
+    keras3 = "\r11/22 \u2501\u2501\u2501\u2501\u2501\u2501 0s 20ms/step - accuracy: 0.9 - loss: 0.3"
+    assert position([*KERAS, keras3]).done == pytest.approx(2.5)
 
 
 def test_tqdm_counter_alone_and_after_an_epoch_line():
