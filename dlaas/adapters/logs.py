@@ -324,6 +324,18 @@ class LogReader:
         except JobNotFound:
             return True  # deleted while we followed: nothing more will come
 
+    def tail(self, job_id: str, learner: int, n: int, max_bytes: int = 64 * 1024) -> list[str]:
+        """The last `n` lines (at most `max_bytes`) of the learner's container, one small
+        engine call (shared for a quarter `poll_s`); [] when it has no container here."""
+        live = self._container(job_id, learner, shared=True)
+        if live is None:
+            return []
+        try:
+            raw = live.engine.logs(live.container, tail=n)
+        except (EngineUnreachable, OSError):
+            return []
+        return list(split_lines([(raw or b"")[-max_bytes:]]))
+
     # --- the stream -----------------------------------------------------------------
 
     def lines(

@@ -42,6 +42,7 @@ from dlaas.clients.cli_app import (
     err,
     reports_errors,
 )
+from dlaas.clients.cli_progress import progress_cell, progress_line
 from dlaas.clients.client import DlaasClient, pack_code
 from dlaas.domain.status import FINAL, Status
 
@@ -269,12 +270,13 @@ def list_jobs(
     if users:
         table.add_column("user")
     table.add_column("since", no_wrap=True)
+    table.add_column("progress", no_wrap=True)
     table.add_column("reason", ratio=1)
     for j in page["jobs"]:
         who = [j["user"]] if users else []
         table.add_row(
             j["job_id"], j["name"], _status(j["status"]), *who,
-            _when_short(j["updated_at"]), j["reason"],
+            _when_short(j["updated_at"]), progress_cell(j.get("progress")), j["reason"],
         )  # fmt: skip
     console.print(table)
     shown = len(page["jobs"])
@@ -297,6 +299,8 @@ def show(
     if data["status"] == "QUEUED":
         line = queued_line(data.get("queue"), data.get("queue_note", ""))
         console.print(line, markup=False, soft_wrap=True)
+    if data.get("progress"):
+        console.print(progress_line(data["progress"]), markup=False, soft_wrap=True)
     if data.get("exit_code") is not None or data.get("error_code"):
         line = f"error: {data.get('error_code') or '-'}"
         if data.get("exit_code") is not None:

@@ -199,6 +199,22 @@ class LcmClient(_Client):
         request = lcm_pb2.NodeAvailabilityRequest(node=node, availability=availability, user=user)
         return _node_info(self._call(self._stub.SetNodeAvailability, request))
 
+    def job_progress(self, job_id: str, user: str = "") -> dict | None:
+        """A job's progress (REST's job view `progress`: done, total, unit, percent,
+        rate_per_s, remaining_s, finish_at; None for what is not known), or None when no
+        learner's log says where it is. Another user's job is JobNotFound."""
+        reply = self._call(self._stub.JobProgress, lcm_pb2.JobRef(job_id=job_id, user=user))
+        if not reply.known:
+            return None
+        return {
+            "done": reply.done,
+            "unit": reply.unit,
+            **{
+                k: getattr(reply, k) if reply.HasField(k) else None
+                for k in ("total", "percent", "rate_per_s", "remaining_s", "finish_at")
+            },
+        }
+
     def job_metrics(
         self,
         job_id: str,
@@ -291,8 +307,11 @@ class SchedulerClient(_Client, SchedulerPort):
         """Free the job's allocation; `ended`: it ran to its end (its run time is learned)."""
         self._call(self._stub.Release, scheduler_pb2.JobId(job_id=job_id, ended=ended))
 
-    def queue(self) -> list[QueueEntry]:
-        reply = self._call(self._stub.Queue, scheduler_pb2.SchedEmpty())
+    def queue(self, remaining_s: dict[str, float] | None = None) -> list[QueueEntry]:
+        """The queue with ETAs; `remaining_s`: running jobs' expected seconds left, where
+        their progress says it (the others are guessed from the jobs that ended)."""
+        request = scheduler_pb2.QueueRequest(remaining_s=remaining_s or {})
+        reply = self._call(self._stub.Queue, request)
         return [
             QueueEntry(e.job_id, e.position, e.reason, e.eta_low_s, e.eta_high_s)
             for e in reply.entries

@@ -45,6 +45,7 @@ from dlaas.domain.manifest_yaml import (
     field_path,
     load_yaml,
 )
+from dlaas.domain.progress import ProgressSpec  # `progress:` totals (dlaas.domain.progress)
 from dlaas.domain.sizes import MAX_SIZE_MB, DiskMb, parse_memory_mb
 from dlaas.domain.triage import MAX_MANIFEST_ROWS, TriageRow
 
@@ -282,6 +283,7 @@ class Manifest(_Model):
     # stopped like a halt and fails `deadline_exceeded`: seconds or "2h", "30m", "1h30m";
     # 0: none (the platform's maximum still applies).
     max_duration: int = Field(default=0, ge=0, le=MAX_DURATION_S)
+    progress: ProgressSpec = Field(default_factory=ProgressSpec)
 
     @field_validator("name")
     @classmethod

@@ -173,6 +173,28 @@ class MetricsReply(_message.Message):
     next_since_step: float
     def __init__(self, job_id: _Optional[str] = ..., learner: _Optional[int] = ..., series: _Optional[_Iterable[_Union[Series, _Mapping]]] = ..., truncated: _Optional[bool] = ..., next_since_step: _Optional[float] = ...) -> None: ...
 
+class JobProgressReply(_message.Message):
+    __slots__ = ("job_id", "known", "done", "total", "unit", "percent", "rate_per_s", "remaining_s", "finish_at")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    PERCENT_FIELD_NUMBER: _ClassVar[int]
+    RATE_PER_S_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_S_FIELD_NUMBER: _ClassVar[int]
+    FINISH_AT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    known: bool
+    done: float
+    total: float
+    unit: str
+    percent: float
+    rate_per_s: float
+    remaining_s: float
+    finish_at: float
+    def __init__(self, job_id: _Optional[str] = ..., known: _Optional[bool] = ..., done: _Optional[float] = ..., total: _Optional[float] = ..., unit: _Optional[str] = ..., percent: _Optional[float] = ..., rate_per_s: _Optional[float] = ..., remaining_s: _Optional[float] = ..., finish_at: _Optional[float] = ...) -> None: ...
+
 class MetricPoint(_message.Message):
     __slots__ = ("name", "step", "value", "line", "source")
     NAME_FIELD_NUMBER: _ClassVar[int]

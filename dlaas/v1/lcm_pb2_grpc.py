@@ -84,6 +84,11 @@ class LifecycleManagerStub:
                 request_serializer=dlaas_dot_v1_dot_lcm__pb2.MetricsRequest.SerializeToString,
                 response_deserializer=dlaas_dot_v1_dot_lcm__pb2.MetricPoint.FromString,
                 _registered_method=True)
+        self.JobProgress = channel.unary_unary(
+                '/dlaas.v1.LifecycleManager/JobProgress',
+                request_serializer=dlaas_dot_v1_dot_lcm__pb2.JobRef.SerializeToString,
+                response_deserializer=dlaas_dot_v1_dot_lcm__pb2.JobProgressReply.FromString,
+                _registered_method=True)
 
 
 class LifecycleManagerServicer:
@@ -160,6 +165,13 @@ class LifecycleManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JobProgress(self, request, context):
+        """A job's progress: position, total, rate, share done and expected finish.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LifecycleManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -212,6 +224,11 @@ def add_LifecycleManagerServicer_to_server(servicer, server):
                     servicer.FollowMetrics,
                     request_deserializer=dlaas_dot_v1_dot_lcm__pb2.MetricsRequest.FromString,
                     response_serializer=dlaas_dot_v1_dot_lcm__pb2.MetricPoint.SerializeToString,
+            ),
+            'JobProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.JobProgress,
+                    request_deserializer=dlaas_dot_v1_dot_lcm__pb2.JobRef.FromString,
+                    response_serializer=dlaas_dot_v1_dot_lcm__pb2.JobProgressReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -484,6 +501,33 @@ class LifecycleManager:
             '/dlaas.v1.LifecycleManager/FollowMetrics',
             dlaas_dot_v1_dot_lcm__pb2.MetricsRequest.SerializeToString,
             dlaas_dot_v1_dot_lcm__pb2.MetricPoint.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JobProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlaas.v1.LifecycleManager/JobProgress',
+            dlaas_dot_v1_dot_lcm__pb2.JobRef.SerializeToString,
+            dlaas_dot_v1_dot_lcm__pb2.JobProgressReply.FromString,
             options,
             channel_credentials,
             insecure,

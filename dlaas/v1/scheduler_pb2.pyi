@@ -82,6 +82,19 @@ class SchedEmpty(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class QueueRequest(_message.Message):
+    __slots__ = ("remaining_s",)
+    class RemainingSEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    REMAINING_S_FIELD_NUMBER: _ClassVar[int]
+    remaining_s: _containers.ScalarMap[str, float]
+    def __init__(self, remaining_s: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
 class QueueEntry(_message.Message):
     __slots__ = ("job_id", "position", "reason", "eta_low_s", "eta_high_s")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

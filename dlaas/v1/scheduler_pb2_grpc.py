@@ -51,7 +51,7 @@ class SchedulerStub:
                 _registered_method=True)
         self.Queue = channel.unary_unary(
                 '/dlaas.v1.Scheduler/Queue',
-                request_serializer=dlaas_dot_v1_dot_scheduler__pb2.SchedEmpty.SerializeToString,
+                request_serializer=dlaas_dot_v1_dot_scheduler__pb2.QueueRequest.SerializeToString,
                 response_deserializer=dlaas_dot_v1_dot_scheduler__pb2.QueueReply.FromString,
                 _registered_method=True)
         self.SetTeamQuota = channel.unary_unary(
@@ -131,7 +131,7 @@ def add_SchedulerServicer_to_server(servicer, server):
             ),
             'Queue': grpc.unary_unary_rpc_method_handler(
                     servicer.Queue,
-                    request_deserializer=dlaas_dot_v1_dot_scheduler__pb2.SchedEmpty.FromString,
+                    request_deserializer=dlaas_dot_v1_dot_scheduler__pb2.QueueRequest.FromString,
                     response_serializer=dlaas_dot_v1_dot_scheduler__pb2.QueueReply.SerializeToString,
             ),
             'SetTeamQuota': grpc.unary_unary_rpc_method_handler(
@@ -251,7 +251,7 @@ class Scheduler:
             request,
             target,
             '/dlaas.v1.Scheduler/Queue',
-            dlaas_dot_v1_dot_scheduler__pb2.SchedEmpty.SerializeToString,
+            dlaas_dot_v1_dot_scheduler__pb2.QueueRequest.SerializeToString,
             dlaas_dot_v1_dot_scheduler__pb2.QueueReply.FromString,
             options,
             channel_credentials,

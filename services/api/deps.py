@@ -7,12 +7,13 @@ a job or a hook is the domain's one rule (dlaas.domain.authz, `Caller.can_see`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from dlaas.adapters.job_progress import ProgressReader
 from dlaas.adapters.logs import LogReader
 from dlaas.adapters.s3 import client_for_location
 from dlaas.adapters.store.base import JobRecord, JobStore
@@ -43,6 +44,7 @@ class Deps:
     logs: LogReader
     metrics: Metrics
     tasks: Any = None  # services.api.tasks.TaskQueue: work queued for the worker
+    progress: ProgressReader = field(default_factory=ProgressReader)  # running jobs' progress
 
     def s3_for(self, loc: S3Location):
         return client_for_location(loc, lambda: self.s3)

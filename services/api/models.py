@@ -123,6 +123,21 @@ class TransitionPublic(BaseModel):
     exit_code: int | None = None
 
 
+class ProgressPublic(BaseModel):
+    """A running job's progress read off its learners' logs (dlaas.domain.progress): `done` of
+    `total` `unit`s (epochs or steps; total null when neither the log nor the manifest's
+    `progress:` says it), the rate, and the expected seconds left and finish (epoch seconds;
+    null until two looks saw it move). The job's is its slowest learner's."""
+
+    done: float
+    total: float | None = None
+    unit: str
+    percent: float | None = None
+    rate_per_s: float | None = None
+    remaining_s: float | None = None
+    finish_at: float | None = None
+
+
 class JobSummary(BaseModel):
     job_id: str
     user: str
@@ -133,6 +148,7 @@ class JobSummary(BaseModel):
     exit_code: int | None = None
     created_at: float
     updated_at: float
+    progress: ProgressPublic | None = None
 
 
 class QueueInfo(BaseModel):

@@ -12,7 +12,7 @@ import json
 import logging
 import secrets
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import yaml
 from botocore.exceptions import ClientError
@@ -20,6 +20,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
+from dlaas.adapters.job_progress import MAX_LOOKS
 from dlaas.adapters.store.base import JobRecord
 from dlaas.domain import jobspec, purge
 from dlaas.domain.errors import (
@@ -32,6 +33,7 @@ from dlaas.domain.locations import check_buckets, job_locations
 from dlaas.domain.manifest import Manifest, check_shape, parse_manifest
 from dlaas.domain.manifest_yaml import MAX_DEPTH, MAX_MANIFEST_BYTES
 from dlaas.domain.namespace import user_bucket
+from dlaas.domain.progress import Progress
 from dlaas.domain.status import Status
 from dlaas.domain.stored import stored_manifest, stored_manifest_or_none
 from dlaas.domain.triage import label_problem
@@ -43,6 +45,8 @@ from services.api.models import (
     DeleteReply,
     JobList,
     JobPublic,
+    JobSummary,
+    ProgressPublic,
     QueueReply,
     ScaleReply,
     ScaleRequest,
@@ -55,6 +59,8 @@ from services.api.models import (
     queue_info,
 )
 from services.api.rules import check_scale
+
+JobSummaryT = TypeVar("JobSummaryT", bound=JobSummary)
 
 log = logging.getLogger(__name__)
 
@@ -293,14 +299,23 @@ def list_jobs(
     records, total = deps.store.list(
         user=caller.user_filter, status=wanted, label=label or None, offset=offset, limit=limit
     )
-    return JobList(jobs=[job_summary(r) for r in records], total=total, offset=offset, limit=limit)
+    progress = deps.progress.many(records, deps.logs)
+    jobs = [_with_progress(job_summary(r), progress.get(r.job_id)) for r in records]
+    return JobList(jobs=jobs, total=total, offset=offset, limit=limit)
+
+
+def _with_progress(job: JobSummaryT, progress: Progress | None) -> JobSummaryT:
+    """The job view with its `progress` (dlaas.adapters.job_progress), if any is known."""
+    if progress is not None:
+        job.progress = ProgressPublic(**progress.view())
+    return job
 
 
 @router.get("/jobs/{job_id}", response_model=JobPublic, responses=error_responses(404))
 def get_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobPublic:
     """A job's status, status history, learners and normalized manifest (secrets masked)."""
     record = owned_job(deps, caller, job_id)
-    public = job_public(record)
+    public = _with_progress(job_public(record), deps.progress.of(record, deps.logs))
     if record.status == Status.QUEUED:
         _add_queue_info(deps, public, record)
     return public
@@ -313,7 +328,7 @@ def _add_queue_info(deps: Deps, job: JobPublic, record: JobRecord) -> None:
     the position and ETA, never the job.
     """
     try:
-        entries = deps.scheduler.queue()
+        entries = deps.scheduler.queue(_running_left(deps))
     except DlaasError as exc:
         log.warning("queue position of %s unknown: %s", job.job_id, exc.message)
         job.queue_note = "the scheduler is not answering; position and ETA unknown for now"
@@ -351,10 +366,18 @@ def _queued_job_ids(deps: Deps, user: str) -> set[str]:
             return ids
 
 
+def _running_left(deps: Deps) -> dict[str, float]:
+    """The running jobs' expected seconds left where their progress says it (the first
+    MAX_LOOKS running jobs looked at, at most once per the reader's ttl), for the queue's ETA."""
+    records, _ = deps.store.list(status=Status.PROCESSING, limit=MAX_LOOKS)
+    progress = deps.progress.many(records, deps.logs)
+    return {j: p.remaining_s for j, p in progress.items() if p.remaining_s is not None}
+
+
 @router.get("/queue", response_model=QueueReply)
 def get_queue(deps: DepsDep, caller: CallerDep) -> QueueReply:
     """The scheduler's queue (your jobs; the admin's: all), with positions, reasons and ETAs."""
-    entries = deps.scheduler.queue()
+    entries = deps.scheduler.queue(_running_left(deps))
     if caller.user_filter is not None:
         # The scheduler queues only QUEUED jobs; a job it still lists a moment after its
         # start (the store says PENDING already) is simply not shown.

@@ -97,6 +97,14 @@ class LcmServicer(lcm_pb2_grpc.LifecycleManagerServicer):
             next_since_step=found.next_since_step or 0.0,
         )
 
+    @translate_errors
+    def JobProgress(self, request, context):
+        p = self.metrics.progress(request.job_id, request.user)
+        if p is None:
+            return lcm_pb2.JobProgressReply(job_id=request.job_id, known=False)
+        view = {k: v for k, v in p.view().items() if v is not None}
+        return lcm_pb2.JobProgressReply(job_id=request.job_id, known=True, **view)
+
     @translate_stream_errors
     def FollowMetrics(self, request, context):
         query = _query(request)

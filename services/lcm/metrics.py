@@ -20,12 +20,14 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from dlaas.adapters.job_metrics import learner_metrics, s3_for_locations, while_wanted
+from dlaas.adapters.job_progress import ProgressReader
 from dlaas.adapters.logs import LogReader
 from dlaas.adapters.store.base import JobRecord
 from dlaas.config import PlatformSettings
 from dlaas.domain.errors import InvalidRequest, TemporaryError
 from dlaas.domain.metric_query import MetricQuery, Selection, select, wanted
 from dlaas.domain.metrics import Point
+from dlaas.domain.progress import Progress
 
 if TYPE_CHECKING:
     from services.lcm.service import Lcm
@@ -54,6 +56,7 @@ class MetricsQueries:
         self.max_followers = max_followers
         self.check_s = check_s
         self._followers = threading.BoundedSemaphore(max_followers)
+        self.progress_reader = ProgressReader()
 
     @classmethod
     def of(cls, lcm: Lcm) -> MetricsQueries:
@@ -75,6 +78,10 @@ class MetricsQueries:
         record = self._record(job_id, user)
         source = learner_metrics(record, query.learner, self.settings, self.logs)
         return select(source.series(), query)
+
+    def progress(self, job_id: str, user: str) -> Progress | None:
+        """The job's progress (dlaas.adapters.job_progress: this replica's looks)."""
+        return self.progress_reader.of(self._record(job_id, user), self.logs)
 
     def follow(
         self, job_id: str, user: str, query: MetricQuery, active: Callable[[], bool]

@@ -42,7 +42,7 @@ import heapq
 import math
 import statistics
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.scheduler.policy import (
     DEFAULT_CONFIG,
@@ -166,11 +166,14 @@ def simulate(
     guarantees: bool = True,
     gpu_count: bool = False,
     elastic: float = 0.0,
+    progress: bool = True,
 ) -> dict:
     """Replay `jobs`; metrics as a dict. `teams` > 0 labels the jobs with teams (see
     `team_of`) and reports per team; `guarantees=False` then leaves the quotas out of the
     snapshots (the baseline: the same teams, no quotas, decisions as without teams).
-    `elastic` (0..1): the share of jobs made elastic with auto_grow; resizes are reported."""
+    `elastic` (0..1): the share of jobs made elastic with auto_grow; resizes are reported.
+    `progress`: the ETA knows each running job's time left (from the trace, as the live
+    service reads it off the job's progress); False: the run-time model guesses it."""
     cfg = config or DEFAULT_CONFIG
     cluster = tuple(
         Node(
@@ -243,7 +246,7 @@ def simulate(
         heapq.heappush(events, (t, kind, seq, jid))
         seq += 1
 
-    def progress(st: _State, t: float) -> None:
+    def book_work(st: _State, t: float) -> None:
         """Book the work done since work_start (a preemption or resize stops the run)."""
         done = max(0.0, t - st.work_start)
         st.remaining = max(0.0, st.remaining - done * st.rate)
@@ -351,7 +354,7 @@ def simulate(
                 if quotas and d.cause.startswith("reclaimed"):
                     reclaims += 1
                 preempted_now = True
-                progress(st, t)
+                book_work(st, t)
                 st.preemptions += 1
                 st.restore_due = True
                 del running[d.job_id]
@@ -363,7 +366,7 @@ def simulate(
                     last_preempted_time=t,
                 )
             elif d.action in ("grow", "shrink"):  # a gang restart from its checkpoint
-                progress(st, t)
+                book_work(st, t)
                 held, before = st.running.allocations, st.cur
                 if d.action == "grow":
                     allocs = (*held, *d.allocations)
@@ -388,9 +391,16 @@ def simulate(
                 if j not in queue:
                     states[j].eta = (t, t)
             if waiting:
-                snap = Snapshot(
-                    cluster, [s.running for s in running.values()], list(queue.values()), quotas
-                )
+                ran = [s.running for s in running.values()]
+                if progress:  # its end is due at work_start + remaining / rate (finish_at)
+                    ran = [
+                        replace(
+                            s.running,
+                            remaining_s=max(0.0, s.work_start + s.remaining / s.rate - t),
+                        )
+                        for s in running.values()
+                    ]
+                snap = Snapshot(cluster, ran, list(queue.values()), quotas)
                 for j, eta in predict_waiting(snap, t, policy, model, waiting, cfg).items():
                     states[j].eta = eta
         if (growable() or (queue and pol.preempts)) and not tick_pending:

@@ -440,12 +440,20 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     @translate_errors
     def Queue(self, request, context):
         now = self.clock()
+        snapshot = self._snapshot(now)
+        known = {k: v for k, v in request.remaining_s.items() if math.isfinite(v) and v >= 0}
+        if known:  # the running jobs whose progress says when they end
+            running = [
+                replace(r, remaining_s=known[r.job_id]) if r.job_id in known else r
+                for r in snapshot.running
+            ]
+            snapshot = replace(snapshot, running=running)
         entries = [
             scheduler_pb2.QueueEntry(
                 job_id=job_id, position=pos, reason=reason, eta_low_s=lo, eta_high_s=hi
             )
             for job_id, pos, reason, lo, hi in queue_report(
-                self._snapshot(now),
+                snapshot,
                 now,
                 self.policy,
                 model=self.durations,

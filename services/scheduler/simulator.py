@@ -99,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         help="make this share (0..1) of the jobs elastic with auto_grow (min half, max twice "
         "their learners) and report their resizes and the learner-seconds those cost",
     )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="the ETA guesses running jobs' time left from finished jobs' run times, as for "
+        "jobs whose logs give no progress (default: known from the trace)",
+    )
     p.add_argument("--json", action="store_true", help="last line: one JSON object of metrics")
     a = p.parse_args(argv)
     for name in ("nodes", "gpus_per_node"):
@@ -133,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         teams=a.teams,
         gpu_count=a.gpu_count,
         elastic=a.elastic,
+        progress=not a.no_progress,
     )
     wall = time.perf_counter() - t0
     span = f"[{a.start or 'first'}, " + (f"{a.end})" if a.end else "last]")

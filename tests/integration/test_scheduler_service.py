@@ -150,7 +150,7 @@ def test_queue_etas_learn_the_run_times_of_jobs_that_ended(etcd):
     svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "fifo", clock)
 
     def eta_of_b():
-        (entry,) = [e for e in svc.Queue(scheduler_pb2.SchedEmpty(), Ctx()).entries]
+        (entry,) = [e for e in svc.Queue(scheduler_pb2.QueueRequest(), Ctx()).entries]
         return entry.eta_low_s, entry.eta_high_s
 
     svc.Enqueue(gang("a", cpus=2), Ctx())
@@ -250,7 +250,7 @@ def test_quotas_survive_a_restart_and_a_team_reclaims_borrowed_gpus(etcd):
     usage = teams(restarted)
     assert usage["vision"].guaranteed_gpus == 4 and usage["nlp"].borrowed_gpus == 0
     assert usage["nlp"].queued == 1
-    (entry,) = restarted.Queue(scheduler_pb2.SchedEmpty(), Ctx()).entries
+    (entry,) = restarted.Queue(scheduler_pb2.QueueRequest(), Ctx()).entries
     assert entry.job_id == "n2"
     assert entry.reason.startswith(
         "team nlp uses 4/4 guaranteed GPUs (this job needs 4); "
@@ -376,3 +376,25 @@ def test_enqueue_of_a_running_job_sets_its_target_without_a_restart(etcd):
     assert svc.state.queue() == []
     svc.Enqueue(prio_gang("w", 0, learners=1, submit_time=2.0), Ctx())
     assert started(svc) == {}  # nothing is lent any more: w waits
+
+
+def test_the_queue_request_names_running_jobs_time_left(etcd):
+    """The API sends the running jobs' time left read off their progress: the replay ends
+    them then (0.8-1.2x) instead of the model's prior guess (hours, before any job ended)."""
+    clock = Clock()
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "fifo", clock)
+    svc.Enqueue(gang("a", cpus=2), Ctx())
+    started(svc)
+    clock.now += 10
+    svc.Enqueue(gang("b", cpus=2), Ctx())
+
+    def eta_of_b(request):
+        (entry,) = svc.Queue(request, Ctx()).entries
+        return entry.eta_low_s, entry.eta_high_s
+
+    guessed = eta_of_b(scheduler_pb2.QueueRequest())
+    known = eta_of_b(scheduler_pb2.QueueRequest(remaining_s={"a": 100.0, "gone": 5.0}))
+    assert known == pytest.approx((80.0, 120.0))
+    assert guessed != known
+    bad = eta_of_b(scheduler_pb2.QueueRequest(remaining_s={"a": float("nan")}))
+    assert bad == guessed  # not a time: ignored

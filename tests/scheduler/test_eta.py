@@ -118,7 +118,7 @@ def test_the_waited_score_judges_the_eta_given_at_submit():
     # 10 s, so its ETA at submit says "within about 100 s". It starts at 10,000 s: a re-issued
     # ETA would have caught up with that, the one given at submit did not, and that one counts.
     jobs = [TraceJob("j0", 0.0, 10_000.0, 1), TraceJob("j1", 10.0, 100.0, 1)]
-    m = simulate(jobs, 1, 1, "fifo", per_job=True)
+    m = simulate(jobs, 1, 1, "fifo", per_job=True, progress=False)
     (low, high) = next(r[6] for r in m["_per_job"] if r[0] == 10.0)
     assert high < 1_000.0
     assert m["waited"] == 1
@@ -177,3 +177,34 @@ def test_a_cpu_only_cluster_counts_running_jobs_by_their_allocated_cpus():
     starts = forward_starts(Snapshot([node], [busy], queue), 5_000.0, "fifo", model)
     # 1 CPU free, 2 needed: w starts when r ends (1,000 s run, 700 s of it done)
     assert starts == {"w": [5_300.0, 5_300.0]}
+
+
+def test_a_running_jobs_progress_sets_when_the_queue_behind_it_starts():
+    """A job whose progress says it has 100 s left frees its GPUs then, whatever the model
+    would guess from its run time (here: 10,000 s jobs only)."""
+    node = Node("n0", 1, 8.0, 8_000)
+    alloc = Allocation(0, "n0", (0,), 1.0, 1_000)
+    waiting = QueuedJob("q", "u", 1, 1, 1.0, 1_000, 0, 5.0)
+    model = DurationModel([10_000.0] * 20)
+
+    def eta_of(remaining: float | None) -> tuple[float, float]:
+        running = RunningJob(
+            "r", "u", (alloc,), start_time=0.0, attained_service=50.0, remaining_s=remaining
+        )
+        snap = Snapshot([node], [running], [waiting])
+        return predict_waiting(snap, 50.0, "fifo", model, ["q"])["q"]
+
+    lo, hi = eta_of(100.0)
+    assert lo == pytest.approx(50.0 + 80.0) and hi == pytest.approx(50.0 + 120.0)
+    lo, hi = eta_of(None)  # unknown: the model's 10,000 s jobs
+    assert lo == pytest.approx(50.0 + 9_950.0)
+
+
+def test_the_simulators_eta_knows_running_jobs_time_left_from_the_trace():
+    """The case above with progress known (the default): j0's 9,990 s left put j1's range
+    around its real start (0.8-1.2x of the wait), where the model alone said ~100 s."""
+    jobs = [TraceJob("j0", 0.0, 10_000.0, 1), TraceJob("j1", 10.0, 100.0, 1)]
+    m = simulate(jobs, 1, 1, "fifo", per_job=True)
+    (low, high) = next(r[6] for r in m["_per_job"] if r[0] == 10.0)
+    assert (low, high) == pytest.approx((10.0 + 0.8 * 9_990.0, 10.0 + 1.2 * 9_990.0))
+    assert m["eta_in_range_waited"] == 1.0

@@ -45,7 +45,7 @@ def test_eta_at_submit_contains_the_start_and_sees_running_progress():
     # arrives at 5,500 s while the sixth has run 500 s: with five 1,000-s runs in the history
     # its range is exactly [6,000, 6,000] (seeing the sixth as just started would say 6,500).
     jobs = [TraceJob(f"a{i}", 0, 1_000, 1) for i in range(6)] + [TraceJob("w", 5_500, 1_000, 1)]
-    m = simulate(jobs, 1, 1, "fifo", per_job=True)
+    m = simulate(jobs, 1, 1, "fifo", per_job=True, progress=False)
     (w,) = [r for r in m["_per_job"] if r[0] == 5_500]
     first_start, eta = w[3], w[6]
     assert first_start == 6_000 and eta == (6_000, 6_000)

@@ -68,7 +68,7 @@ class FakeLcm:
 class FakeScheduler:
     """FAKE scheduler: alice's job queued, alice's team using its quota."""
 
-    def queue(self):
+    def queue(self, remaining_s=None):
         return [QueueEntry(JOB, 1, "waiting for GPUs", 10.0, 20.0)]
 
     def teams(self):

@@ -133,6 +133,9 @@ class RunningJob:
     team: str = ""
     target_learners: int | None = None
     auto_grow: bool = False
+    # Seconds the job is expected to run still, read off its progress (dlaas.domain.progress;
+    # the simulator knows it from the trace); None: unknown, the ETA's DurationModel guesses.
+    remaining_s: float | None = None
 
     @property
     def learners(self) -> int:

@@ -65,6 +65,14 @@ const fmtSeconds = (s) =>
   s == null ? "?" : s < 90 ? `${Math.round(s)} s` : s < 5400 ? `${Math.round(s / 60)} min` : `${(s / 3600).toFixed(1)} h`;
 const fmtEta = (lo, hi) =>
   lo == null || hi == null ? "unknown: does not fit the cluster as it is now" : `${fmtSeconds(lo)} – ${fmtSeconds(hi)}`;
+// A job's progress (the job view's `progress`): "45% · ETA 12:03", or "epoch 3" without a total.
+const fmtProgress = (p) => {
+  if (!p) return "";
+  const where = p.total ? `${p.unit} ${+p.done.toFixed(1)}/${p.total}` : `${p.unit} ${+p.done.toFixed(1)}`;
+  if (p.percent == null) return where;
+  const eta = p.finish_at ? ` · ETA ${new Date(p.finish_at * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}` : "";
+  return `${Math.round(p.percent)}%${eta}`;
+};
 const qs = (params) => new URLSearchParams(Object.entries(params).filter(([, v]) => v !== "" && v != null)).toString();
 
 // The current "#/page/arg" as [page, arg].
@@ -177,11 +185,12 @@ function JobsPage() {
     </div>
     <${ErrorNote} error=${error} />
     <table class="jobs">
-      <thead><tr><th>job</th><th>name</th><th>user</th><th>status</th><th>reason</th><th>submitted</th></tr></thead>
+      <thead><tr><th>job</th><th>name</th><th>user</th><th>status</th><th>progress</th><th>reason</th><th>submitted</th></tr></thead>
       <tbody>
         ${jobs.map((j) => html`<tr key=${j.job_id} data-job=${j.job_id}>
           <td><${JobLink} id=${j.job_id} /></td><td>${j.name}</td><td>${j.user}</td>
-          <td><${Status} status=${j.status} /></td><td class="reason">${j.reason}</td>
+          <td><${Status} status=${j.status} /></td><td class="progress">${fmtProgress(j.progress)}</td>
+          <td class="reason">${j.reason}</td>
           <td>${fmtTime(j.created_at)}</td></tr>`)}
       </tbody>
     </table>
@@ -238,6 +247,9 @@ function JobPage({ id }) {
     ${job.queue
       ? html`<p class="queue">Queue position ${job.queue.position}: ${job.queue.reason}; starts in ${fmtEta(job.queue.eta_low_s, job.queue.eta_high_s)}</p>`
       : job.queue_note ? html`<p class="queue">${job.queue_note}</p>` : ""}
+    ${job.progress
+      ? html`<p id="job-progress" class="progress">Progress: ${job.progress.unit} ${+job.progress.done.toFixed(1)}${job.progress.total ? ` of ${job.progress.total}` : ""}${job.progress.percent != null ? ` (${job.progress.percent}%)` : ""}${job.progress.remaining_s != null ? `; finishes in about ${fmtSeconds(job.progress.remaining_s)} (${fmtProgress(job.progress)})` : ""}</p>`
+      : ""}
     <${ErrorNote} error=${error} />
     <${Actions} job=${job} final=${final} reload=${reload} />
     <h3>Metrics</h3>
