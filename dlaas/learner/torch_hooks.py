@@ -29,7 +29,9 @@ job's own code imports them.
    worker (TORCHELASTIC_ERROR_FILE set) writes that file itself here, as `@record` would,
    when an exception ends it.
 
-Stdlib only, and never in the way: a torch without these names is left as it is.
+Stdlib only, and never in the way: a torch without these names is left as it is. The
+image's sitecustomize shadows Debian's (/usr/lib/python3.11/sitecustomize.py), which only
+installs apport's exception hook, and apport is not in the images.
 """
 
 from __future__ import annotations
