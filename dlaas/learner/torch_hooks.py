@@ -100,7 +100,7 @@ def patch_agent(module) -> None:
         barrier(self)
         group = getattr(self, "_worker_group", None)
         store = getattr(self, "_store", None)
-        if group is None or store is None:
+        if group is None or store is None or not _static(group):
             return
         # The static rendezvous: the store is the TCPStore of the agent of node rank 0.
         check_out(store, group.group_world_size, group.group_rank == 0)
@@ -135,6 +135,14 @@ def _excepthook(previous):
 
     hook._dlaas = True  # type: ignore[attr-defined]
     return hook
+
+
+def _static(group) -> bool:
+    """Whether the agents met through the static rendezvous (the platform's): with another
+    backend (a command that runs torchrun with its own), the store's host is not known."""
+    with contextlib.suppress(Exception):
+        return group.spec.rdzv_handler.get_backend() == "static"
+    return False
 
 
 _PATCHES = {_CONSTANTS: lambda m: patch_constants(m, collective_timeout()), _AGENT: patch_agent}

@@ -89,7 +89,12 @@ def test_the_agents_exit_barrier_is_wrapped_once_and_checks_out():
     class SimpleElasticAgent:
         def __init__(self, rank):
             self._store = Store(2)
-            self._worker_group = SimpleNamespace(group_world_size=2, group_rank=rank)
+            self._worker_group = SimpleNamespace(
+                group_world_size=2, group_rank=rank, spec=SimpleNamespace(rdzv_handler=self)
+            )
+
+        def get_backend(self):
+            return backend
 
         def _exit_barrier(self):
             calls.append("barrier")
@@ -97,10 +102,15 @@ def test_the_agents_exit_barrier_is_wrapped_once_and_checks_out():
     module = SimpleNamespace(SimpleElasticAgent=SimpleElasticAgent)
     torch_hooks.patch_agent(module)
     torch_hooks.patch_agent(module)  # a second import: not wrapped twice
+    backend = "static"
     agent = SimpleElasticAgent(rank=1)
     agent._exit_barrier()
     assert calls == ["barrier"]
     assert agent._store.log == [("add", torch_hooks._CHECKOUT_KEY)]
+    backend = "c10d"  # the store's host unknown: torch's own barrier alone
+    agent = SimpleElasticAgent(rank=0)
+    agent._exit_barrier()
+    assert calls == ["barrier", "barrier"] and agent._store.log == []
 
 
 def test_a_failed_worker_leaves_torchruns_error_file_unless_record_wrote_it(tmp_path):
