@@ -13,7 +13,13 @@ on dlaas unchanged:
 - TensorFlow's TF_CONFIG (framework tensorflow), a worker per learner;
 - FfDL's names: LEARNER_ID (0-based, as dlaas always had), NUM_LEARNERS, TRAINING_ID,
   GPU_COUNT, JOB_ID, and the job's paths;
-- the learner's GPUs in the form CUDA reads them.
+- the learner's GPUs in the form CUDA reads them;
+- the bound on one collective operation (DLAAS_COLLECTIVE_TIMEOUT, seconds), which the
+  learner images make torch's default process-group timeout (dlaas.learner.torch_hooks),
+  and NCCL's error handling that enforces it (TORCH_NCCL_ASYNC_ERROR_HANDLING=1: a
+  collective past the timeout ends the process instead of hanging it). A learner whose peer
+  hangs fails within the bound, without `timeout=` in the job's code, and the job monitor
+  names the peer that stopped answering (services/jobmonitor/gang.py).
 
 A learner is a container; with a launcher it runs several processes (torchrun's
 `--nproc_per_node`, MPI's slots). Launchers:
@@ -46,6 +52,12 @@ MASTER_PORT = jobspec.MASTER_PORT  # torch's store (torchrun's static rendezvous
 JAX_PORT = MASTER_PORT + 1  # JAX's coordinator, on learner 0
 TF_PORT = 2222  # each TensorFlow worker's gRPC server
 SSH_PORT = 2022  # the MPI learners' sshd (images/Dockerfile.mpi)
+
+# The collective timeout: torch's NCCL default (10 minutes), for gloo too (whose own default
+# is 30); a manifest may set it between these bounds (framework.collective_timeout).
+DEFAULT_COLLECTIVE_TIMEOUT_S = 600
+MIN_COLLECTIVE_TIMEOUT_S = 5
+MAX_COLLECTIVE_TIMEOUT_S = 86400
 
 # Where an MPI learner finds the job's SSH key pair (a file the engine puts in the
 # container before it starts: never an env value). Both engines mount it here.
@@ -85,6 +97,7 @@ def learner_env(
     processes: int = 1,
     gpus: int = 0,
     gpu_indices: tuple[int, ...] = (),
+    collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S,
 ) -> dict[str, str]:
     """The env learner `index` of `num_learners` gets from the platform.
 
@@ -118,6 +131,9 @@ def learner_env(
         # The job's launcher, for the learner wrapper (dlaas.learner.run).
         "DLAAS_LAUNCHER": launcher,
         "DLAAS_PROCESSES_PER_LEARNER": str(processes),
+        # The bound on a collective (dlaas.learner.torch_hooks), and NCCL's enforcement.
+        "DLAAS_COLLECTIVE_TIMEOUT": str(collective_timeout_s),
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         "GPU_COUNT": str(gpus),
         "DATA_DIR": jobspec.DATA_DIR,
         "RESULT_DIR": jobspec.RESULT_DIR,

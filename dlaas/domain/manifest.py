@@ -29,13 +29,17 @@ from pydantic import (
     model_validator,
 )
 
+from dlaas.domain.durations import Seconds
 from dlaas.domain.errors import InvalidManifest
 from dlaas.domain.frameworks import FRAMEWORK_ALIASES
 from dlaas.domain.launch import (
+    DEFAULT_COLLECTIVE_TIMEOUT_S,
     LAUNCHER_FRAMEWORKS,
     LAUNCHER_NONE,
     LAUNCHER_TORCHRUN,
     LAUNCHERS,
+    MAX_COLLECTIVE_TIMEOUT_S,
+    MIN_COLLECTIVE_TIMEOUT_S,
     RESERVED_ENV,
     launcher_problem,
 )
@@ -80,20 +84,6 @@ _BUCKET_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 # Bounds of the job monitor's limits (services/jobmonitor/limits.py).
 MAX_STALL_AFTER_S = 7 * 86400
 MAX_DURATION_S = 366 * 86400
-_DURATION_RE = re.compile(
-    r"^\s*(?:(\d{1,6})d)?\s*(?:(\d{1,7})h)?\s*(?:(\d{1,9})m)?\s*(?:(\d{1,10})s?)?\s*$"
-)
-
-
-def parse_duration_s(value: str) -> int:
-    """Seconds from "90", "90s", "30m", "2h", "1h30m", "2d"; ValueError saying the form."""
-    m = _DURATION_RE.match(value)
-    if not value.strip() or not m or not any(m.groups()):
-        raise ValueError(
-            f"{value[:40]!r} is not a duration; use seconds or e.g. 30m, 2h, 1h30m, 2d"
-        )
-    d, h, mins, secs = (int(g or 0) for g in m.groups())
-    return d * 86400 + h * 3600 + mins * 60 + secs
 
 
 Short = Annotated[str, Field(max_length=MAX_SHORT)]
@@ -198,6 +188,12 @@ class Framework(_Model):
     launcher: str = LAUNCHER_NONE
     # torchrun's --nproc_per_node, MPI's slots per learner; default: the learner's GPUs, or 1.
     processes_per_learner: int | None = Field(default=None, ge=1, le=256)
+    # The longest a collective may wait for a peer: torch's default timeout (launch.py).
+    collective_timeout: Seconds = Field(
+        default=DEFAULT_COLLECTIVE_TIMEOUT_S,
+        ge=MIN_COLLECTIVE_TIMEOUT_S,
+        le=MAX_COLLECTIVE_TIMEOUT_S,
+    )
 
     @field_validator("launcher")
     @classmethod
@@ -282,7 +278,7 @@ class Manifest(_Model):
     # Running time (queued, pending and halted time not counted) after which the job is
     # stopped like a halt and fails `deadline_exceeded`: seconds or "2h", "30m", "1h30m";
     # 0: none (the platform's maximum still applies).
-    max_duration: int = Field(default=0, ge=0, le=MAX_DURATION_S)
+    max_duration: Seconds = Field(default=0, ge=0, le=MAX_DURATION_S)
     progress: ProgressSpec = Field(default_factory=ProgressSpec)
 
     @field_validator("name")
@@ -306,13 +302,6 @@ class Manifest(_Model):
         if mib < MIN_MEMORY_MB:
             raise ValueError(f"must be at least {MIN_MEMORY_MB} MiB (Docker's minimum)")
         return mib
-
-    @field_validator("max_duration", mode="before")
-    @classmethod
-    def _duration(cls, v: Any) -> Any:
-        if isinstance(v, bool):  # YAML's yes/no would pass as 1/0 seconds
-            raise ValueError("must be seconds or a duration such as 30m or 2h")  # noqa: TRY004
-        return parse_duration_s(v) if isinstance(v, str) else v
 
     @field_validator("evaluation_metrics")
     @classmethod

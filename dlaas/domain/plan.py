@@ -193,6 +193,7 @@ def deployment_plan(
                 processes=processes,
                 gpus=manifest.gpus,
                 gpu_indices=gpus,
+                collective_timeout_s=fw.collective_timeout,
             ),
         }
         specs.append(

@@ -49,7 +49,7 @@ from dlaas.domain.status import (
     can_transition,
 )
 from dlaas.domain.triage import CATALOG, Rule
-from services.jobmonitor import disk, limits
+from services.jobmonitor import disk, gang, limits
 from services.jobmonitor.actions import (
     Action,
     Cleanup,
@@ -365,7 +365,9 @@ def _first_failure(
     if first.role == ROLE_HELPER:
         return classify_helper(first, view.helper_events)
     tail = view.log_tails.get(first.learner or 0, ())
-    return classify_learner(first, tail, view.triage_rules, view.image)
+    failure = classify_learner(first, tail, view.triage_rules, view.image)
+    # One that failed waiting for a peer: the peer is to blame (gang.py).
+    return gang.blame(failure, first, learners, view.log_tails, view.triage_rules, view.image)
 
 
 def _missing(view: JobView, helper: Container | None, learners: list[Container]) -> Failure | None:

@@ -58,6 +58,9 @@ def test_pytorch_ddp_through_torchrun_runs_two_processes_per_learner(live, pytor
     assert len(agreed_hashes(texts)) == 4  # 2 learners x 2 torchrun processes
     ranks = {int(r) for text in texts for r in re.findall(r"rank (\d+) weights_sha256", text)}
     assert ranks == {0, 1, 2, 3}
+    # torchrun's agents leave quietly: no "Error waiting on exit barrier" traceback on
+    # learner 1 when learner 0's store is gone (dlaas/learner/torch_hooks.py).
+    assert not [t for t in texts if "Traceback" in t], [t[-3000:] for t in texts]
 
 
 @pytest.mark.timeout(900)
@@ -102,6 +105,55 @@ def test_a_torchrun_worker_that_dies_ends_the_gang_naming_its_learner(
     assert job["status"] == "FAILED", job["history"]
     reason = job["history"][-1]["reason"]
     assert "learner 1" in reason, reason  # rank 3 is learner 1's second process
+    wait_cleaned(docker_client, job_id)
+
+
+HANGS = """\
+import sys, time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # no timeout=: the platform's applies
+rank = dist.get_rank()
+for epoch in (1, 2):
+    dist.all_reduce(torch.ones(4))
+    print(f"rank {rank} epoch {epoch}", flush=True)
+if rank == 1:
+    print("rank 1: stuck", flush=True)  # a deadlock, a stuck read, a frozen device
+    time.sleep(3600)
+print(f"rank {rank} blocked_at={time.time():.3f}", flush=True)
+dist.all_reduce(torch.ones(4))  # waits for rank 1
+print("never", flush=True)
+"""
+COLLECTIVE_TIMEOUT_S = 15
+
+
+@pytest.mark.timeout(900)
+def test_a_hung_learner_ends_the_gang_within_the_collective_timeout_naming_it(
+    live, pytorch_image, tmp_path
+):
+    """Learner 1 hangs outside any collective; learner 0 waits for it in an all_reduce.
+    The platform's collective timeout (the job's code passes none) ends learner 0's wait,
+    the gang ends within the timeout and a few seconds, and the reason names learner 1."""
+    http, _, docker_client = live
+    (tmp_path / "hangs.py").write_text(HANGS)
+    manifest = (
+        "name: hangs\nlearners: 2\ncpus: 0.5\nmemory: 1GiB\n"
+        "framework: {name: pytorch, command: python hangs.py, launcher: torchrun, "
+        f"collective_timeout: {COLLECTIVE_TIMEOUT_S}}}\n"
+    )
+    job_id = submit(http, manifest, tmp_path)
+    job = wait_final(http, job_id, timeout=300)
+    assert job["status"] == "FAILED", job["history"]
+    text = "\n".join(logs(http, job_id, 0))
+    blocked = float(re.search(r"rank 0 blocked_at=([0-9.]+)", text).group(1))
+    ended = job["history"][-1]
+    reason = ended["reason"]
+    assert reason.startswith("learner 1 stopped answering the gang's collectives"), reason
+    assert "collective_timeout" in reason and "Timed out waiting 15000ms" in reason, reason
+    took = ended["at"] - blocked
+    print(f"blocked -> {ended['status']} in {took:.1f} s (timeout {COLLECTIVE_TIMEOUT_S} s)")
+    assert COLLECTIVE_TIMEOUT_S <= took < COLLECTIVE_TIMEOUT_S + 12, job["history"]
     wait_cleaned(docker_client, job_id)
 
 

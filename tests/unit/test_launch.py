@@ -268,3 +268,32 @@ def test_the_env_follows_the_gang_after_a_resize_or_a_move():
             ) * 3
             assert env["RANK"] == env["PET_NODE_RANK"] == env["LEARNER_ID"] == str(i)
             assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "learner-0"
+
+
+def test_every_learner_gets_the_collective_timeout_and_nccls_error_handling():
+    default = plan(manifest()).learners
+    assert {s.env["DLAAS_COLLECTIVE_TIMEOUT"] for s in default} == {"600"}
+    assert {s.env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] for s in default} == {"1"}
+    short = plan(manifest("name: pytorch, command: python t.py, collective_timeout: 90s"))
+    assert [s.env["DLAAS_COLLECTIVE_TIMEOUT"] for s in short.learners] == ["90", "90"]
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("2", "greater than or equal to 5"),
+        ("2d", "less than or equal to 86400"),
+        ("soon", "is not a duration"),
+        ("yes", "must be seconds or a duration"),
+    ],
+)
+def test_a_bad_collective_timeout_is_refused_naming_the_field(value, says):
+    text = manifest(f"name: pytorch, command: python t.py, collective_timeout: {value}")
+    with pytest.raises(InvalidManifest, match=f"framework.collective_timeout: .*{says}"):
+        parse_manifest(text)
+
+
+def test_the_collective_timeout_is_the_platforms_to_set_not_an_env_entry():
+    for name in ("DLAAS_COLLECTIVE_TIMEOUT", "TORCH_NCCL_ASYNC_ERROR_HANDLING"):
+        with pytest.raises(InvalidManifest, match=f"env: {name} is set by the platform"):
+            parse_manifest(manifest(env={name: "5"}))

@@ -54,8 +54,10 @@ def test_a_collective_timeout_or_a_peer_reset_restarts_as_the_platforms_fault(li
     asked = failed_job(["epoch 2", line])
     assert isinstance(asked, Requeue) and asked.error_code == label
     # The LCM counts it against max_restarts like any infrastructure restart; its reason
-    # names the label and the line (not the whole tail).
-    assert asked.reason.startswith(f"learner 1 exited with code 1: {label}: ")
+    # names the label and the line (not the whole tail); learner 0, still running while
+    # learner 1 gave up waiting for it, is named first (services/jobmonitor/gang.py).
+    assert asked.reason.startswith("learner 0 stopped answering the gang's collectives")
+    assert f"learner 1 exited with code 1: {label}: " in asked.reason
     assert line[:60] in asked.reason and "epoch 2" not in asked.reason
 
 
