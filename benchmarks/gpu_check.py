@@ -13,6 +13,9 @@ For each run it trains examples/pytorch-ddp/train.py
 alternating the two, and reads the example's `steps_per_s` line. Then a wrapped run is sent
 SIGTERM after its second epoch (as a halt or a preemption sends it): the example saves a
 checkpoint at that step and exits 143; a second wrapped run resumes from it and completes.
+Wrapped runs have the learner images' sitecustomize on PYTHONPATH (dlaas.learner.torch_hooks),
+and two checks look at it: torch's default process-group timeouts (gloo's and NCCL's) read the
+platform's collective timeout, and a 2-rank gloo all_reduce whose peer hangs fails within it.
 P is the GPU count (NCCL wants a GPU per rank), or 2 on a CPU. Needs torch and numpy, and
 the digits (scikit-learn, as examples/digits/prepare.py makes them).
 """
@@ -42,6 +45,27 @@ from dlaas.domain import launch
 EXAMPLE = REPO / "examples" / "pytorch-ddp" / "train.py"
 RATE = re.compile(r"steps_per_s=([0-9.]+)")
 SEEN: dict[str, str] = {}  # the example's first line of a wrapped run: backend and device
+# What the learner images' /opt/dlaas/sitecustomize.py holds (images/Dockerfile.learner).
+SITECUSTOMIZE = "import dlaas.learner.torch_hooks\ndlaas.learner.torch_hooks.install()\n"
+HANG_TIMEOUT_S = (
+    20  # the collective timeout of the hanging-peer check (it bounds the rendezvous too)
+)
+
+# Rank 1 never reaches the all_reduce; rank 0 must fail within the platform's timeout.
+HANG = """
+import os, sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    time.sleep(120)
+    sys.exit(0)
+start = time.monotonic()
+try:
+    dist.all_reduce(torch.ones(4))
+    print("all_reduce returned")
+except Exception as exc:
+    print(f"all_reduce failed after {time.monotonic() - start:.1f} s: {type(exc).__name__}")
+"""
 
 
 def free_port() -> int:
@@ -83,6 +107,14 @@ def job_dir(root: Path, data: Path) -> Path:
     return job
 
 
+def hooks_dir(job: Path) -> Path:
+    """A folder with the images' sitecustomize, first on a wrapped run's PYTHONPATH."""
+    folder = job / ".site"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    return folder
+
+
 def wrapped_env(job: Path, procs: int, gpus: int, path: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -102,7 +134,7 @@ def wrapped_env(job: Path, procs: int, gpus: int, path: str) -> dict[str, str]:
         MASTER_ADDR="127.0.0.1", PET_MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
         PET_MASTER_PORT=port, DLAAS_JOB_DIR=str(job), DATA_DIR=str(job / "data"),
         RESULT_DIR=str(job / "results"), CHECKPOINT_DIR=str(job / "checkpoints"),
-        LOG_DIR=str(job / "logs"), PYTHONPATH=str(REPO), PATH=path,
+        LOG_DIR=str(job / "logs"), PYTHONPATH=f"{hooks_dir(job)}{os.pathsep}{REPO}", PATH=path,
     )  # fmt: skip
     if not gpus:
         env.pop("CUDA_VISIBLE_DEVICES", None)  # "" would hide nothing on a CPU anyway
@@ -178,6 +210,39 @@ def sigterm_resume(tmp: Path, data: Path, procs: int, gpus: int, args, path: str
     }
 
 
+def hooks(tmp: Path, procs: int, gpus: int, args, path: str) -> dict:
+    """torch's defaults under the hooks, and a hanging peer's all_reduce under a short timeout."""
+    job = Path(tempfile.mkdtemp(dir=tmp))
+    env = wrapped_env(job, procs, gpus, path)
+    read = "import torch.distributed.constants as c; print(c.default_pg_timeout, c.default_pg_nccl_timeout)"
+    code, out = run([sys.executable, "-c", read], env, job, args.timeout)
+    defaults = out.strip().splitlines()[-1] if code == 0 and out.strip() else out[-500:]
+    port = str(free_port())
+    procs_out: list[str] = []
+    ranks = []
+    for rank in range(2):
+        renv = dict(env, DLAAS_COLLECTIVE_TIMEOUT=str(HANG_TIMEOUT_S), RANK=str(rank),
+                    LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=port)  # fmt: skip
+        ranks.append(subprocess.Popen([sys.executable, "-c", HANG], env=renv, cwd=job,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))  # fmt: skip
+    try:
+        procs_out.append(ranks[0].communicate(timeout=HANG_TIMEOUT_S + 60)[0])
+    finally:
+        for p in ranks:
+            p.kill()
+    line = next((x for x in procs_out[0].splitlines() if x.startswith("all_reduce")), "")
+    took = re.search(r"after ([0-9.]+) s", line)
+    return {
+        "platform_timeout_s": int(env["DLAAS_COLLECTIVE_TIMEOUT"]),
+        "torch_defaults_gloo_nccl": defaults,
+        "hang_timeout_s": HANG_TIMEOUT_S,
+        "hanging_peer": line or procs_out[0][-500:],
+        "ok": bool(took) and float(took.group(1)) <= HANG_TIMEOUT_S + 5,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=6)
@@ -209,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                 statistics.median(wrapped_rates) / statistics.median(bare_rates), 3
             ),
             "sigterm_resume": sigterm_resume(tmp, data, procs, gpus, args, path),
+            "collective_timeout": hooks(tmp, procs, gpus, args, path),
             **SEEN,
         }
     finally:
@@ -218,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for key, value in result.items():
             print(f"{key}: {value}")
-    return 0 if result["sigterm_resume"]["ok"] else 1
+    return 0 if result["sigterm_resume"]["ok"] and result["collective_timeout"]["ok"] else 1
 
 
 if __name__ == "__main__":
