@@ -189,7 +189,7 @@ class Observer:
         self._learner_info: dict[str, list[dict]] = {}  # job -> last learners info written
         self._manifests: dict[str, Manifest | None] = {}
         self._activity = LogActivity(clock)
-        self._teams = TeamRunTimes(store.get_team, clock)  # for deadlines
+        self._teams = TeamRunTimes(lambda name: self.store.get_team(name), clock)  # deadlines
         self._disk = DiskWatch(self.limits.disk_poll_s, clock)
         self._waiting: set[str] = set()  # jobs left alone while a node is down (logged once)
 
