@@ -15,6 +15,8 @@ from rich.table import Table
 
 from dlaas.clients.cli_app import _fail, _json, _when, app, console, reports_errors
 from dlaas.clients.client import DlaasClient, NotConfigured, load_config
+from dlaas.domain.manifest import parse_duration_s
+from dlaas.domain.run_time import duration_text
 from dlaas.domain.sizes import parse_quota_bytes, size_text
 
 users_app = typer.Typer(help="Users and their API tokens (administrators).")
@@ -93,6 +95,14 @@ def _storage(t: dict) -> str:
     return size_text(quota) if quota else "-"
 
 
+def _run_times(t: dict) -> str:
+    """The team's default and maximum run time, "2h/8h" ("-" for none)."""
+    return "/".join(
+        duration_text(s) if s else "-"
+        for s in (t.get("default_duration_s"), t.get("max_duration_s"))
+    )
+
+
 def _filled(amounts: dict) -> dict:
     return {k: amounts.get(k, 0) for k in ("gpus", "cpus", "memory_mb")}
 
@@ -109,8 +119,9 @@ def teams_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json
     if as_json:
         return _json(teams)
     table = Table(
-        "team", "guaranteed", "in use", "borrowed", "queued", "max priority", "storage quota"
-    )
+        "team", "guaranteed", "in use", "borrowed", "queued", "max priority", "storage quota",
+        "run time default/max",
+    )  # fmt: skip
     for t in teams:
         u = t.get("usage") or {}
         used = u.get("used") or {}
@@ -123,6 +134,7 @@ def teams_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json
             str(u.get("queued", "-")),
             str(t.get("max_priority", "-")),
             _storage(t),
+            _run_times(t),
         )  # fmt: skip
     console.print(table)
 
@@ -162,6 +174,35 @@ StorageQuota = Annotated[
 ]
 
 
+def _seconds(option: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    if value.strip() == "none":
+        return 0
+    try:
+        return parse_duration_s(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{option}: {exc}") from None
+
+
+DefaultDuration = Annotated[
+    str | None,
+    typer.Option(
+        help="how long a job of the team runs when its manifest names no max_duration, "
+        "e.g. 2h, 1h30m, 2d (0 or none: no default; then the maximum). Queued and halted "
+        "time does not count. Default for a new team: none"
+    ),
+]
+MaxDuration = Annotated[
+    str | None,
+    typer.Option(
+        help="the most a manifest's max_duration may ask, e.g. 8h (0 or none: no maximum "
+        "but the platform's); a job naming none and without a team default runs this long. "
+        "Administrators are exempt. Default for a new team: none"
+    ),
+]
+
+
 @teams_app.command("add")
 @reports_errors
 def teams_add(
@@ -172,13 +213,19 @@ def teams_add(
     memory_mb: MemoryMb = 0,
     max_priority: MaxPriority = None,
     storage_quota: StorageQuota = None,
+    default_duration: DefaultDuration = None,
+    max_duration: MaxDuration = None,
 ) -> None:
-    """Add a team with a guaranteed share, a priority ceiling and a storage quota."""
+    """Add a team with a guaranteed share, a priority ceiling, a storage quota and run
+    times."""
     storage = _storage_bytes(storage_quota)
-    t = _admin(ctx).add_team(name, gpus, cpus, memory_mb, max_priority, storage)
+    default_s = _seconds("--default-duration", default_duration)
+    max_s = _seconds("--max-duration", max_duration)
+    t = _admin(ctx).add_team(name, gpus, cpus, memory_mb, max_priority, storage, default_s, max_s)
     console.print(
         f"team {t['name']} added: {_quota(t['quota'])} guaranteed, "
-        f"priority at most {t['max_priority']}, storage quota {_storage(t)}"
+        f"priority at most {t['max_priority']}, storage quota {_storage(t)}, "
+        f"run time (default/max) {_run_times(t)}"
     )
 
 
@@ -189,18 +236,28 @@ def teams_set(
     name: TeamName,
     max_priority: MaxPriority = None,
     storage_quota: StorageQuota = None,
+    default_duration: DefaultDuration = None,
+    max_duration: MaxDuration = None,
 ) -> None:
-    """Change a team's settings: its priority ceiling, its storage quota (`set-quota` sets
-    its share)."""
+    """Change a team's settings: its priority ceiling, its storage quota, its jobs' run
+    times (`set-quota` sets its share)."""
     storage = _storage_bytes(storage_quota)
-    if max_priority is None and storage is None:
-        raise typer.BadParameter("name what to change: --max-priority N, --storage-quota SIZE")
+    default_s = _seconds("--default-duration", default_duration)
+    max_s = _seconds("--max-duration", max_duration)
+    if max_priority is None and storage is None and default_s is None and max_s is None:
+        raise typer.BadParameter(
+            "name what to change: --max-priority N, --storage-quota SIZE, "
+            "--default-duration TIME, --max-duration TIME"
+        )
     if max_priority is not None:
         t = _admin(ctx).set_max_priority(name, max_priority)
         console.print(f"team {t['name']}: priority at most {t['max_priority']}")
     if storage is not None:
         t = _admin(ctx).set_storage_quota(name, storage)
         console.print(f"team {t['name']}: storage quota {_storage(t)}")
+    if default_s is not None or max_s is not None:
+        t = _admin(ctx).set_run_times(name, default_s, max_s)
+        console.print(f"team {t['name']}: run time (default/max) {_run_times(t)}")
 
 
 @teams_app.command("set-quota")

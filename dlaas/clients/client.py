@@ -266,12 +266,17 @@ class DlaasClient:
         memory_mb: int,
         max_priority: int | None = None,
         storage_quota_bytes: int | None = None,
+        default_duration_s: int | None = None,
+        max_duration_s: int | None = None,
     ) -> dict:
         body = {"name": name, "gpus": gpus, "cpus": cpus, "memory_mb": memory_mb}
-        if max_priority is not None:
-            body["max_priority"] = max_priority
-        if storage_quota_bytes is not None:
-            body["storage_quota_bytes"] = storage_quota_bytes
+        optional = {
+            "max_priority": max_priority,
+            "storage_quota_bytes": storage_quota_bytes,
+            "default_duration_s": default_duration_s,
+            "max_duration_s": max_duration_s,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
         return self._request("POST", "/v1/teams", json=body).json()
 
     def set_max_priority(self, name: str, max_priority: int) -> dict:
@@ -281,6 +286,13 @@ class DlaasClient:
     def set_storage_quota(self, name: str, storage_quota_bytes: int) -> dict:
         body = {"storage_quota_bytes": storage_quota_bytes}
         return self._request("PUT", f"/v1/teams/{_seg(name)}/storage-quota", json=body).json()
+
+    def set_run_times(
+        self, name: str, default_duration_s: int | None, max_duration_s: int | None
+    ) -> dict:
+        body = {"default_duration_s": default_duration_s, "max_duration_s": max_duration_s}
+        body = {k: v for k, v in body.items() if v is not None}
+        return self._request("PUT", f"/v1/teams/{_seg(name)}/run-times", json=body).json()
 
     def set_quota(self, name: str, gpus: int, cpus: float, memory_mb: int) -> dict:
         body = {"gpus": gpus, "cpus": cpus, "memory_mb": memory_mb}

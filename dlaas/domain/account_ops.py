@@ -27,6 +27,7 @@ from dlaas.domain.accounts import (
 )
 from dlaas.domain.errors import InvalidRequest, JobExists
 from dlaas.domain.ports import AccountStore
+from dlaas.domain.run_time import check_team_durations, duration_refusal
 from dlaas.domain.sizes import MAX_SIZE_BYTES, size_text
 
 DAY_S = 86_400.0
@@ -68,12 +69,17 @@ def add_team(
     now: float,
     max_priority: int = DEFAULT_MAX_PRIORITY,
     storage_quota_bytes: int = 0,
+    default_duration_s: int = 0,
+    max_duration_s: int = 0,
 ) -> Team:
     check_name("name", name)
     check_quota(quota)
     check_max_priority(max_priority)
     check_storage_quota(storage_quota_bytes)
-    team = Team(name, quota, now, max_priority, storage_quota_bytes)
+    check_team_durations(default_duration_s, max_duration_s)
+    team = Team(
+        name, quota, now, max_priority, storage_quota_bytes, default_duration_s, max_duration_s
+    )
     if not store.add_team(team):
         raise JobExists(
             f"name: team {name!r} exists already (`dlaas users add --team` makes a team it "
@@ -81,7 +87,7 @@ def add_team(
         )
     detail = (
         f"{_quota_text(quota)} max_priority={max_priority} "
-        f"storage_quota_bytes={storage_quota_bytes}"
+        f"storage_quota_bytes={storage_quota_bytes} {_durations_text(team)}"
     )
     store.append_audit(audit_entry(now, actor, "add-team", name, detail))
     return team
@@ -105,6 +111,37 @@ def set_storage_quota(
         raise AccountNotFound(f"team: no team {name!r}")
     store.append_audit(audit_entry(now, actor, "set-storage-quota", name, str(quota_bytes)))
     return _stored_team(store, name)
+
+
+def set_durations(
+    store: AccountStore,
+    actor: str,
+    name: str,
+    default_s: int | None,
+    max_s: int | None,
+    now: float,
+) -> Team:
+    """Set the team's default and/or maximum run time (None: unchanged; 0: none)."""
+    team = _stored_team(store, name)
+    default_s = team.default_duration_s if default_s is None else default_s
+    max_s = team.max_duration_s if max_s is None else max_s
+    check_team_durations(default_s, max_s)
+    if not store.set_durations(name, default_s, max_s):
+        raise AccountNotFound(f"team: no team {name!r}")
+    team = _stored_team(store, name)
+    store.append_audit(audit_entry(now, actor, "set-run-times", name, _durations_text(team)))
+    return team
+
+
+def _durations_text(team: Team) -> str:
+    return f"default_duration_s={team.default_duration_s} max_duration_s={team.max_duration_s}"
+
+
+def check_max_duration(store: AccountStore, team: str, asked_s: int) -> None:
+    """Refuse a manifest's max_duration above the team's maximum run time."""
+    refusal = duration_refusal(team, store.get_team(team), asked_s)
+    if refusal:
+        raise InvalidRequest(refusal)
 
 
 def check_storage_quota(quota_bytes: int) -> None:

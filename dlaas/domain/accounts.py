@@ -3,7 +3,8 @@
 A user belongs to one team; a team has a guaranteed share of the cluster (its quota, which
 the scheduler enforces), a priority ceiling (the highest `priority` its users' manifests may
 ask for, checked at submit; administrators are exempt) and a namespace of S3 buckets (see dlaas.domain.namespace)
-with a storage quota (bytes; `dlaas data upload` past it is refused). API tokens are
+with a storage quota (bytes; `dlaas data upload` past it is refused), and a default and
+maximum run time for its jobs (dlaas.domain.run_time). API tokens are
 random 256-bit strings shown once, when made; the store keeps only their SHA-256, so a
 stolen store file gives no usable token (a token has far too much entropy for the missing
 salt or stretching to matter). A token may expire; revoking marks it, so every API replica
@@ -82,6 +83,10 @@ class Team:
     # Bytes the team's buckets in the platform's S3 may hold (uploads past it are refused:
     # services/api/data.py); 0: no quota.
     storage_quota_bytes: int = 0
+    # Running time, seconds, of a job whose manifest names no max_duration, and the most a
+    # manifest may ask (dlaas.domain.run_time); 0: none.
+    default_duration_s: int = 0
+    max_duration_s: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The REST API's account routes: users, tokens, teams with quotas, priority ceilings and
-storage quotas, the audit log.
+"""The REST API's account routes: users, tokens, teams with quotas, priority ceilings,
+storage quotas and run times, the audit log.
 
 Administrators only, except `GET /v1/me`. Tokens travel in bodies, never in URLs (URLs end
 up in access logs). A new token is in the reply once; the store keeps its hash.
@@ -23,7 +23,8 @@ from dlaas.domain.accounts import (
     Quota,
     Team,
 )
-from dlaas.domain.errors import DlaasError
+from dlaas.domain.errors import DlaasError, InvalidRequest
+from dlaas.domain.manifest import MAX_DURATION_S
 from dlaas.domain.sizes import MAX_SIZE_BYTES
 from services.api.deps import CallerDep, DepsDep
 from services.api.models import error_responses
@@ -90,10 +91,22 @@ StorageQuota = Field(
 )
 
 
+DEFAULT_DURATION_TEXT = (
+    "seconds a job of the team runs when its manifest names no max_duration (0: none; then "
+    "the team's maximum)"
+)
+MAX_DURATION_TEXT = (
+    "the most seconds a manifest's max_duration may ask (administrators are exempt), and the "
+    "run time of a job that names none and has no team default (0: none)"
+)
+
+
 class TeamCreate(QuotaBody):
     name: str = Field(max_length=MAX_NAME)
     max_priority: int = PriorityCeiling
     storage_quota_bytes: int = StorageQuota
+    default_duration_s: int = Field(0, ge=0, le=MAX_DURATION_S, description=DEFAULT_DURATION_TEXT)
+    max_duration_s: int = Field(0, ge=0, le=MAX_DURATION_S, description=MAX_DURATION_TEXT)
 
 
 class MaxPriorityBody(BaseModel):
@@ -104,11 +117,22 @@ class StorageQuotaBody(BaseModel):
     storage_quota_bytes: int = StorageQuota
 
 
+class RunTimesBody(BaseModel):
+    """Either or both; one left out stays as it is."""
+
+    default_duration_s: int | None = Field(
+        None, ge=0, le=MAX_DURATION_S, description=DEFAULT_DURATION_TEXT
+    )
+    max_duration_s: int | None = Field(None, ge=0, le=MAX_DURATION_S, description=MAX_DURATION_TEXT)
+
+
 class TeamPublic(BaseModel):
     name: str
     quota: QuotaBody
     max_priority: int
     storage_quota_bytes: int
+    default_duration_s: int
+    max_duration_s: int
     usage: dict[str, Any] = Field(
         default_factory=dict, description="what the scheduler reports: used, borrowed, queued"
     )
@@ -141,6 +165,8 @@ def _team_public(team: Team, usage: dict[str, Any] | None = None) -> TeamPublic:
         quota=QuotaBody(gpus=q.gpus, cpus=q.cpus, memory_mb=q.memory_mb),
         max_priority=team.max_priority,
         storage_quota_bytes=team.storage_quota_bytes,
+        default_duration_s=team.default_duration_s,
+        max_duration_s=team.max_duration_s,
         usage=usage or {},
     )
 
@@ -252,8 +278,8 @@ def _push_quota(deps, name: str, quota: Quota) -> None:
     "/teams", status_code=201, response_model=TeamPublic, responses=error_responses(403, 409, 422)
 )
 def add_team(body: TeamCreate, deps: DepsDep, caller: CallerDep) -> TeamPublic:
-    """Add a team with its guaranteed share (GPUs, CPUs, memory), priority ceiling and
-    storage quota."""
+    """Add a team with its guaranteed share (GPUs, CPUs, memory), priority ceiling,
+    storage quota and run times."""
     caller.require_admin()
     quota = Quota(body.gpus, body.cpus, body.memory_mb)
     account_ops.check_name("name", body.name)
@@ -261,7 +287,7 @@ def add_team(body: TeamCreate, deps: DepsDep, caller: CallerDep) -> TeamPublic:
         _push_quota(deps, body.name, quota)
     team = account_ops.add_team(
         deps.store, caller.user, body.name, quota, time.time(), body.max_priority,
-        body.storage_quota_bytes,
+        body.storage_quota_bytes, body.default_duration_s, body.max_duration_s,
     )  # fmt: skip
     return _team_public(team)
 
@@ -294,6 +320,22 @@ def set_storage_quota(
             deps.store, caller.user, name[:MAX_NAME], body.storage_quota_bytes, time.time()
         )
     )
+
+
+@router.put(
+    "/teams/{name}/run-times", response_model=TeamPublic, responses=error_responses(403, 422)
+)
+def set_run_times(name: str, body: RunTimesBody, deps: DepsDep, caller: CallerDep) -> TeamPublic:
+    """Set a team's default and/or maximum run time for its jobs (seconds; 0: none)."""
+    caller.require_admin()
+    if body.default_duration_s is None and body.max_duration_s is None:
+        raise InvalidRequest("default_duration_s, max_duration_s: name at least one")
+    return _team_public(
+        account_ops.set_durations(
+            deps.store, caller.user, name[:MAX_NAME], body.default_duration_s,
+            body.max_duration_s, time.time(),
+        )
+    )  # fmt: skip
 
 
 @router.put("/teams/{name}/quota", response_model=TeamPublic, responses=error_responses(403, 422))

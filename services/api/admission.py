@@ -17,7 +17,7 @@ from dlaas.adapters import egress as egress_pin
 from dlaas.adapters.store.base import JobStore
 from dlaas.config import PlatformSettings
 from dlaas.domain import egress
-from dlaas.domain.account_ops import check_priority
+from dlaas.domain.account_ops import check_max_duration, check_priority
 from dlaas.domain.errors import InvalidRequest
 from dlaas.domain.manifest import Manifest
 from dlaas.domain.sizes import MIB, size_text
@@ -49,3 +49,4 @@ def admit(manifest: Manifest, caller: Caller, store: JobStore, settings: Platfor
         )
     if not caller.admin:
         check_priority(store, caller.team, manifest.priority)
+        check_max_duration(store, caller.team, manifest.max_duration)

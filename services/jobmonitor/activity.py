@@ -1,5 +1,6 @@
-"""What the job monitor sees of its jobs' learner logs for stall detection, and the
-platform's settings for the limits (limits.py) and triage (dlaas.domain.triage).
+"""What the job monitor sees of its jobs' learner logs for stall detection, the
+platform's settings for the limits (limits.py) and triage (dlaas.domain.triage), and the
+teams' run times (read from the job store, cached a short while: `TeamRunTimes`).
 
 Log activity is when a learner's last lines last changed, as seen here: each look at a
 PROCESSING job reads the last `ACTIVITY_TAIL_LINES` lines of every running learner (one
@@ -14,11 +15,13 @@ unless the stall it marked before shows the same last line (then since that line
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlaas.domain import jobspec
+from dlaas.domain import jobspec, run_time
+from dlaas.domain.accounts import Team
 from dlaas.domain.manifest import Manifest
 from dlaas.domain.ports import Container
 from dlaas.domain.status import Status
@@ -29,6 +32,10 @@ from services.jobmonitor.limits import Activity
 
 # Lines of a running learner's log compared between two looks (a stall: none changed).
 ACTIVITY_TAIL_LINES = 3
+# A team's run times as read from the job store are used this long (an administrator's
+# change reaches running jobs within it), for at most this many teams.
+TEAM_TTL_S = 30.0
+MAX_TEAMS_CACHED = 1024
 
 
 @dataclass(frozen=True)
@@ -45,14 +52,14 @@ class Limits:
     learner_disk_mb: int = 0
     disk_poll_s: float = DEFAULT_DISK_POLL_S
 
-    def of(self, manifest: Manifest | None) -> dict[str, Any]:
-        """The JobView fields of one job's limits: its manifest's, bounded by the platform's."""
+    def of(self, manifest: Manifest | None, team: Team | None = None) -> dict[str, Any]:
+        """The JobView fields of one job's limits: its manifest's (for the deadline, else its
+        team's run times), bounded by the platform's."""
         stall = float(manifest.stall_after if manifest and manifest.stall_after else 0)
         stall = min(stall or self.stall_after_s, self.max_stall_after_s)
-        asked = float(manifest.max_duration if manifest else 0)
-        source = "max_duration"
-        if self.max_duration_s and (not asked or asked > self.max_duration_s):
-            asked, source = self.max_duration_s, "the platform's maximum run time"
+        asked, source = run_time.deadline(
+            manifest.max_duration if manifest else 0, team, self.max_duration_s
+        )
         return {
             "stall_after_s": stall,
             "on_stall": manifest.on_stall if manifest else lm.ON_STALL_NOTIFY,
@@ -63,6 +70,31 @@ class Limits:
             ),
             "disk_poll_s": self.disk_poll_s,
         }
+
+
+class TeamRunTimes:
+    """The teams' records as the monitor uses them for deadlines: read from the job store at
+    most once per `TEAM_TTL_S` per team, the least recently read dropped past
+    `MAX_TEAMS_CACHED`. Called from the monitor's single worker."""
+
+    def __init__(self, get_team: Callable[[str], Team | None], clock: Callable[[], float]):
+        self.get_team = get_team
+        self.clock = clock
+        self._read: OrderedDict[str, tuple[float, Team | None]] = OrderedDict()
+
+    def get(self, name: str) -> Team | None:
+        if not name:  # a job from before teams
+            return None
+        now = self.clock()
+        cached = self._read.get(name)
+        if cached is not None and now - cached[0] < TEAM_TTL_S:
+            return cached[1]
+        team = self.get_team(name)
+        self._read[name] = (now, team)
+        self._read.move_to_end(name)
+        while len(self._read) > MAX_TEAMS_CACHED:
+            self._read.popitem(last=False)
+        return team
 
 
 class LogActivity:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from dlaas.domain.jobspec import EVENT_DATA_READY, ROLE_HELPER, JobErrorCode
 from dlaas.domain.ports import Container
+from dlaas.domain.run_time import duration_text
 from dlaas.domain.status import (
     FINAL,
     TERMINAL,
@@ -276,7 +277,7 @@ def _deadline(
     ):
         return None  # it failed before its deadline: that failure is the reason
     reason = (
-        f"deadline: ran {limits.duration_text(view.max_duration_s)} "
+        f"deadline: ran {duration_text(view.max_duration_s)} "
         f"({view.deadline_source}; queued, pending and halted time not counted)"
     )
     if view.state.status == Status.PROCESSING and any(c.running for c in learners):

@@ -15,7 +15,8 @@ Each stall is marked once: a learner that logs again starts a new one.
 
 A deadline: a job whose running time (its DOWNLOADING, PROCESSING and STORING spans in the
 status history; QUEUED, PENDING and HALTED not counted, restarts' runs added up) reaches its
-`max_duration` (or the platform's maximum) is stopped like a halt: its learners get SIGTERM
+`max_duration` (else its team's default or maximum; at most the platform's maximum:
+dlaas.domain.run_time) is stopped like a halt: its learners get SIGTERM
 (the examples checkpoint), and once they have exited it fails `deadline_exceeded`, its
 helper then storing the checkpoints, results and logs.
 """
@@ -111,10 +112,3 @@ def stall_reason(found: Sequence[dict], quiet_s: float, stall_after_s: float) ->
 
 def _clock(t: float | None) -> str:
     return "?" if t is None else time.strftime("%H:%M:%S UTC", time.gmtime(t))
-
-
-def duration_text(seconds: float) -> str:
-    s = int(seconds)
-    h, rest = divmod(s, 3600)
-    m, sec = divmod(rest, 60)
-    return " ".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (sec, "s")) if v) or "0s"

@@ -31,7 +31,7 @@ from dlaas.domain.status import Status, between
 from dlaas.domain.stored import stored_manifest_or_none
 from dlaas.domain.triage import rules_for
 from services.jobmonitor import decide as d
-from services.jobmonitor.activity import ACTIVITY_TAIL_LINES, Limits, LogActivity
+from services.jobmonitor.activity import ACTIVITY_TAIL_LINES, Limits, LogActivity, TeamRunTimes
 from services.jobmonitor.classify import LOG_TAIL_LINES
 from services.jobmonitor.disk import DiskWatch, over_limit
 from services.jobmonitor.watchers import Reachability
@@ -189,6 +189,7 @@ class Observer:
         self._learner_info: dict[str, list[dict]] = {}  # job -> last learners info written
         self._manifests: dict[str, Manifest | None] = {}
         self._activity = LogActivity(clock)
+        self._teams = TeamRunTimes(lambda name: self.store.get_team(name), clock)  # deadlines
         self._disk = DiskWatch(self.limits.disk_poll_s, clock)
         self._waiting: set[str] = set()  # jobs left alone while a node is down (logged once)
 
@@ -261,7 +262,7 @@ class Observer:
 
         requested = mine.get(INFO_REQUEUE)
         manifest = self.manifest(job_id, record)
-        lim = self.limits.of(manifest)
+        lim = self.limits.of(manifest, self._teams.get(record.team if record else ""))
         activity = (
             self._activity.look(
                 job_id,

@@ -158,9 +158,9 @@ def teams_table(home: Path) -> dict[str, list[str]]:
     assert out.exit_code == 0, out.output
     print(out.output)
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in out.output.splitlines()]
-    # team, guaranteed, in use, borrowed, queued (then the priority ceiling and the storage
-    # quota, not asserted here)
-    return {r[0]: r[1:5] for r in rows if len(r) == 7}
+    # team, guaranteed, in use, borrowed, queued (then the priority ceiling, the storage
+    # quota and the run times, not asserted here)
+    return {r[0]: r[1:5] for r in rows if len(r) == 8}
 
 
 def wait_until(what: str, check, bound: float, poll: float = 0.2):

@@ -182,3 +182,57 @@ def test_a_team_is_made_with_its_ceiling_and_a_bad_one_is_named(env):  # noqa: F
     assert r.status_code == 422 and r.json()["problems"][0].startswith("max_priority"), r.text
     r = env.client.put("/v1/teams/nope/max-priority", json={"max_priority": 1}, headers=auth(ADMIN))
     assert r.status_code == 422 and "no team 'nope'" in r.json()["message"], r.text
+
+
+def test_a_max_duration_above_the_teams_maximum_is_refused_at_submit(env):  # noqa: F811
+    made = add_user(env, "dave", "nlp")  # the team is made on the way, without run times
+    teams = {t["name"]: t for t in env.client.get("/v1/teams", headers=auth(ADMIN)).json()}
+    assert (teams["nlp"]["default_duration_s"], teams["nlp"]["max_duration_s"]) == (0, 0)
+
+    def submit(max_duration, token=made["token"]):
+        return env.submit(token=token, manifest=env.manifest() + f"max_duration: {max_duration}\n")
+
+    assert submit("400h").status_code == 201  # no team maximum yet
+    r = env.client.put(
+        "/v1/teams/nlp/run-times",
+        json={"default_duration_s": 7200, "max_duration_s": 28800},
+        headers=auth(ADMIN),
+    )
+    assert r.status_code == 200, r.text
+    assert (r.json()["default_duration_s"], r.json()["max_duration_s"]) == (7200, 28800)
+    assert submit("8h").status_code == 201
+    r = submit("8h1s")
+    assert r.status_code == 422, r.text
+    refusal = (
+        "max_duration: 8h 1s is above team nlp's maximum run time 8h; ask for less, or an "
+        "administrator raises it (dlaas teams set --max-duration)"
+    )
+    assert r.json()["problems"] == [refusal]
+    # Naming none is fine: the team's default applies (in the job monitor).
+    assert env.submit(token=made["token"]).status_code == 201
+    # Administrators are exempt, and only they set the run times (audited).
+    assert submit("400h", token=ADMIN).status_code == 201
+    r = env.client.put("/v1/teams/nlp/run-times", json={"max_duration_s": 1}, headers=auth(ALICE))
+    assert r.status_code == 403
+    entries = env.client.get("/v1/audit", headers=auth(ADMIN)).json()["entries"]
+    assert any(
+        e["action"] == "set-run-times"
+        and e["detail"] == "default_duration_s=7200 max_duration_s=28800"
+        for e in entries
+    )
+
+
+def test_bad_team_run_times_are_named(env):  # noqa: F811
+    r = env.client.post(
+        "/v1/teams", json={"name": "cv", "max_duration_s": 3600}, headers=auth(ADMIN)
+    )
+    assert (r.status_code, r.json()["max_duration_s"]) == (201, 3600), r.text
+    for body, field in (
+        ({"default_duration_s": 7200}, "default_duration_s: 2h is above the team's maximum"),
+        ({"max_duration_s": -1}, "max_duration_s"),
+        ({}, "default_duration_s, max_duration_s: name at least one"),
+    ):
+        r = env.client.put("/v1/teams/cv/run-times", json=body, headers=auth(ADMIN))
+        assert r.status_code == 422 and field in str(r.json()), r.text
+    r = env.client.put("/v1/teams/nope/run-times", json={"max_duration_s": 1}, headers=auth(ADMIN))
+    assert r.status_code == 422 and "no team 'nope'" in r.json()["message"], r.text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from test_cli import server  # noqa: F401 - a fixture
+from test_cli import MANIFEST, server  # noqa: F401 - a fixture
 from typer.testing import CliRunner
 
 from dlaas.clients.cli import app
@@ -121,3 +121,33 @@ def test_an_upload_past_the_teams_storage_quota_is_refused(server, tmp_path):  #
     assert "set-storage-quota" in actions
     bad = server.cli("teams", "set", "audio", "--storage-quota", "lots")
     assert bad.exit_code != 0 and "is not a size" in bad.output
+
+
+def test_teams_run_times_and_a_submit_above_the_maximum(server, tmp_path):  # noqa: F811
+    made = server.cli("teams", "add", "speech", "--max-duration", "8h")
+    assert made.exit_code == 0 and "run time (default/max) -/8h" in made.stdout, made.output
+    r = server.cli("teams", "set", "speech", "--default-duration", "1h30m")
+    assert r.exit_code == 0 and "speech: run time (default/max) 1h 30m/8h" in r.stdout, r.output
+    listed = {t["name"]: t for t in json.loads(server.cli("teams", "list", "--json").stdout)}
+    assert (listed["speech"]["default_duration_s"], listed["speech"]["max_duration_s"]) == (
+        5400, 28800,
+    )  # fmt: skip
+    table = teams_table(server)
+    assert "run time default/max" in table and "1h 30m/8h" in table
+    token = server.cli("users", "add", "sam", "--team", "speech").stdout.splitlines()[1].strip()
+    manifest = tmp_path / "manifest.yml"
+    manifest.write_text(MANIFEST.format(learners=1, results=server.results) + "max_duration: 9h\n")
+    refused = server.cli("--token", token, "submit", str(manifest))
+    assert refused.exit_code != 0 and "Traceback" not in refused.output
+    assert "max_duration: 9h is above team speech's maximum run time 8h" in (
+        " ".join(refused.output.split())
+    ), refused.output
+    # Lifting the maximum (none) and a default above it are said plainly.
+    over = server.cli("teams", "set", "speech", "--default-duration", "9h")
+    assert over.exit_code != 0 and "default_duration_s: 9h is above" in over.output, over.output
+    lifted = server.cli("teams", "set", "speech", "--max-duration", "none")
+    assert lifted.exit_code == 0 and "1h 30m/-" in lifted.stdout, lifted.output
+    bad = server.cli("teams", "set", "speech", "--max-duration", "soon")
+    assert bad.exit_code != 0 and "is not a duration" in bad.output, bad.output
+    actions = [e["action"] for e in json.loads(server.cli("audit", "--json").stdout)["entries"]]
+    assert actions.count("set-run-times") == 2

@@ -49,6 +49,7 @@ OWN_ERRORS = {
     ("put", "/v1/teams/{name}/quota"): {403, 422},
     ("put", "/v1/teams/{name}/max-priority"): {403, 422},
     ("put", "/v1/teams/{name}/storage-quota"): {403, 422},
+    ("put", "/v1/teams/{name}/run-times"): {403, 422},
     ("get", "/v1/audit"): {403, 422},
     ("get", "/v1/data"): set(),
     ("get", "/v1/data/{bucket}"): {422},

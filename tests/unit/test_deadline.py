@@ -11,10 +11,11 @@ from lcm_fakes import FakeEngine, InMemoryStatusRepo
 
 from dlaas.adapters.store.base import JobRecord
 from dlaas.domain import jobspec
+from dlaas.domain.accounts import Quota, Team
 from dlaas.domain.errors import InvalidManifest
 from dlaas.domain.manifest import parse_manifest
 from dlaas.domain.status import JobState, Status, Transition
-from services.jobmonitor import limits
+from services.jobmonitor import activity, limits
 from services.jobmonitor.activity import Limits
 from services.jobmonitor.monitor import JobMonitor
 
@@ -56,7 +57,7 @@ def test_max_duration_takes_seconds_or_a_duration_and_is_bounded():
 
 
 class World:
-    def __init__(self, store, max_duration: str, platform_max: float = 0):
+    def __init__(self, store, max_duration: str, platform_max: float = 0, team: str = ""):
         self.now = T0
         self.store = store
         self.repo = InMemoryStatusRepo(store, clock=lambda: self.now)
@@ -68,7 +69,7 @@ class World:
             clock=lambda: self.now, limits=Limits(max_duration_s=platform_max),
         )  # fmt: skip
         text = BASE + "learners: 2\n" + (f"max_duration: {max_duration}\n" if max_duration else "")
-        store.create(JobRecord("job", "alice", "d", text, self.now))
+        store.create(JobRecord("job", "alice", "d", text, self.now, team=team))
         self.repo.create("job")
         self.now += 600  # queued 10 minutes: not counted
         self.repo.transition("job", Status.PENDING, "placed")
@@ -126,3 +127,51 @@ def test_a_failure_before_the_deadline_keeps_its_own_reason(job_store):
     w.monitor.reconcile_job("job")
     record = job_store.get("job")
     assert (record.status, record.error_code, record.exit_code) == (Status.FAILED, "exit_code", 2)
+
+
+def test_a_job_without_max_duration_gets_its_teams_default(job_store):
+    job_store.add_team(Team("nlp", Quota(), T0, default_duration_s=60, max_duration_s=3600))
+    w = World(job_store, "", platform_max=7200, team="nlp")
+    w.step_to(w.started + 59)
+    assert job_store.get("job").status == Status.DOWNLOADING  # 59 s of running: not yet
+    w.step_to(w.started + 61)
+    record = job_store.get("job")
+    assert (record.status, record.error_code) == (Status.FAILED, "deadline_exceeded")
+    assert record.reason.startswith("deadline: ran 1m (team nlp's default run time;")
+
+
+def test_a_job_without_max_duration_and_a_team_without_default_gets_the_teams_maximum(
+    job_store,
+):
+    job_store.add_team(Team("nlp", Quota(), T0, max_duration_s=90))
+    w = World(job_store, "", team="nlp")
+    w.step_to(w.started + 91)
+    record = job_store.get("job")
+    assert (record.status, record.error_code) == (Status.FAILED, "deadline_exceeded")
+    assert "(team nlp's maximum run time;" in record.reason
+
+
+def test_a_teams_default_changed_meanwhile_reaches_a_running_job(job_store):
+    job_store.add_team(Team("nlp", Quota(), T0))  # no run times: the job runs on
+    w = World(job_store, "", team="nlp")
+    w.now = w.started + 600
+    w.monitor.reconcile_job("job")  # the team read (and kept a while)
+    assert job_store.get("job").status == Status.DOWNLOADING
+    job_store.set_durations("nlp", 300, 0)  # already past
+    w.now += activity.TEAM_TTL_S - 1
+    w.monitor.reconcile_job("job")
+    assert job_store.get("job").status == Status.DOWNLOADING  # the team as read before
+    w.now += 1  # read again
+    w.monitor.reconcile_job("job")
+    record = job_store.get("job")
+    assert (record.status, record.error_code) == (Status.FAILED, "deadline_exceeded")
+    assert "ran 5m (team nlp's default run time" in record.reason
+
+
+def test_the_manifests_max_duration_wins_over_its_teams_default(job_store):
+    job_store.add_team(Team("nlp", Quota(), T0, default_duration_s=60, max_duration_s=3600))
+    w = World(job_store, "2m", team="nlp")
+    w.step_to(w.started + 61)
+    assert job_store.get("job").status == Status.DOWNLOADING
+    w.step_to(w.started + 121)
+    assert "(max_duration;" in job_store.get("job").reason

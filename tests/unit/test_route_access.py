@@ -47,6 +47,7 @@ BODIES = {
     ("put", "/v1/teams/{name}/quota"): {"gpus": 1},
     ("put", "/v1/teams/{name}/max-priority"): {"max_priority": 1},
     ("put", "/v1/teams/{name}/storage-quota"): {"storage_quota_bytes": 1},
+    ("put", "/v1/teams/{name}/run-times"): {"max_duration_s": 3600},
     ("post", "/v1/hooks"): {"url": "not a url", "events": ["job.failed"]},
 }
 # Path parameters: alice's where they name her things.

@@ -541,6 +541,19 @@ def test_a_teams_storage_quota_is_stored_and_set(store):
     assert store.get_team("nlp").max_priority == 100  # the ceiling untouched
 
 
+def test_a_teams_run_times_are_stored_and_set(store):
+    assert store.add_team(Team("nlp", Quota(1, 2.0, 3), 5.0, storage_quota_bytes=7))
+    nlp = store.get_team("nlp")
+    assert (nlp.default_duration_s, nlp.max_duration_s) == (0, 0)  # none by default
+    assert store.add_team(Team("cv", Quota(), 6.0, default_duration_s=7200, max_duration_s=28800))
+    assert store.set_durations("nlp", 60, 0) and not store.set_durations("gone", 1, 2)
+    assert {t.name: (t.default_duration_s, t.max_duration_s) for t in store.list_teams()} == {
+        "cv": (7200, 28800), "nlp": (60, 0),
+    }  # fmt: skip
+    nlp = store.get_team("nlp")  # the rest untouched
+    assert (nlp.quota, nlp.max_priority, nlp.storage_quota_bytes) == (Quota(1, 2.0, 3), 100, 7)
+
+
 def test_a_sqlite_store_from_before_ceilings_gains_the_default(tmp_path):
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
@@ -552,4 +565,6 @@ def test_a_sqlite_store_from_before_ceilings_gains_the_default(tmp_path):
         conn.execute("INSERT INTO teams VALUES ('nlp', 1, 0, 0, 1.0)")
     store = SqliteJobStore(path)
     assert store.get_team("nlp") == Team("nlp", Quota(1, 0.0, 0), 1.0, 100)
+    assert store.set_durations("nlp", 60, 120)  # the run-time columns were added too
+    assert store.get_team("nlp").max_duration_s == 120
     store.close()

@@ -117,6 +117,11 @@ class JobStore(abc.ABC):
         """Set the bytes a team's buckets may hold (0: no quota); False if no such team."""
 
     @abc.abstractmethod
+    def set_durations(self, name: str, default_s: int, max_s: int) -> bool:
+        """Set a team's default and maximum run time, seconds (0: none); False if no such
+        team."""
+
+    @abc.abstractmethod
     def add_user(self, user: User) -> bool:
         """Create a user; False if the name is taken."""
 

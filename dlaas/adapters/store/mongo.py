@@ -194,7 +194,9 @@ class MongoJobStore(JobStore):
             self.teams,
             {"name": team.name, "gpus": q.gpus, "cpus": q.cpus, "memory_mb": q.memory_mb,
              "created_at": team.created_at, "max_priority": team.max_priority,
-             "storage_quota_bytes": team.storage_quota_bytes},
+             "storage_quota_bytes": team.storage_quota_bytes,
+             "default_duration_s": team.default_duration_s,
+             "max_duration_s": team.max_duration_s},
         )  # fmt: skip
 
     def get_team(self, name: str) -> Team | None:
@@ -217,6 +219,12 @@ class MongoJobStore(JobStore):
 
     def set_storage_quota(self, name: str, quota_bytes: int) -> bool:
         res = self.teams.update_one({"name": name}, {"$set": {"storage_quota_bytes": quota_bytes}})
+        return res.matched_count > 0
+
+    def set_durations(self, name: str, default_s: int, max_s: int) -> bool:
+        res = self.teams.update_one(
+            {"name": name}, {"$set": {"default_duration_s": default_s, "max_duration_s": max_s}}
+        )
         return res.matched_count > 0
 
     def add_user(self, user: User) -> bool:
@@ -351,10 +359,14 @@ def _record(doc: dict[str, Any]) -> JobRecord:
 
 
 def _team(d: dict[str, Any]) -> Team:
-    # A team stored before priority ceilings has the default one (and no storage quota).
+    # A team stored before priority ceilings has the default one (and no storage quota, no
+    # run times).
     ceiling = d.get("max_priority", DEFAULT_MAX_PRIORITY)
     quota = Quota(d["gpus"], d["cpus"], d["memory_mb"])
-    return Team(d["name"], quota, d["created_at"], ceiling, d.get("storage_quota_bytes", 0))
+    return Team(
+        d["name"], quota, d["created_at"], ceiling, d.get("storage_quota_bytes", 0),
+        d.get("default_duration_s", 0), d.get("max_duration_s", 0),
+    )  # fmt: skip
 
 
 def _user(d: dict[str, Any]) -> User:

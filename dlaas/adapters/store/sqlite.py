@@ -91,6 +91,11 @@ class SqliteJobStore(JobStore):
                 conn.execute(
                     "ALTER TABLE teams ADD COLUMN storage_quota_bytes INTEGER NOT NULL DEFAULT 0"
                 )
+            for column in ("default_duration_s", "max_duration_s"):  # ... and no run times
+                if column not in columns:
+                    conn.execute(
+                        f"ALTER TABLE teams ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0"
+                    )
         if self.path != ":memory:":
             # It holds manifests and token hashes: the owner's only.
             os.chmod(self.path, 0o600)
@@ -273,7 +278,8 @@ class SqliteJobStore(JobStore):
         with self._write() as conn:
             cur = conn.execute(
                 "INSERT OR IGNORE INTO teams (name, gpus, cpus, memory_mb, created_at,"
-                " max_priority, storage_quota_bytes) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " max_priority, storage_quota_bytes, default_duration_s, max_duration_s)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     team.name,
                     q.gpus,
@@ -282,6 +288,8 @@ class SqliteJobStore(JobStore):
                     team.created_at,
                     team.max_priority,
                     team.storage_quota_bytes,
+                    team.default_duration_s,
+                    team.max_duration_s,
                 ),
             )
         return cur.rowcount > 0
@@ -312,6 +320,14 @@ class SqliteJobStore(JobStore):
         with self._write() as conn:
             cur = conn.execute(
                 "UPDATE teams SET storage_quota_bytes = ? WHERE name = ?", (quota_bytes, name)
+            )
+        return cur.rowcount > 0
+
+    def set_durations(self, name: str, default_s: int, max_s: int) -> bool:
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE teams SET default_duration_s = ?, max_duration_s = ? WHERE name = ?",
+                (default_s, max_s, name),
             )
         return cur.rowcount > 0
 

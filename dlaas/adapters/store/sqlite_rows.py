@@ -50,7 +50,9 @@ CREATE TABLE IF NOT EXISTS teams (
     memory_mb  INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
     max_priority INTEGER NOT NULL DEFAULT 100,
-    storage_quota_bytes INTEGER NOT NULL DEFAULT 0
+    storage_quota_bytes INTEGER NOT NULL DEFAULT 0,
+    default_duration_s INTEGER NOT NULL DEFAULT 0,
+    max_duration_s INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS users (
     name       TEXT PRIMARY KEY,
@@ -111,8 +113,9 @@ JOB_COLUMNS = (
 def to_team(row: sqlite3.Row) -> Team:
     quota = Quota(row["gpus"], row["cpus"], row["memory_mb"])
     return Team(
-        row["name"], quota, row["created_at"], row["max_priority"], row["storage_quota_bytes"]
-    )
+        row["name"], quota, row["created_at"], row["max_priority"], row["storage_quota_bytes"],
+        row["default_duration_s"], row["max_duration_s"],
+    )  # fmt: skip
 
 
 def to_user(row: sqlite3.Row) -> User:
