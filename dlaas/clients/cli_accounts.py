@@ -15,7 +15,7 @@ from rich.table import Table
 
 from dlaas.clients.cli_app import _fail, _json, _when, app, console, reports_errors
 from dlaas.clients.client import DlaasClient, NotConfigured, load_config
-from dlaas.domain.manifest import parse_duration_s
+from dlaas.domain.durations import parse_duration_s
 from dlaas.domain.run_time import duration_text
 from dlaas.domain.sizes import parse_quota_bytes, size_text
 
