@@ -127,13 +127,22 @@ def _engine(docker_host: str, timeout: float = 10):
 
 
 def mark_user(platform_id: str, home: Path, docker_host: str = DEFAULT_DOCKER_HOST) -> None:
-    """Mark on the engine that the platform at `home` uses it (idempotent)."""
-    client = _engine(docker_host)
+    """Mark on the engine that the platform at `home` uses it (idempotent); ServerError if
+    the engine does not take the mark."""
+    from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE
+
     try:
-        labels = {LABEL_ENGINE_USER: platform_id, LABEL_HOME: str(home)}
-        client.volumes.create(name=MARK_PREFIX + platform_id, labels=labels)
-    finally:
-        client.close()
+        client = _engine(docker_host)
+        try:
+            labels = {LABEL_ENGINE_USER: platform_id, LABEL_HOME: str(home)}
+            client.volumes.create(name=MARK_PREFIX + platform_id, labels=labels)
+        finally:
+            client.close()
+    except ENGINE_UNREACHABLE as exc:
+        raise ServerError(
+            f"the Docker engine at {docker_host} did not take this platform's mark "
+            f"({type(exc).__name__}): is it still running?"
+        ) from None
 
 
 def unmark_user(platform_id: str, docker_host: str = DEFAULT_DOCKER_HOST) -> None:
