@@ -16,6 +16,7 @@ Heavy (a platform, every example's framework image, six jobs): run it alone, und
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -114,3 +115,6 @@ def test_the_docs_commands_run_in_their_order(user, block):
         timeout=BLOCK_TIMEOUT_S,
     )
     assert r.returncode == 0, (block, r.stdout[-4000:], r.stderr[-4000:])
+    # Every followed job printed its end: COMPLETED.
+    ends = re.findall(r"^job-\w+: (\w+)", r.stdout, re.MULTILINE)
+    assert ends == ["COMPLETED"] * block.count("--follow"), (ends, r.stdout[-4000:])
