@@ -196,6 +196,10 @@ def _up(run: UpSteps, nodes: int | None = None, etcd_members: int | None = None)
         own = {"DLAAS_LCM_LISTEN": addresses[name]} if kind_of(name) == "lcm" else {}
         if kind_of(name) == "api":
             own = {"DLAAS_API_REPLICA": name}
+        if kind_of(name) == "worker":
+            # In its fingerprint: a new retention restarts the worker with it.
+            days = os.environ.get("DLAAS_RESULTS_RETENTION_DAYS", "0")
+            own = {"DLAAS_RESULTS_RETENTION_DAYS": days}
         run.service(name, {**env, **own}, addresses[name])
     run.supervisor()
 
