@@ -43,7 +43,7 @@ from dlaas.clients.cli_app import (
     reports_errors,
 )
 from dlaas.clients.cli_progress import progress_cell, progress_line
-from dlaas.clients.client import DlaasClient, pack_code
+from dlaas.clients.client import ApiError, DlaasClient, pack_code
 from dlaas.domain.status import FINAL, Status
 
 # --- queue positions and start-time estimates, in words ------------------------------
@@ -176,7 +176,11 @@ def validate(
 def _follow(client: DlaasClient, job_id: str, learners: list[int], offset: int = 0) -> dict:
     """Print the learners' log lines until the job ends; return the final job.
 
-    With several learners their lines interleave as they come, each prefixed `[i] `.
+    With several learners their lines interleave as they come, each prefixed `[i] `. A log
+    that cannot be read (its store refused or did not answer) is a warning: the job goes
+    on, and its final status is what the user waits for. The job is read again after the
+    streams end, until it is final: a stream may end before the job does (its store broke
+    it), and the status printed is never an intermediate one.
     """
     if len(learners) == 1:
         lines = client.logs(job_id, learner=learners[0], offset=offset, follow=True)
@@ -184,17 +188,25 @@ def _follow(client: DlaasClient, job_id: str, learners: list[int], offset: int =
     else:
         stream = client.follow_learners(job_id, learners, offset)
     with console.status(f"{job_id}: waiting for log lines ...") as live:
-        for learner, line in stream:
-            text = f"[{learner}] {line}" if len(learners) > 1 else line
-            console.print(text, markup=False, highlight=False, soft_wrap=True)
-            live.update(f"{job_id}: running")
-        live.update(f"{job_id}: ending ...")
+        try:
+            for learner, line in stream:
+                text = f"[{learner}] {line}" if len(learners) > 1 else line
+                console.print(text, markup=False, highlight=False, soft_wrap=True)
+                live.update(f"{job_id}: running")
+        except ApiError as exc:
+            err.print(f"warning: no more log lines: {exc.message}", markup=False, soft_wrap=True)
+        live.update(f"{job_id}: waiting for its end ...")
+        return _final_job(client, job_id)
+
+
+def _final_job(client: DlaasClient, job_id: str) -> dict:
+    """The job once it is final, read every 0.5 s at first, then every 2 s (no deadline: a
+    follow lasts as long as the job; Ctrl-C ends it)."""
+    job, pause = client.get_job(job_id), 0.5
+    while job["status"] not in FINAL:
+        time.sleep(pause)
+        pause = min(pause * 1.5, 2.0)
         job = client.get_job(job_id)
-        # The stream ends when the job is final; give a lagging mirror a moment.
-        deadline = time.monotonic() + 10
-        while job["status"] not in FINAL and time.monotonic() < deadline:
-            time.sleep(0.5)
-            job = client.get_job(job_id)
     return job
 
 

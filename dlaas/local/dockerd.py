@@ -2,8 +2,11 @@
 
 Unlike the other servers, the engine is the machine's and holds the image cache, so
 `ensure_dockerd` only starts it when nothing answers, and nobody but `dlaas down` (and
-only if `up` started it) ever stops it. `taken_networks` tells dlaas.local.swarm which
-address ranges the machine's engine and routes already use.
+only if `up` started it) ever stops it. Several platforms (several `DLAAS_HOME`s) may
+share one engine: each marks itself on it while it is up (`mark_user`), and `engine_users`
+tells `down` who else uses the engine, by those marks and by the platform label of the
+containers running on it, so that it leaves an engine in use running. `taken_networks`
+tells dlaas.local.swarm which address ranges the machine's engine and routes already use.
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ from dlaas.local.processes import (
 DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
 DEFAULT_DOCKER_HOST = f"unix://{DEFAULT_DOCKER_SOCKET}"
 DOCKER_DATA_ROOT = "/var/lib/dlaas-docker"
+# The mark of a platform using an engine: a volume (no process, kept across the engine's
+# restarts) labelled with the platform's id and its state dir. Not labelled
+# dlaas.managed: no platform's clean-up of its own job volumes ever takes it.
+LABEL_ENGINE_USER = "dlaas.engine-user"
+LABEL_HOME = "dlaas.home"
+MARK_PREFIX = "dlaas-engine-user-"
 
 
 def docker_answers(docker_host: str = DEFAULT_DOCKER_HOST, timeout: float = 3.0) -> bool:
@@ -99,6 +108,80 @@ def _running_dockerd_pid() -> int | None:
 def ensure_dockerd(state_dir: Path | str, timeout: float = 90.0) -> str:
     """The docker host URL of a running engine, starting dockerd if none answers."""
     return start_dockerd_if_needed(state_dir, timeout).docker_host
+
+
+@dataclass(frozen=True)
+class EngineUser:
+    """A platform using the engine: its id, its state dir (when it marked itself) and how
+    many of its containers run there."""
+
+    platform_id: str
+    home: str = ""
+    running: int = 0
+
+
+def _engine(docker_host: str, timeout: float = 10):
+    import docker
+
+    return docker.DockerClient(base_url=docker_host, timeout=timeout)
+
+
+def mark_user(platform_id: str, home: Path, docker_host: str = DEFAULT_DOCKER_HOST) -> None:
+    """Mark on the engine that the platform at `home` uses it (idempotent); ServerError if
+    the engine does not take the mark."""
+    from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE
+
+    try:
+        client = _engine(docker_host)
+        try:
+            labels = {LABEL_ENGINE_USER: platform_id, LABEL_HOME: str(home)}
+            client.volumes.create(name=MARK_PREFIX + platform_id, labels=labels)
+        finally:
+            client.close()
+    except ENGINE_UNREACHABLE as exc:
+        raise ServerError(
+            f"the Docker engine at {docker_host} did not take this platform's mark "
+            f"({type(exc).__name__}): is it still running?"
+        ) from None
+
+
+def unmark_user(platform_id: str, docker_host: str = DEFAULT_DOCKER_HOST) -> None:
+    """Take the platform's mark off the engine; silent if it is not there, or no engine answers."""
+    from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE
+
+    try:
+        client = _engine(docker_host)
+        try:
+            client.volumes.get(MARK_PREFIX + platform_id).remove()
+        finally:
+            client.close()
+    except ENGINE_UNREACHABLE:  # docker.errors.NotFound among them
+        pass
+
+
+def engine_users(docker_host: str = DEFAULT_DOCKER_HOST) -> list[EngineUser]:
+    """Every platform that marked itself on the engine or has a running container there
+    (its `dlaas.managed` label); [] if no engine answers."""
+    from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE
+    from dlaas.domain.jobspec import LABEL_MANAGED
+
+    homes: dict[str, str] = {}
+    running: dict[str, int] = {}
+    try:
+        client = _engine(docker_host)
+        try:
+            for volume in client.volumes.list(filters={"label": LABEL_ENGINE_USER}):
+                labels = volume.attrs.get("Labels") or {}
+                homes[labels.get(LABEL_ENGINE_USER, "")] = labels.get(LABEL_HOME, "")
+            for c in client.api.containers(filters={"label": LABEL_MANAGED}):
+                owner = (c.get("Labels") or {}).get(LABEL_MANAGED, "")
+                running[owner] = running.get(owner, 0) + 1
+        finally:
+            client.close()
+    except ENGINE_UNREACHABLE:
+        return []
+    ids = sorted((set(homes) | set(running)) - {""})
+    return [EngineUser(i, homes.get(i, ""), running.get(i, 0)) for i in ids]
 
 
 def docker_gateway_ip(client, network: str = "bridge") -> str:

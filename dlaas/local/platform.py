@@ -5,7 +5,8 @@ Everything lives in a state directory ($DLAAS_HOME or ~/.dlaas):
     secrets.json   S3 keys and API tokens, generated once (0600)
     client.json    {"url", "token"} for the CLI: the first user's (0600)
     admin.json     {"url", "admin_token"}: the bootstrap administrator's (0600)
-    platform.json  the ports chosen, kept across restarts so clients keep working
+    platform.json  the ports chosen, kept across restarts so clients keep working, and
+                   digests of the settings (DLAAS_ variables) the platform started with
     swarm/         with `--nodes N` (N > 1): the local swarm's nodes (data roots, sockets)
     jobs.db        the job store (embedded SQLite)
     etcd/ s3/      server data
@@ -16,8 +17,11 @@ Everything lives in a state directory ($DLAAS_HOME or ~/.dlaas):
 program (a stale pid file whose number the OS reused is detected) and answers is left
 alone; anything else is (re)started. A service also restarts when the configuration it
 would get changed (a server came back on another port), recognised by a fingerprint of its
-environment. `down` stops by PID what `up` started: services first, then servers, and the
-Docker engine only if `up` started it (it holds the image cache and may be the machine's).
+environment. Settings (the DLAAS_ variables `up` is given) are read when the platform
+starts: an `up` of a running platform with other settings is refused (`dlaas down` first).
+`down` stops by PID what `up` started: services first, then servers, and the Docker engine
+only if `up` started it (it holds the image cache and may be the machine's) and no other
+platform uses it (dlaas.local.dockerd.engine_users).
 
 Several nodes on one machine (`up(nodes=N)`, `dlaas up --nodes N`): a Docker Swarm of N
 nodes, one dockerd per network namespace (dlaas.local.swarm), each given a copy of the job
@@ -33,9 +37,11 @@ dlaas.local.etcd, .seaweedfs, .redis, .dockerd.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +57,13 @@ from dlaas.local.components import (
     ComponentStatus,
     kind_of,
     status,
+)
+from dlaas.local.dockerd import (
+    DEFAULT_DOCKER_HOST,
+    EngineUser,
+    engine_users,
+    mark_user,
+    unmark_user,
 )
 from dlaas.local.processes import (
     ServerError,
@@ -106,6 +119,7 @@ def up(
 
 def _up(run: UpSteps, nodes: int | None = None, etcd_members: int | None = None) -> PlatformInfo:
     state, creds = run.state, run.creds
+    _check_settings(run)
     run.docker()
     members = etcd_members or run.config.get("etcd_members", 1)
     if members != run.config.get("etcd_members", 1):
@@ -126,6 +140,8 @@ def _up(run: UpSteps, nodes: int | None = None, etcd_members: int | None = None)
     # and names the bridges its firewall fences: the job networks' and the swarm lab's.
     platform_id = run.config.get("platform_id") or f"dlaas-{secrets.token_hex(4)}"
     run.config.update(platform_id=platform_id)
+    # Another platform's `down` then leaves the engine running while this one is up.
+    mark_user(platform_id, state.root, run.docker_host)
     swarm = run.nodes(nodes)
 
     lcm_ports = {name: run.service_port(name) for name in LCM_NAMES}
@@ -207,6 +223,49 @@ def _up(run: UpSteps, nodes: int | None = None, etcd_members: int | None = None)
     )
 
 
+# Read by `dlaas` itself, not settings of the platform: which state dir, the CLI's API and token.
+NOT_SETTINGS = frozenset({"DLAAS_HOME", "DLAAS_URL", "DLAAS_TOKEN"})
+
+
+def given_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The platform's settings in `environ` (its DLAAS_ variables), each value as a digest:
+    platform.json records them, and some are secrets."""
+    return {
+        name: hashlib.sha256(value.encode()).hexdigest()[:16]
+        for name, value in sorted(environ.items())
+        if name.startswith("DLAAS_") and name not in NOT_SETTINGS
+    }
+
+
+def settings_changes(recorded: Mapping[str, str], given: Mapping[str, str]) -> list[str]:
+    """Each setting `given` that differs from the `recorded` ones, with how."""
+    changes = []
+    for name in sorted(set(recorded) | set(given)):
+        if name not in given:
+            changes.append(f"{name} (not given now)")
+        elif name not in recorded:
+            changes.append(f"{name} (new)")
+        elif recorded[name] != given[name]:
+            changes.append(f"{name} (changed)")
+    return changes
+
+
+def _check_settings(run: UpSteps) -> None:
+    """Refuse an `up` of a running platform with other settings than the ones it started
+    with: the servers, nodes and services read their settings when they start, so a
+    changed one would be silently ignored. A stopped platform takes the new ones."""
+    given = given_settings(os.environ)
+    recorded = run.config.get("settings")
+    running = any(record_alive(run.state.read_pid(name)) for name in ("supervisor", *SERVICES))
+    if recorded is not None and running and (changes := settings_changes(recorded, given)):
+        raise PlatformError(
+            f"the platform in {run.state.root} runs with other settings than this `up` gives: "
+            f"{', '.join(changes)}. Settings take effect when the platform starts: run "
+            "`dlaas down`, then `dlaas up` with them (or give `up` the settings it runs with)"
+        )
+    run.config["settings"] = given
+
+
 def _first_user(store_path: Path, token: str) -> None:
     """The user `up` makes for whoever runs it, with the token client.json holds (its hash)."""
     from dlaas.adapters.store.sqlite import SqliteJobStore
@@ -254,15 +313,78 @@ def down(state_dir: Path | None = None, progress: Progress = print) -> list[str]
             lab.info()  # raises when no lab is recorded
             lab.down()
             stopped.append("swarm")
-        for name in (*reversed(SERVERS), *EXTRA_ETCD, "dockerd"):
+        for name in (*reversed(SERVERS), *EXTRA_ETCD):
             if _stop_recorded(state, name, progress):
                 stopped.append(name)
             if name in EXTRA_ETCD:
                 state.forget(name)
+        if _stop_engine(state, progress):
+            stopped.append("dockerd")
         _remove_firewall(state, progress)
     if not stopped:
         progress("nothing was running")
     return stopped
+
+
+def _stop_engine(state: StateDir, progress: Progress) -> bool:
+    """Stop the Docker engine `up` started, unless another platform uses it; True if stopped.
+
+    Another platform (another DLAAS_HOME) uses the engine while it is up (its mark) or
+    while its containers run there: then the engine stays, and the record of it moves to
+    that platform's state dir, so that the last `down` of the platforms using it stops it.
+    """
+    own = read_json(state.root / "platform.json").get("platform_id", "")
+    record = state.read_pid("dockerd")
+    host = (record or {}).get("address") or DEFAULT_DOCKER_HOST
+    if own:
+        unmark_user(own, host)
+    if not record or not record_alive(record):
+        return _stop_recorded(state, "dockerd", progress)
+    others = [
+        u for u in engine_users(host) if u.platform_id != own and (u.running or _is_up(u.home))
+    ]
+    if not others:
+        return _stop_recorded(state, "dockerd", progress)
+    heir = next((h for u in others if (h := _hand_over(u, record)) is not None), None)
+    users = ", ".join(_describe(u) for u in others)
+    then = (
+        f"the record of it moves to {heir}: its `dlaas down` stops it"
+        if heir is not None
+        else f"stop it (kill {record['pid']}) once they are done"
+    )
+    progress(
+        f"dockerd: left running (pid {record['pid']}), other platforms use it: {users}; {then}"
+    )
+    state.forget("dockerd")
+    return False
+
+
+def _hand_over(user: EngineUser, record: dict) -> Path | None:
+    """Give the engine's record to `user`'s state dir if that platform is up; the dir, or
+    None where it could not be (not up, not known, not writable)."""
+    if not _is_up(user.home):
+        return None
+    other = StateDir(Path(user.home))
+    try:
+        if not other.read_pid("dockerd"):  # it may hold the record already
+            other.write_pid("dockerd", record)
+    except OSError:
+        return None
+    return other.root
+
+
+def _describe(user: EngineUser) -> str:
+    where = f" ({user.home})" if user.home else ""
+    jobs = f" with {user.running} running container(s)" if user.running else ""
+    return f"{user.platform_id}{where}{jobs}"
+
+
+def _is_up(home: str) -> bool:
+    """Whether the platform with state dir `home` runs (its supervisor or an API replica)."""
+    if not home:
+        return False
+    other = StateDir(Path(home))
+    return any(record_alive(other.read_pid(name)) for name in ("supervisor", *API_NAMES))
 
 
 def _remove_firewall(state: StateDir, progress: Progress) -> None:

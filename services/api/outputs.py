@@ -14,13 +14,15 @@ from botocore.exceptions import ClientError
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
+from dlaas.adapters.logs import Pause
 from dlaas.adapters.s3 import STORE_UNREACHABLE
 from dlaas.domain import jobspec
 from dlaas.domain.errors import DlaasError, InvalidRequest, TemporaryError
 from dlaas.domain.locations import job_locations
 from dlaas.domain.secretbox import SecretBox
 from dlaas.domain.stored import stored_manifest, stored_manifest_or_none
-from services.api.deps import MAX_OFFSET, CallerDep, DepsDep, owned_job
+from services.api.auth import Caller
+from services.api.deps import MAX_OFFSET, CallerDep, Deps, DepsDep, owned_job
 from services.api.errors import NoResults
 from services.api.follows import REFUSED_DOC, follows_of
 from services.api.models import error_responses
@@ -58,13 +60,7 @@ async def job_logs(
     if user is not None and (refused := follows.take(user)) is not None:
         return refused.response()
     try:
-        record = await follows.call(owned_job, deps, caller, job_id)
-        manifest = stored_manifest_or_none(record)
-        requested = manifest.learners if manifest is not None else 1
-        learners = learners_with_logs(requested, record.info)
-        if learner >= learners:
-            raise InvalidRequest(f"learner: the job has learners 0..{learners - 1}, not {learner}")
-        rounds = await follows.call(deps.logs.rounds, job_id, learner, offset=offset, follow=follow)
+        rounds = await follows.call(_log_rounds, deps, caller, job_id, learner, offset, follow)
     except BaseException:  # broad: the slot goes back whatever failed (re-raised)
         if user is not None:
             follows.give_back(user)
@@ -79,7 +75,38 @@ async def job_logs(
     return StreamingResponse(lines, media_type="text/plain; charset=utf-8")
 
 
-def results_store_error(exc: Exception, endpoint: str) -> DlaasError:
+def _log_rounds(
+    deps: Deps, caller: Caller, job_id: str, learner: int, offset: int, follow: bool
+) -> Iterator[str | Pause]:
+    """The rounds of the learner's log, their first step taken before the status line goes
+    out: a job whose store the platform may not connect to (EgressRefused, 422), that
+    refuses the read (422) or does not answer (503) is an error, as on the metrics and
+    results routes, not an empty 200."""
+    record = owned_job(deps, caller, job_id)
+    manifest = stored_manifest_or_none(record)
+    requested = manifest.learners if manifest is not None else 1
+    learners = learners_with_logs(requested, record.info)
+    if learner >= learners:
+        raise InvalidRequest(f"learner: the job has learners 0..{learners - 1}, not {learner}")
+    box = SecretBox(deps.settings.secrets_key.get_secret_value())
+    _, results = job_locations(stored_manifest(record, box), deps.settings, record.team)
+    rounds = deps.logs.stream_rounds(results, job_id, learner, offset=offset, follow=follow)
+    try:
+        first = next(rounds, None)
+    except (ClientError, *STORE_UNREACHABLE) as exc:
+        raise results_store_error(exc, results.endpoint, "read the log") from None
+
+    def rest() -> Iterator[str | Pause]:
+        if first is not None:
+            yield first
+            yield from rounds
+
+    return rest()
+
+
+def results_store_error(
+    exc: Exception, endpoint: str, what: str = "list the results"
+) -> DlaasError:
     """A results store's failure as a domain error naming what the user can look at.
 
     Only the store's host is named: an endpoint URL may carry credentials.
@@ -90,8 +117,8 @@ def results_store_error(exc: Exception, endpoint: str) -> DlaasError:
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 500
         if 400 <= status < 500:  # the store refuses these credentials or this bucket
             return InvalidRequest(
-                f"data_stores[0].connection: the results store at {host} refused to list "
-                f"the results ({code}); check the store's credentials and bucket"
+                f"data_stores[0].connection: the results store at {host} refused to {what} "
+                f"({code}); check the store's credentials and bucket"
             )
         return TemporaryError(f"the results store at {host} failed ({code}); try again later")
     # Timeouts and refused connections: the store is down, or a tarpit. Not retried here.

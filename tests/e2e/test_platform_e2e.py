@@ -33,15 +33,25 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 REPO = Path(__file__).resolve().parents[2]
 
 
+# The FfDL example's store is the platform's S3 through the Docker bridge's gateway, a
+# private address: users' stores there are refused unless the operator allows it.
+SETTINGS = {"DLAAS_EGRESS_ALLOW_NETWORKS": "172.16.0.0/12"}
+
+
+def up_again(home) -> None:
+    """`up` as the supervisor runs it: with the settings the platform started with (an `up`
+    with other settings is refused while the platform runs)."""
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in SETTINGS.items():
+            env.setenv(name, value)
+        platform.up(home, progress=lambda line: None)
+
+
 @pytest.fixture(scope="module")
 def home(tmp_path_factory, docker_client):
     """The platform's state dir: up for the whole module, down afterwards."""
     home = tmp_path_factory.mktemp("platform")
-    # The FfDL example's store is the platform's S3 through the Docker bridge's gateway, a
-    # private address: users' stores there are refused unless the operator allows it.
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("DLAAS_EGRESS_ALLOW_NETWORKS", "172.16.0.0/12")
-        platform.up(home, progress=lambda line: None)
+    up_again(home)
     try:
         yield home
     finally:
@@ -323,7 +333,7 @@ def test_a_followed_log_stream_resumes_without_gaps_after_every_api_process_is_k
     state = StateDir(home)
     for name in components.API_NAMES:
         os.kill(state.read_pid(name)["pid"], signal.SIGKILL)
-    platform.up(home, progress=lambda line: None)
+    up_again(home)
     follower.join(timeout=90)
     assert not follower.is_alive() and not failure, failure
     assert wait_final(http, job_id)["status"] == "COMPLETED"
@@ -372,7 +382,7 @@ def test_lcm_leader_killed_at_successive_moments_of_a_deployment_leaves_one_gang
         time.sleep(delay)
         os.kill(pid, signal.SIGKILL)
         killed_in.append(http.get(f"/v1/jobs/{job_id}").json()["status"])
-        platform.up(home, progress=lambda line: None)  # what the supervisor runs
+        up_again(home)  # what the supervisor runs
         job = wait_final(http, job_id, timeout=120)
         assert job["status"] == "COMPLETED", (delay, killed_in, job["history"])
         statuses = [h["status"] for h in job["history"]]

@@ -1,7 +1,7 @@
 """Attacks on the API's connections to user-named stores (test_api's `env`: a real API, S3
 and job store): a manifest's `connection` pointing at this host's ports, at a cloud's
 metadata address or at a name that resolves to loopback is refused at submit and again at
-connect (results, metrics), with one answer whether a port is open or closed, and nothing
+connect (results, metrics, logs), with one answer whether a port is open or closed, and nothing
 ever connects there."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_the_operator_may_allow_an_inside_network(env, listener):  # noqa: F811
     assert r.status_code == 201, r.text
 
 
-@pytest.mark.parametrize("route", ["results", "metrics"])
+@pytest.mark.parametrize("route", ["results", "metrics", "logs", "logs?follow=true"])
 def test_a_stored_job_at_an_inside_address_is_a_4xx_at_connect(env, listener, route):  # noqa: F811
     # Jobs stored while the operator allowed loopback (or a name that resolved outside at
     # submit): once the rule refuses the address, the routes refuse before connecting.
@@ -112,11 +112,12 @@ def test_the_platforms_own_store_on_loopback_keeps_working(env):  # noqa: F811
 
 
 def test_an_allowed_store_that_does_not_answer_is_a_503_not_a_500(env):  # noqa: F811
-    # The metrics route was a 500 for such a job (the connection error reached no handler).
+    # The metrics route was a 500 for such a job (the connection error reached no handler),
+    # the logs route a 200 with an empty body.
     env.settings.egress_allow_networks = "127.0.0.0/8"
     job_id = submit_to(env, f"http://127.0.0.1:{free_port()}").json()["job_id"]
     env.finish(job_id)
-    for route in ("metrics", "results"):
+    for route in ("metrics", "results", "logs"):
         r = env.client.get(f"/v1/jobs/{job_id}/{route}", headers=auth(ALICE))
         assert (r.status_code, r.json()["error"]) == (503, "unavailable"), (route, r.text)
         assert "Retry-After" in r.headers and "Traceback" not in r.text
