@@ -179,11 +179,12 @@ def decide(view: JobView) -> Decision:
 def _helper_lost_alone(
     view: JobView, helper: Container | None, learners: list[Container], all_done: bool
 ) -> RestartHelper | None:
-    """The helper died from outside while the learners are fine: restart it alone."""
+    """The helper died from outside while the learners are fine (running, or finished with
+    their results on the volume): restart it alone, to sync or to store them."""
     if helper is None or not helper.exited or helper.oom_killed:
         return None
-    if view.state.status not in _LEARNERS_RUN or all_done:
-        return None
+    if view.state.status not in _LEARNERS_RUN or (all_done and helper.exit_code == 0):
+        return None  # (exit 0 after the learners: it stored everything, the job completes)
     if view.helper_restarts >= MAX_HELPER_RESTARTS:
         return None
     if any(c.exited and (c.exit_code or c.oom_killed) for c in learners):

@@ -22,7 +22,7 @@ from dlaas.domain.jobspec import ROLE_HELPER, ROLE_LEARNER
 from dlaas.domain.ports import Container
 from dlaas.domain.status import JobState, Status
 from dlaas.v1 import scheduler_pb2
-from services.jobmonitor.actions import Requeue, TransitionTo
+from services.jobmonitor.actions import Requeue, RestartHelper, TransitionTo
 from services.jobmonitor.decide import JobView, decide
 
 ELASTIC = (
@@ -124,3 +124,17 @@ def test_a_program_that_exits_128_with_its_engine_up_fails_as_its_own():
     )
     [fail] = [a for a in decide(view).actions if isinstance(a, TransitionTo)]
     assert fail.target == Status.FAILED and "exited with code 128" in fail.reason
+
+
+def test_a_helper_killed_after_its_learners_finished_is_restarted_alone_to_store():
+    # Chaos: the helper was killed just after the learner exited 0. The whole job was
+    # restarted (a new run, training again from its last checkpoint) where the results were
+    # on the volume, waiting for a helper to store them.
+    now = 1000.0
+    helper = Container("h", "job-x-helper", "job-x", ROLE_HELPER, None, "exited", "node-1",
+                       exit_code=137, finished_at=now - 1)  # fmt: skip
+    learner = Container("l0", "job-x-learner-0", "job-x", ROLE_LEARNER, 0, "exited", "node-1",
+                        exit_code=0, finished_at=now - 2)  # fmt: skip
+    view = JobView(state=_processing(now), containers=[helper, learner], now=now, num_learners=1)
+    [action] = decide(view).actions
+    assert isinstance(action, RestartHelper) and "killed (SIGKILL)" in action.reason
