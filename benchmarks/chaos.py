@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import os
 import random
 import shutil
 import signal
@@ -278,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="a JSON summary as the last line")
     parser.add_argument("--home", type=Path, help="state dir of a platform to use (kept up)")
     args = parser.parse_args(argv)
+    # The platform's services run this tree's code: `python -m services...` from the state
+    # directory would import the editable install's tree (another checkout's, in a worktree).
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+    )
     # Stopped from outside (or Ctrl-C in a background job, where SIGINT is ignored): still
     # take the platform down and stop the supervisor, in `run`'s finally.
     signal.signal(signal.SIGTERM, _exit_on_signal)

@@ -40,7 +40,13 @@ EXIT_SIGTERM = 143
 # What a restarted Docker engine records for a container whose process died with the old
 # engine (it cannot learn the real exit code).
 EXIT_ENGINE_LOST = 255
+# What Docker records for a container its engine failed to start, with no code of the
+# program's own (an engine killed while it started or restarted the container).
+EXIT_START_FAILED = 128
 ERROR_ENGINE_LOST = JobErrorCode.ENGINE_LOST
+# The codes of a container that ended with its engine rather than by its program: near an
+# engine loss they are the node's fault (decide.py), elsewhere the program's own.
+ENGINE_EXITS = frozenset({EXIT_ENGINE_LOST, EXIT_START_FAILED})
 
 # Helper failures that are the job's own fault (bad location, credentials, archive, its
 # own data store not answering: HELPER_EXIT_CONNECTION_UNREACHABLE): a restart would fail

@@ -65,11 +65,11 @@ from services.jobmonitor.actions import (
     TransitionTo,
 )
 from services.jobmonitor.classify import (
+    ENGINE_EXITS,
     ERROR_CONTAINERS_MISSING,
     ERROR_ENGINE_LOST,
     ERROR_STORE_TIMEOUT,
     ERROR_TERMINATED,
-    EXIT_ENGINE_LOST,
     EXIT_SIGKILL,
     EXIT_SIGTERM,
     Failure,
@@ -88,6 +88,11 @@ DEFAULT_STORE_TIMEOUT_S = 600.0
 # deployed); the learners run (beside the helper) from DOWNLOADING through PROCESSING.
 _LCM_OWNS = between(Status.QUEUED, Status.PENDING)
 _LEARNERS_RUN = between(Status.DOWNLOADING, Status.PROCESSING)
+
+# How late the monitor may notice an engine loss after the engine's containers ended with
+# it (a swarm's tasks are polled; a killed engine's stream breaks only when next read):
+# a container that ended with an engine code this long before still ended with the engine.
+ENGINE_LOSS_NOTICED_S = 30.0
 
 # How long the monitor waits for the LCM to act on a restart request before asking again
 # (the LCM lets the helper sync checkpoints and logs first, which takes a while).
@@ -182,11 +187,12 @@ def decide(view: JobView) -> Decision:
 def _helper_lost_alone(
     view: JobView, helper: Container | None, learners: list[Container], all_done: bool
 ) -> RestartHelper | None:
-    """The helper died from outside while the learners are fine: restart it alone."""
+    """The helper died from outside while the learners are fine (running, or finished with
+    their results on the volume): restart it alone, to sync or to store them."""
     if helper is None or not helper.exited or helper.oom_killed:
         return None
-    if view.state.status not in _LEARNERS_RUN or all_done:
-        return None
+    if view.state.status not in _LEARNERS_RUN or (all_done and helper.exit_code == 0):
+        return None  # (exit 0 after the learners: it stored everything, the job completes)
     if view.helper_restarts >= MAX_HELPER_RESTARTS:
         return None
     if any(c.exited and (c.exit_code or c.oom_killed) for c in learners):
@@ -355,14 +361,18 @@ def _first_failure(
         key=lambda c: (c.finished_at or float("inf"), c.role == ROLE_HELPER, c.learner or 0),
     )
     if (
-        first.exit_code == EXIT_ENGINE_LOST
+        first.exit_code in ENGINE_EXITS
         and view.engine_lost_at is not None
-        and (first.finished_at is None or first.finished_at >= view.engine_lost_at)
+        and (
+            first.finished_at is None
+            or first.finished_at >= view.engine_lost_at - ENGINE_LOSS_NOTICED_S
+        )
     ):
         # It stopped while its engine was away: the node's trouble, not the job's.
         who = "the helper" if first.role == ROLE_HELPER else f"learner {first.learner}"
-        reason = f"{who} died with the Docker engine of its node (exit code {EXIT_ENGINE_LOST})"
-        return Failure(reason, ERROR_ENGINE_LOST, EXIT_ENGINE_LOST, infrastructure=True)
+        code = first.exit_code
+        reason = f"{who} died with the Docker engine of its node (exit code {code})"
+        return Failure(reason, ERROR_ENGINE_LOST, code, infrastructure=True)
     if first.role == ROLE_HELPER:
         return classify_helper(first, view.helper_events)
     tail = view.log_tails.get(first.learner or 0, ())

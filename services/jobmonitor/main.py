@@ -37,6 +37,7 @@ from services.jobmonitor.decide import (
 from services.jobmonitor.disk import DEFAULT_DISK_POLL_S
 from services.jobmonitor.limits import DEFAULT_POLL_S, DEFAULT_STALL_AFTER_S, MAX_STALL_AFTER_S
 from services.jobmonitor.monitor import JobMonitor
+from services.jobmonitor.watchers import RECONNECT_MAX_S
 
 MAX_TRIAGE_FILE = 256 * 1024
 
@@ -51,7 +52,7 @@ class MonitorSettings(BaseSettings):
     # Seconds to wait for the LCM to act on a restart request before asking again.
     requeue_retry_s: float = DEFAULT_REQUEUE_RETRY_S
     # Longest wait between two attempts to reach an engine that stopped answering.
-    reconnect_max_s: float = 10.0
+    reconnect_max_s: float = RECONNECT_MAX_S
     # Seconds a Docker call may take before its engine counts as not answering.
     docker_timeout_s: int = 10
     # Safety-net resync of every active job; events drive everything else.

@@ -39,7 +39,7 @@ from services.jobmonitor import decide as d
 from services.jobmonitor.act import Actor, Requeue
 from services.jobmonitor.activity import Limits
 from services.jobmonitor.observe import NoStatus, Observer, Seen
-from services.jobmonitor.watchers import Reachability, Watchers
+from services.jobmonitor.watchers import RECONNECT_MAX_S, Reachability, Watchers
 from services.jobmonitor.workqueue import WorkQueue
 
 log = logging.getLogger("dlaas.jobmonitor")
@@ -68,7 +68,7 @@ class JobMonitor:
         resync_s: float = 15.0,
         stop_grace_s: int = 10,
         release_retry_s: float = 5.0,
-        reconnect_max_s: float = 10.0,
+        reconnect_max_s: float = RECONNECT_MAX_S,
         owns_job: Callable[[str], bool] = lambda job_id: True,
         limits: Limits | None = None,
         notifier: Notifier | None = None,

@@ -26,6 +26,12 @@ log = logging.getLogger("dlaas.jobmonitor")
 
 T = TypeVar("T")
 
+# Longest wait between two attempts to reach an engine that stopped answering (or to watch
+# etcd again). Short: while a node's stream is down the monitor judges none of its jobs, so
+# a node back after a 10 s outage (a swarm manager's restart) must be seen within moments,
+# not after a backoff grown to 10 s (chaos: a helper killed then waited 3.7 s for a restart).
+RECONNECT_MAX_S = 2.0
+
 
 class Reachability:
     """Which nodes' engines answer, and when each was last lost (decide() reads that to

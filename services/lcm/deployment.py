@@ -10,6 +10,7 @@ identity: issued at deploy, revoked at teardown, swept by the leader when missed
 from __future__ import annotations
 
 import logging
+import threading
 
 from dlaas.adapters.s3 import ensure_bucket, platform_client
 from dlaas.adapters.store.base import JobRecord
@@ -81,7 +82,17 @@ class Deployment:
                  then="its usage counts the manifest's learners")  # fmt: skip
 
     def deploy(self, job_id: str, placement: list[dict]) -> None:
-        """Deploy (or redeploy, idempotently) a PENDING job and move it to DOWNLOADING."""
+        """Deploy (or redeploy, idempotently) a PENDING job and move it to DOWNLOADING.
+
+        While a teardown of the job's previous run is under way (a preempted job started
+        again at once, smaller, by a reclaim), the deploy waits for it: that teardown removes
+        the job's containers and revokes its S3 identity, the new run's too if it came
+        first. The teardown's end deploys the job (`_teardown`)."""
+        with self._teardowns_lock:
+            if self._teardowns.get(job_id):
+                self._deploy_after.add(job_id)
+                log.info("deploy of %s waits for the teardown of its previous run", job_id)
+                return
         node = placement[0]["node"] if placement else ""
         try:
             deployer = self.deployers[node]
@@ -250,10 +261,41 @@ class Deployment:
 
     def _teardown(self, job_id: str, wait_helper: bool = True) -> None:
         """Stop the gang, let the helper store checkpoints and logs, remove everything."""
-        for d in self._deployers_of(job_id):
-            if wait_helper and d.containers(job_id):
-                d.stop_learners(job_id)
-                d.signal_helper(job_id)
-                d.wait_helper(job_id, HELPER_FINISH_TIMEOUT_S)
-            d.remove_job(job_id)
-        self._revoke(job_id)
+        self._hold_deploys(job_id)
+        self._teardown_held(job_id, wait_helper)
+
+    def _teardown_later(self, job_id: str) -> None:
+        """`_teardown` on a thread of its own; deploys of the job wait for it from now on."""
+        self._hold_deploys(job_id)
+        threading.Thread(target=self._teardown_held, args=(job_id,), daemon=True).start()
+
+    def _hold_deploys(self, job_id: str) -> None:
+        with self._teardowns_lock:
+            self._teardowns[job_id] = self._teardowns.get(job_id, 0) + 1
+
+    def _teardown_held(self, job_id: str, wait_helper: bool = True) -> None:
+        try:
+            for d in self._deployers_of(job_id):
+                if wait_helper and d.containers(job_id):
+                    d.stop_learners(job_id)
+                    d.signal_helper(job_id)
+                    d.wait_helper(job_id, HELPER_FINISH_TIMEOUT_S)
+                d.remove_job(job_id)
+            self._revoke(job_id)
+        finally:
+            with self._teardowns_lock:
+                left = self._teardowns.pop(job_id, 1) - 1
+                if left:
+                    self._teardowns[job_id] = left
+                waiting = not left and job_id in self._deploy_after
+                if waiting:
+                    self._deploy_after.discard(job_id)
+            if waiting:
+                self._deploy_waiting(job_id)
+
+    def _deploy_waiting(self, job_id: str) -> None:
+        """Deploy a job placed while its previous run was torn down, if it is still PENDING
+        (else it moved on meanwhile: halted, deleted, requeued)."""
+        state = self.keeper.get(job_id)
+        if state is not None and state.status == Status.PENDING:
+            self.deploy(job_id, self._placement(job_id))

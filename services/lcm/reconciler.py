@@ -238,7 +238,7 @@ class Reconciler:
         elif decision.action == "preempt":
             # The scheduler has queued the job again itself (with its original position).
             if self._move(job_id, f"preempted: {cause}"):
-                threading.Thread(target=self._teardown, args=(job_id,), daemon=True).start()
+                self._teardown_later(job_id)
         elif decision.action in ("shrink", "grow") and self._move(
             job_id, f"{decision.action}: {cause}"
         ):

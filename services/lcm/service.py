@@ -75,3 +75,8 @@ class Lcm(JobUseCases, Reconciler, NodeHealth, Deployment):
         self._last_pending_check = 0.0
         self._last_mirror_check = 0.0
         self._lock = threading.Lock()
+        # Teardowns under way (job_id -> how many), and the jobs whose deploy waits for
+        # them (deployment.py: a new run is deployed only once the old one is gone).
+        self._teardowns_lock = threading.Lock()
+        self._teardowns: dict[str, int] = {}
+        self._deploy_after: set[str] = set()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from dlaas.adapters.admission import admit
 from dlaas.adapters.store.base import JobRecord
 from dlaas.domain import errors
 from dlaas.domain.authz import on_behalf_of
@@ -37,6 +38,16 @@ class JobUseCases:
             raise errors.InvalidRequest("job_id and user are required")
         manifest = parse_manifest(manifest_yaml)
         check_buckets(manifest, team)
+        # The platform's admission checks, here for every transport (REST comes through this
+        # call too): store endpoints at inside addresses, a priority above the team's ceiling.
+        admit(
+            manifest,
+            user=user,
+            team=team,
+            accounts=self.store,
+            allow_networks=self.settings.egress_allow_networks,
+            max_disk_mb=self.settings.max_learner_disk_mb,
+        )
         image = resolve_image(manifest, self.settings.learner_image)
         if not self.deployer.image_present(image):
             raise errors.ImageUnavailable(

@@ -609,10 +609,17 @@ def test_a_purge_with_the_queue_down_is_503_and_deletes_nothing(env):
     assert env.s3.get_object(Bucket=env.results, Key=key)["Body"].read() == b"weights"
 
 
+def allow_networks(env, spec: str) -> None:
+    """The operator's DLAAS_EGRESS_ALLOW_NETWORKS, as every service of a platform reads it:
+    the API's settings and the LCM's (its submit checks the endpoints too)."""
+    env.settings.egress_allow_networks = spec
+    env.lcm.settings.egress_allow_networks = spec
+
+
 def allow_loopback(env) -> None:
-    """Let users name stores on this host (the test's S3, a tarpit): the operator's
-    DLAAS_EGRESS_ALLOW_NETWORKS; without it such a store is refused (test_api_egress.py)."""
-    env.settings.egress_allow_networks = "127.0.0.0/8"
+    """Let users name stores on this host (the test's S3, a tarpit); without it such a store
+    is refused (test_api_egress.py)."""
+    allow_networks(env, "127.0.0.0/8")
 
 
 def test_purge_refused_for_results_in_the_users_own_store(env, s3_server):

@@ -10,7 +10,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from test_api import ALICE, auth, env  # noqa: F401 - env is a fixture
+from test_api import ALICE, allow_networks, auth, env  # noqa: F401 - env is a fixture
 
 from dlaas.domain import egress
 from dlaas.local.processes import free_port
@@ -75,7 +75,7 @@ def test_an_inside_store_is_refused_at_submit_with_one_answer(env, listener):  #
 
 
 def test_the_operator_may_allow_an_inside_network(env, listener):  # noqa: F811
-    env.settings.egress_allow_networks = "127.0.0.0/8"
+    allow_networks(env, "127.0.0.0/8")
     r = submit_to(env, f"http://localhost:{listener.getsockname()[1]}")
     assert r.status_code == 201, r.text
 
@@ -84,7 +84,7 @@ def test_the_operator_may_allow_an_inside_network(env, listener):  # noqa: F811
 def test_a_stored_job_at_an_inside_address_is_a_4xx_at_connect(env, listener, route):  # noqa: F811
     # Jobs stored while the operator allowed loopback (or a name that resolved outside at
     # submit): once the rule refuses the address, the routes refuse before connecting.
-    env.settings.egress_allow_networks = "127.0.0.0/8"
+    allow_networks(env, "127.0.0.0/8")
     jobs = {
         "open": submit_to(env, f"http://127.0.0.1:{listener.getsockname()[1]}"),
         "closed": submit_to(env, f"http://127.0.0.1:{free_port()}"),
@@ -92,7 +92,7 @@ def test_a_stored_job_at_an_inside_address_is_a_4xx_at_connect(env, listener, ro
     ids = {k: r.json()["job_id"] for k, r in jobs.items()}
     for job_id in ids.values():
         env.finish(job_id)
-    env.settings.egress_allow_networks = ""
+    allow_networks(env, "")
     answers = {}
     for name, job_id in ids.items():
         r = env.client.get(f"/v1/jobs/{job_id}/{route}", headers=auth(ALICE))
@@ -114,7 +114,7 @@ def test_the_platforms_own_store_on_loopback_keeps_working(env):  # noqa: F811
 def test_an_allowed_store_that_does_not_answer_is_a_503_not_a_500(env):  # noqa: F811
     # The metrics route was a 500 for such a job (the connection error reached no handler),
     # the logs route a 200 with an empty body.
-    env.settings.egress_allow_networks = "127.0.0.0/8"
+    allow_networks(env, "127.0.0.0/8")
     job_id = submit_to(env, f"http://127.0.0.1:{free_port()}").json()["job_id"]
     env.finish(job_id)
     for route in ("metrics", "results", "logs"):

@@ -107,7 +107,11 @@ def test_a_connection_password_is_stored_encrypted(job_store):
     from dlaas.domain.secretbox import SecretBox, new_key
 
     key = new_key()
-    settings = PlatformSettings(s3_access_key="k", s3_secret_key="s", secrets_key=key)
+    # The store is at a private address: the operator allows its network (else the egress
+    # rule refuses the job at submit).
+    settings = PlatformSettings(
+        s3_access_key="k", s3_secret_key="s", secrets_key=key, egress_allow_networks="10.0.0.0/8"
+    )
     lcm = make_lcm(job_store, FakeKeeper(), FakeScheduler(), settings)
     text = MANIFEST + (
         "data_stores:\n  - id: own\n    type: s3\n    training_data: {container: data}\n"

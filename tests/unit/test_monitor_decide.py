@@ -312,9 +312,14 @@ def test_exit_255_after_the_engine_was_lost_asks_for_a_restart():
     assert dec.actions == [
         Requeue("learner 0 died with the Docker engine of its node (exit code 255)", "engine_lost")
     ]
-    # The same exit before the engine went away (or with no engine trouble) is the job's own.
-    for lost_at in (NOW - 1, None):
-        dec = decide(view(Status.PROCESSING, died, engine_lost_at=lost_at))
+    # The monitor notices a lost engine late: an exit just before it noticed is the engine's.
+    dec = decide(view(Status.PROCESSING, died, engine_lost_at=NOW - 1))
+    assert [type(a) for a in dec.actions] == [Requeue]
+    # The same exit long before the engine went away (or with no engine trouble) is the
+    # job's own.
+    early = [helper(), learner(0, "exited", 255, at=NOW - 2 - d.ENGINE_LOSS_NOTICED_S - 1)]
+    for gone, lost_at in ((early, NOW - 1), (died, None)):
+        dec = decide(view(Status.PROCESSING, gone, engine_lost_at=lost_at))
         t = transition(dec)
         assert (t.target, t.error_code, t.exit_code) == (
             Status.FAILED,
