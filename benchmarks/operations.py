@@ -16,14 +16,16 @@ last a known time):
       the share inside (target >= 80 %), and the median width against the median wait
       (target <= 1x). Before (c), `--warmup` short jobs run so the scheduler has seen run
       times (its model of a queued job's time starts from the jobs that ended);
-  (d) usage accounting totals: benchmarks/operations_usage.py (another change) plugs in
-      where marked below.
+  (d) usage accounting totals against the jobs' histories, exactly, through a resize, a
+      preemption and a halt/resume and again after down/up: benchmarks/operations_usage.py,
+      on a platform of its own (one node of 4 CPUs, two teams), after the others
+      (`--no-usage` skips it).
 
 Usage: python benchmarks/operations.py [--home DIR] [--short 20] [--json]
 It brings the platform up in DIR (a temporary one by default) and down again if it started
 it. Run the platform from this checkout: PYTHONPATH=. (the services are spawned with the
 environment's interpreter). With --json the last line is {"stall": {...},
-"finish_estimate": {...}, "queue_eta": {...}}.
+"finish_estimate": {...}, "queue_eta": {...}, "usage": {...}}.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks import operations_usage
 from dlaas.clients.client import pack_code
 from dlaas.local import components, platform
 
@@ -285,8 +288,6 @@ def run(url: str, token: str, args: argparse.Namespace) -> dict:
             hang = stall_phase(http, cpus, Path(tmp))["job_id"]
             stall = stall_result(http, hang, wait_final(http, [hang], timeout=600)[hang])
             print(f"    {stall}", flush=True)
-    # (d) usage accounting totals vs histories: benchmarks/operations_usage.py (another
-    # change) adds its phase here, as `result["usage"] = usage_phase(http, ...)`.
     return {"stall": stall, "finish_estimate": finish, "queue_eta": queue}
 
 
@@ -303,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         help="run (a) after (c): the scheduler's model of run times then holds only the "
         "short jobs' when (c) asks for ETAs (a diagnostic: the stalled job's 30 s widen them)",
     )
+    ap.add_argument("--no-usage", action="store_true", help="skip (d), usage accounting")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     args.home = args.home or Path(tempfile.mkdtemp(prefix="dlaas-bench-"))
@@ -317,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not was_up:
             platform.down(args.home)
+    if not args.no_usage:
+        print("(d) usage accounting, on a platform of its own ...", flush=True)
+        result["usage"] = operations_usage.measure(None, sleep=30.0)
     if args.json:
         print(json.dumps(result))
     return 0

@@ -224,8 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sleep", type=float, default=30.0, help="seconds each job runs")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    result = measure(args.home, args.sleep)
+    if args.json:
+        print(json.dumps(result))
+    return 0 if result["exact"] else 1
+
+
+def measure(given_home: Path | None, sleep: float) -> dict:
+    """The whole measure on a platform of its own in `given_home` (a temporary one, brought
+    down at the end, when None); benchmarks/operations.py runs it as its phase (d)."""
     t0 = time.monotonic()
-    home = args.home or Path(tempfile.mkdtemp(prefix="dlaas-bench-"))
+    home = given_home or Path(tempfile.mkdtemp(prefix="dlaas-bench-"))
     os.environ["DLAAS_NODE_CPUS"] = str(NODE_CPUS)
     os.environ["DLAAS_NODE_MEMORY_MB"] = str(NODE_MEMORY_MB)
     print(f"platform in {home}", flush=True)
@@ -234,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = json.loads((home / "admin.json").read_text())
         url = cfg["url"]
         admin = Api(url, cfg["admin_token"])
-        jobs = story(admin, url, args.sleep)
+        jobs = story(admin, url, sleep)
         store_url = f"sqlite:///{home / 'jobs.db'}"
         per_job, per_team, problems = reference(store_url, jobs)
         since = min(day for day, _ in per_job)
@@ -260,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             store.close()
     finally:
-        if args.home is None:
+        if given_home is None:
             platform.down(home, progress=lambda line: None)
     reasons = [t.reason for h in histories.values() for t in h[1:] if t.status.value == "QUEUED"]
     result = {
@@ -279,9 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {'equal' if ok else 'DIFFERENT'}")
     for team, h in sorted(want_teams.items()):
         print(f"team {team}: " + ", ".join(f"{v:.6f} {k}" for k, v in h.items()))
-    if args.json:
-        print(json.dumps(result))
-    return 0 if result["exact"] else 1
+    return result
 
 
 if __name__ == "__main__":
