@@ -33,7 +33,7 @@ ALICE = "tok-alice-dashboard"
 class EmptyQueue:
     """The scheduler as a QUEUED job's page asks it: nothing is queued."""
 
-    def queue(self):
+    def queue(self, remaining_s=None):
         return []
 
 

@@ -342,8 +342,10 @@ def test_a_locked_store_during_deploy_leaves_the_job_pending_and_it_is_deployed_
     lcm = make_lcm(engine, store=store)
     lcm.submit("job-1", "alice", MANIFEST, "")
     [decision] = lcm.scheduler.schedule()
-    store.locked, store.skip = True, 1  # the PENDING transition reads it first
-    lcm._carry_out(decision)  # PENDING, then the deploy's read of the job fails
+    # The PENDING transition reads it first, then the placement's learner count is recorded
+    # (usage accounting); the deploy's read of the job fails.
+    store.locked, store.skip = True, 2
+    lcm._carry_out(decision)
 
     assert lcm.keeper.get("job-1").status == Status.PENDING  # not FAILED
     assert engine.deployed == 0 and lcm._held_allocation("job-1")  # it keeps its GPUs
