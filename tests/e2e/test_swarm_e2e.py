@@ -13,6 +13,9 @@ import json
 import os
 import re
 import shlex
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -87,6 +90,103 @@ def test_a_pytorch_ddp_gang_spans_two_nodes_and_its_ranks_agree(home, http):
     sums = [s for text in texts for s in re.findall(r"weights_sha256=([0-9a-f]{64})", text)]
     assert len(sums) == 2 and len(set(sums)) == 1  # gloo all-reduced across the overlay
     print(f"pytorch ddp across 2 swarm nodes: COMPLETED in {took:.1f}s")
+
+
+# How soon after the job's end (its COMPLETED transition) a follow must have ended: the
+# API polls every 0.5 s and the CLI reads the job again after its stream ends.
+END_WITHIN_S = 5
+# A follow still open this long after the job's end is the bug; the test stops waiting.
+GIVE_UP_S = 60
+
+
+def _cli_process(home: Path, *args: str) -> subprocess.Popen:
+    """`dlaas --home HOME ARGS` as a user runs it: a process of its own (this checkout's code)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    code = "from dlaas.clients.cli import app; app(prog_name='dlaas')"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, "--home", str(home), *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_every_follow_ends_within_seconds_of_the_jobs_end_on_the_swarm(home, http, tmp_path):
+    """`dlaas submit --follow`, `dlaas logs -f` and REST `logs?follow=true` end within seconds
+    of the job's end. The bug: on the swarm the three never ended after the job COMPLETED
+    (4 of 4; one hung 10 minutes), and the follow's tests ran only against a fake engine
+    whose stream never ends. Here the learner is a swarm service, its log a task's log read
+    through the manager; on 2026-11-26 the three ended 0.0-0.1 s after COMPLETED."""
+    from test_platform_e2e import wait_final
+
+    cfg = json.loads((home / "client.json").read_text())
+    manifest = tmp_path / "digits.yaml"
+    manifest.write_text(
+        (REPO / "examples/digits/manifest.yaml")
+        .read_text()
+        .replace("cpus: 1", "cpus: 0.5")
+        .replace("--epochs 20", "--epochs 6 --epoch-sleep 0.5")
+    )
+    ended: dict[str, float] = {}
+    outputs: dict[str, str] = {}
+
+    def waits(name: str, proc: subprocess.Popen) -> threading.Thread:
+        def run() -> None:
+            try:
+                out, errs = proc.communicate(timeout=300)
+                ended[name] = time.time()
+                outputs[name] = out + errs
+            except subprocess.TimeoutExpired:
+                pass
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    submitted = _cli_process(
+        home, "submit", str(manifest), "--code", str(REPO / "examples/digits"), "-f"
+    )
+    job_id = submitted.stdout.readline().strip()
+    assert job_id.startswith("job-"), submitted.stderr.read() if submitted.poll() else job_id
+    following = _cli_process(home, "logs", job_id, "-f")
+    procs = [submitted, following]
+    threads = [waits("submit --follow", submitted), waits("logs -f", following)]
+
+    def rest() -> None:
+        lines = []
+        with httpx.Client(base_url=cfg["url"], headers=http.headers, timeout=GIVE_UP_S) as c:
+            params = {"follow": "true"}
+            with c.stream("GET", f"/v1/jobs/{job_id}/logs", params=params) as r:
+                try:
+                    lines.extend(r.iter_lines())
+                except httpx.ReadTimeout:
+                    return
+        ended["REST logs?follow=true"] = time.time()
+        outputs["REST logs?follow=true"] = "\n".join(lines)
+
+    threads.append(threading.Thread(target=rest, daemon=True))
+    threads[-1].start()
+    try:
+        job = wait_final(http, job_id, timeout=300)
+        history = [(h["status"], h["reason"]) for h in job["history"]]
+        assert job["status"] == "COMPLETED", history
+        done_at = job["history"][-1]["at"]
+        for thread in threads:
+            thread.join(max(0.0, done_at + GIVE_UP_S - time.time()))
+        late = {
+            name: round(ended[name] - done_at, 1) if name in ended else f"open after {GIVE_UP_S} s"
+            for name in ("submit --follow", "logs -f", "REST logs?follow=true")
+        }
+        print(f"follows ended after the job's end (s): {late}")
+        assert all(isinstance(v, float) and v <= END_WITHIN_S for v in late.values()), late
+        assert all("epoch 6/6" in outputs[name] for name in late), outputs
+        assert "COMPLETED" in outputs["submit --follow"] and "COMPLETED" in outputs["logs -f"]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def test_an_mpi_job_spans_two_nodes_with_mpirun_over_ssh_and_its_key_as_a_swarm_secret(home, http):
