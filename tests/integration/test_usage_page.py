@@ -11,37 +11,14 @@ Skipped, saying why, where Chromium or Playwright is missing (a failure in CI).
 from __future__ import annotations
 
 import datetime as dt
-import os
-import shutil
 import socket
 import threading
 import time
 
 import pytest
 import uvicorn
+from chromium import launched
 from usage_data import ADMIN, ALICE, YESTERDAY, ran, usage_app
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update"]  # fmt: skip
-
-
-def _browser_or_skip():
-    missing = []
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-        missing.append("the Python package playwright")
-    chromium = CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")
-    if not chromium:
-        missing.append(f"{CHROMIUM} (apt-get install chromium)")
-    if missing:
-        reason = "no browser for the usage page test: missing " + " and ".join(missing)
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return sync_playwright, chromium
 
 
 @pytest.fixture
@@ -65,29 +42,24 @@ def base(job_store, tmp_path):
 
 
 def test_the_usage_page_charts_each_team_the_caller_may_see(base):
-    sync_playwright, chromium = _browser_or_skip()
     errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-        try:
-            for token, teams in ((ADMIN, ["ateam", "bteam"]), (ALICE, ["ateam"])):
-                page = browser.new_page()
-                page.set_default_timeout(20_000)
-                page.on("pageerror", lambda e: errors.append(str(e)))
-                page.goto(f"{base}/ui/#/usage")
-                page.fill("#token", token)
-                page.keyboard.press("Enter")
-                page.wait_for_selector(f"div.chart[data-team={teams[-1]}] canvas")
-                charts = page.evaluate("Object.keys(window.dlaasCharts).sort()")
-                assert charts == [f"usage:{t}" for t in teams]
-                rows = page.inner_text("table.usage tbody").splitlines()
-                assert [r.split("\t")[0] for r in rows] == teams
-                data = page.evaluate("window.dlaasCharts['usage:ateam'].data")
-                days, gpu_hours = data[0], data[1]
-                assert len(days) == 30  # the default range, every day a point
-                at = days.index(dt.datetime.combine(YESTERDAY, dt.time(), dt.UTC).timestamp())
-                assert gpu_hours[at] == 2.0 and sum(gpu_hours) == 2.0
-                page.close()
-        finally:
-            browser.close()
+    with launched() as browser:
+        for token, teams in ((ADMIN, ["ateam", "bteam"]), (ALICE, ["ateam"])):
+            page = browser.new_page()
+            page.set_default_timeout(20_000)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{base}/ui/#/usage")
+            page.fill("#token", token)
+            page.keyboard.press("Enter")
+            page.wait_for_selector(f"div.chart[data-team={teams[-1]}] canvas")
+            charts = page.evaluate("Object.keys(window.dlaasCharts).sort()")
+            assert charts == [f"usage:{t}" for t in teams]
+            rows = page.inner_text("table.usage tbody").splitlines()
+            assert [r.split("\t")[0] for r in rows] == teams
+            data = page.evaluate("window.dlaasCharts['usage:ateam'].data")
+            days, gpu_hours = data[0], data[1]
+            assert len(days) == 30  # the default range, every day a point
+            at = days.index(dt.datetime.combine(YESTERDAY, dt.time(), dt.UTC).timestamp())
+            assert gpu_hours[at] == 2.0 and sum(gpu_hours) == 2.0
+            page.close()
     assert errors == []
