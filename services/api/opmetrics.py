@@ -52,7 +52,6 @@ log = logging.getLogger(__name__)
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 # Seconds from placement (PENDING) to a running helper (DOWNLOADING) or training.
 DEPLOY_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
-PAGE = 500
 MIB = 2**20
 
 # The names the endpoint exposes (the Grafana dashboard's test checks against these).
@@ -133,21 +132,6 @@ def _le(bound: float) -> str:
     return str(float(bound)) if not math.isinf(bound) else "+Inf"
 
 
-def all_records(store: JobStore) -> Iterator[JobRecord]:
-    """Every job, each once (pages can shift while jobs are submitted during the read)."""
-    seen: set[str] = set()
-    offset = 0
-    while True:
-        records, total = store.list(offset=offset, limit=PAGE)
-        for r in records:
-            if r.job_id not in seen:
-                seen.add(r.job_id)
-                yield r
-        offset += PAGE
-        if not records or offset >= total:
-            break
-
-
 class PlatformCollector:
     """Yields the platform's series from the store and the LCM, at each scrape."""
 
@@ -163,7 +147,7 @@ class PlatformCollector:
             SOURCE_UP, "1 if this scrape could read the source", labels=["replica", "source"]
         )
         try:
-            records = list(all_records(self.store))
+            records = list(self.store.each())
             up.add_metric([r, "store"], 1)
         # Broad: a scrape must answer even with the store down; the other series still
         # say something, and dlaas_metrics_source_up says what is missing.

@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from dlaas.adapters.store.base import JobRecord, JobStore
+from dlaas.adapters.store.base import JobStore
 from dlaas.domain import usage
 from services.api.deps import CallerDep, DepsDep
 from services.api.models import error_responses
 
 router = APIRouter(prefix="/v1", tags=["usage"])
 
-PAGE = 500
 # The most rows one answer holds (by=job over a long range may have more): the answer
 # says it was cut, and a narrower range or filter gets the rest.
 MAX_ROWS = 10_000
@@ -66,26 +64,11 @@ class UsageReply(BaseModel):
     total: Hours
 
 
-def records(store: JobStore, user: str | None) -> Iterator[JobRecord]:
-    """Every job of `user` (None: all), each once, read a page at a time."""
-    seen: set[str] = set()
-    offset = 0
-    while True:
-        page, total = store.list(user=user, offset=offset, limit=PAGE)
-        for r in page:
-            if r.job_id not in seen:
-                seen.add(r.job_id)
-                yield r
-        offset += PAGE
-        if not page or offset >= total:
-            return
-
-
 def usage_rows(
     store: JobStore, cache: usage.UsageCache, user: str | None, q: usage.Query, now: float
 ) -> list[usage.UsageRow]:
     """The rows `q` asks for, per job and day, of the jobs of `user` (None: all)."""
-    return [row for r in records(store, user) for row in cache.rows(r, now) if q.wants(row)]
+    return [row for r in store.each(user) for row in cache.rows(r, now) if q.wants(row)]
 
 
 def _cache(request: Request) -> usage.UsageCache:

@@ -9,6 +9,7 @@ replayed mirror after a crash never duplicates history.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -74,6 +75,21 @@ class JobStore(abc.ABC):
     ) -> tuple[list[JobRecord], int]:
         """Jobs newest first, filtered by owner (None: all), status and label (the error code
         of the job's last transition: a FAILED job's triage label); with the total count."""
+
+    def each(self, user: str | None = None, page: int = 500) -> Iterator[JobRecord]:
+        """Every job of `user` (None: all), each once, read `page` at a time (pages can
+        shift while jobs are submitted during the read)."""
+        seen: set[str] = set()
+        offset = 0
+        while True:
+            records, total = self.list(user=user, offset=offset, limit=page)
+            for r in records:
+                if r.job_id not in seen:
+                    seen.add(r.job_id)
+                    yield r
+            offset += page
+            if not records or offset >= total:
+                return
 
     @abc.abstractmethod
     def record_transition(self, job_id: str, seq: int, t: Transition) -> bool:
