@@ -216,7 +216,7 @@ class Harness:
             requeue=self.requeue,
             helper_timeout_s=kw.pop("helper_timeout_s", 10),
             resync_s=kw.pop("resync_s", 3),
-            stop_grace_s=1,
+            stop_grace_s=kw.pop("stop_grace_s", 1),
             owns_job=lambda job_id: job_id in self.jobs,
             **kw,
         )

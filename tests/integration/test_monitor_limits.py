@@ -40,7 +40,8 @@ while not done:
     time.sleep(0.05)
 sys.exit(0 if os.path.exists("/job/checkpoints/ckpt") else 12)
 """
-# Trains until SIGTERM, then takes a second to write its checkpoint and exits 143.
+# Trains until SIGTERM, then takes a second to write its checkpoint and exits 143 (the
+# monitor's grace before SIGKILL is 10 s here, so a loaded machine does not turn it into 137).
 TRAINS_ON = """
 import os, signal, sys, time
 def stop(*_):
@@ -102,7 +103,7 @@ def test_a_job_that_prints_then_sleeps_fails_stalled(harness):  # noqa: F811 - t
 
 def test_at_its_deadline_a_job_checkpoints_then_fails_with_its_results_stored(harness):  # noqa: F811
     job = new_job(harness, "max_duration: 4\n")
-    harness.start_monitor()
+    harness.start_monitor(stop_grace_s=10)
     started = time.time()
     harness.deploy(job, HELPER_NEEDS_CHECKPOINT, [TRAINS_ON])
 
