@@ -163,6 +163,27 @@ class PurityGuard:
 GUARD = PurityGuard()
 
 
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def job_store():
+    """A fresh SqliteJobStore in memory: the real store and its SQL, without a file.
+
+    Overrides tests/conftest.py's file-backed one for tests/unit: creating, checkpointing and
+    closing a WAL file costs a few fsyncs, a second or more across the layer on a busy disk,
+    and no unit test reads the file. What only a file shows (WAL, several connections,
+    a store from before a migration) is tested in test_store_contract.py on a real file.
+    """
+    from dlaas.adapters.store import open_store
+
+    store = open_store("sqlite:///:memory:")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
 @pytest.fixture
 def purity_guard() -> PurityGuard:
     """The guard itself, for the tests that prove it fires."""

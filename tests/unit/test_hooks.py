@@ -11,7 +11,6 @@ import json
 import httpx
 import pytest
 
-from dlaas.adapters.store.sqlite import SqliteJobStore
 from dlaas.domain import egress, hooks
 from dlaas.domain.errors import InvalidRequest
 from dlaas.domain.status import TRANSITIONS, Status, Transition
@@ -146,11 +145,9 @@ def test_only_no_answer_5xx_408_and_429_are_retried_with_growing_waits():
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = SqliteJobStore(tmp_path / "jobs.db")
-    s.add_hook(hooks.Hook("hook-1", "alice", "http://receiver.test/h", ("completed",), 1.0))
-    yield s
-    s.close()
+def store(job_store):
+    job_store.add_hook(hooks.Hook("hook-1", "alice", "http://receiver.test/h", ("completed",), 1.0))
+    return job_store
 
 
 BODY = {"event": "completed", "job_id": "job-1", "idempotency_key": "hook-1.job-1.5"}

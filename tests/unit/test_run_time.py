@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from dlaas.adapters.store.sqlite import SqliteJobStore
 from dlaas.domain import account_ops
 from dlaas.domain.accounts import Quota, Team
 from dlaas.domain.errors import InvalidRequest
@@ -85,24 +84,17 @@ def test_the_monitors_limits_take_the_teams_run_times():
     assert (lim["max_duration_s"], lim["deadline_source"]) == (2 * H, "team nlp's default run time")
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = SqliteJobStore(tmp_path / "jobs.db")
-    yield s
-    s.close()
-
-
-def test_administrators_set_a_teams_run_times_audited(store):
+def test_administrators_set_a_teams_run_times_audited(job_store):
     made = account_ops.add_team(
-        store, "admin", "nlp", Quota(), 1.0, default_duration_s=2 * H, max_duration_s=8 * H
+        job_store, "admin", "nlp", Quota(), 1.0, default_duration_s=2 * H, max_duration_s=8 * H
     )
     assert (made.default_duration_s, made.max_duration_s) == (2 * H, 8 * H)
     # One left out stays; 0 lifts it.
-    t = account_ops.set_durations(store, "admin", "nlp", None, 12 * H, 2.0)
+    t = account_ops.set_durations(job_store, "admin", "nlp", None, 12 * H, 2.0)
     assert (t.default_duration_s, t.max_duration_s) == (2 * H, 12 * H)
-    t = account_ops.set_durations(store, "admin", "nlp", 0, None, 3.0)
+    t = account_ops.set_durations(job_store, "admin", "nlp", 0, None, 3.0)
     assert (t.default_duration_s, t.max_duration_s) == (0, 12 * H)
-    entries, _ = store.list_audit(offset=0, limit=10)
+    entries, _ = job_store.list_audit(offset=0, limit=10)
     assert [(e.action, e.detail) for e in entries[:2]] == [
         ("set-run-times", f"default_duration_s=0 max_duration_s={12 * H}"),
         ("set-run-times", f"default_duration_s={2 * H} max_duration_s={12 * H}"),
@@ -110,21 +102,21 @@ def test_administrators_set_a_teams_run_times_audited(store):
     assert f"default_duration_s={2 * H} max_duration_s={8 * H}" in entries[2].detail
     # A default above the maximum, with the other value as stored: refused, nothing changed.
     with pytest.raises(InvalidRequest, match="default_duration_s: 13h is above"):
-        account_ops.set_durations(store, "admin", "nlp", 13 * H, None, 4.0)
+        account_ops.set_durations(job_store, "admin", "nlp", 13 * H, None, 4.0)
     with pytest.raises(InvalidRequest, match="default_duration_s: 2h is above"):
-        account_ops.add_team(store, "admin", "cv", Quota(), 1.0, 100, 0, 2 * H, H)
+        account_ops.add_team(job_store, "admin", "cv", Quota(), 1.0, 100, 0, 2 * H, H)
     with pytest.raises(account_ops.AccountNotFound, match="team: no team 'gone'"):
-        account_ops.set_durations(store, "admin", "gone", H, None, 4.0)
-    assert store.get_team("nlp").max_duration_s == 12 * H
-    assert store.get_team("cv") is None
+        account_ops.set_durations(job_store, "admin", "gone", H, None, 4.0)
+    assert job_store.get_team("nlp").max_duration_s == 12 * H
+    assert job_store.get_team("cv") is None
 
 
-def test_submit_checks_the_stored_teams_maximum(store):
-    account_ops.add_team(store, "admin", "nlp", Quota(), 1.0, max_duration_s=8 * H)
-    account_ops.check_max_duration(store, "nlp", 8 * H)
-    account_ops.check_max_duration(store, "other", 100 * H)  # no such team: no maximum
+def test_submit_checks_the_stored_teams_maximum(job_store):
+    account_ops.add_team(job_store, "admin", "nlp", Quota(), 1.0, max_duration_s=8 * H)
+    account_ops.check_max_duration(job_store, "nlp", 8 * H)
+    account_ops.check_max_duration(job_store, "other", 100 * H)  # no such team: no maximum
     with pytest.raises(InvalidRequest, match="max_duration: 9h is above team nlp's maximum"):
-        account_ops.check_max_duration(store, "nlp", 9 * H)
+        account_ops.check_max_duration(job_store, "nlp", 9 * H)
 
 
 def test_the_monitors_team_cache_is_bounded_and_expires(monkeypatch):
