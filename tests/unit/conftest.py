@@ -163,27 +163,6 @@ class PurityGuard:
 GUARD = PurityGuard()
 
 
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture
-def job_store():
-    """A fresh SqliteJobStore in memory: the real store and its SQL, without a file.
-
-    Overrides tests/conftest.py's file-backed one for tests/unit: creating, checkpointing and
-    closing a WAL file costs a few fsyncs, a second or more across the layer on a busy disk,
-    and no unit test reads the file. What only a file shows (WAL, several connections,
-    a store from before a migration) is tested in test_store_contract.py on a real file.
-    """
-    from dlaas.adapters.store import open_store
-
-    store = open_store("sqlite:///:memory:")
-    try:
-        yield store
-    finally:
-        store.close()
-
-
 @pytest.fixture
 def purity_guard() -> PurityGuard:
     """The guard itself, for the tests that prove it fires."""
@@ -212,3 +191,36 @@ def pytest_runtest_teardown(item, nextitem):
         # unguarded (the test's own fixtures are guarded in its setup and call).
         return (yield)
     return (yield from GUARD.phase(item))
+
+
+# --------------------------------------------------------------------------- job stores
+
+
+def _memory_store() -> Iterator[object]:
+    from dlaas.adapters.store import open_store
+
+    store = open_store("sqlite:///:memory:")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def job_store():
+    """A fresh SqliteJobStore in memory: the real store and its SQL, without a file.
+
+    Overrides tests/conftest.py's file-backed one for tests/unit: creating, checkpointing and
+    closing a WAL file costs a few fsyncs, a second or more across the layer on a busy disk,
+    and no unit test reads the file. What only a file shows (WAL, several connections,
+    a store from before a migration) is tested in test_store_contract.py on a real file.
+    """
+    yield from _memory_store()
+
+
+@pytest.fixture(scope="module")
+def module_job_store():
+    """One in-memory SqliteJobStore for a module, for an app made once per module: the
+    first request to a new app builds every route's models (about 0.1 s a time). The
+    module's tests must not change what another of them reads."""
+    yield from _memory_store()

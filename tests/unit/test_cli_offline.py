@@ -15,8 +15,8 @@ from datetime import datetime
 
 import pytest
 import yaml
+from cli_runner import CliRunner
 from sample_manifests import MANIFEST
-from typer.testing import CliRunner
 
 from dlaas.clients.cli import _when_short, app, eta_text, queue_reason
 

@@ -4,8 +4,8 @@ are served under a self-only Content-Security-Policy, none of them names another
 sums what placed jobs hold per node and passes on what the LCM measured of each (unknown
 as null, and in /metrics as an absent series).
 
-The app is the real one (create_app) on a SQLite store in the test's tmp dir; the LCM is
-a stub answering only `cluster()`, the one call these routes make of it.
+The app is the real one (create_app), made once for the module, on an in-memory SQLite
+store; the LCM is a stub answering only `cluster()`, the one call these routes make of it.
 """
 
 from __future__ import annotations
@@ -65,14 +65,19 @@ def manifest(learners: int, cpus: float, memory: str, gpus: int = 0) -> str:
     )
 
 
-@pytest.fixture
-def client(job_store, tmp_path):
+@pytest.fixture(scope="module")
+def client(module_job_store, tmp_path_factory):
+    """The app, made once for the module (its first request builds every route). Its
+    tests read it; the one that adds jobs takes `job_store`, which deletes them after. The
+    bad tokens of test_data_routes_still_need_a_token (one per path) stay below the limit
+    of failed checks."""
+    job_store = module_job_store
     settings = PlatformSettings(
         s3_endpoint="http://127.0.0.1:9",
         s3_access_key="unused",
         s3_secret_key="unused",
         s3_bucket="unused",
-        store_url=f"sqlite:///{tmp_path / 'jobs.db'}",
+        store_url=f"sqlite:///{tmp_path_factory.mktemp('unused') / 'jobs.db'}",
         lcm_addr="127.0.0.1:9",
         scheduler_addr="127.0.0.1:9",
         secrets_key=new_key(),
@@ -108,6 +113,14 @@ def client(job_store, tmp_path):
     )
     with TestClient(app) as c:
         yield c
+
+
+@pytest.fixture
+def job_store(module_job_store):
+    """The app's store, for a test that adds jobs: every job is deleted after the test."""
+    yield module_job_store
+    for job in list(module_job_store.each()):
+        module_job_store.delete(job.job_id)
 
 
 def auth(token: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from cli_runner import CliRunner
 
 from dlaas.clients.cli import app
 from dlaas.domain.errors import ImageUnavailable, InvalidManifest

@@ -101,7 +101,7 @@ def test_the_framework_option_refuses_what_has_no_image(asked, problem):
 
 
 def test_dlaas_images_build_passes_its_frameworks_to_the_builder(monkeypatch):
-    from typer.testing import CliRunner
+    from cli_runner import CliRunner
 
     from dlaas.clients.cli import app
 

@@ -1,5 +1,6 @@
 """GET /v1/usage and the per-team usage counters on /metrics, on the real app (create_app)
-over a SQLite store in the test's tmp dir, with FAKE LCM, scheduler and S3 (none is asked).
+made once for the module over an in-memory SQLite store, with FAKE LCM, scheduler and S3
+(none is asked).
 
 Alice (ateam) and bob (bteam) each ran jobs yesterday; a user sees their own usage, the
 administrator everyone's; the totals are the histories' allocation intervals."""
@@ -12,9 +13,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from usage_data import ADMIN, ALICE, BOB, TODAY, YESTERDAY, ran, usage_app
 
 
-@pytest.fixture
-def client(job_store, tmp_path):
-    app = usage_app(job_store, tmp_path)
+@pytest.fixture(scope="module")
+def client(module_job_store, tmp_path_factory):
+    """The app and its jobs, made once for the module (its first request builds every
+    route); every test here only reads them."""
+    job_store = module_job_store
+    app = usage_app(job_store, tmp_path_factory.mktemp("usage"))
     ran(job_store, "job-a1", "alice", "ateam", hours=1, learners=2)
     ran(job_store, "job-a2", "alice", "ateam", hours=0.5, learners=1)
     ran(job_store, "job-b1", "bob", "bteam", hours=3, learners=2)
@@ -80,7 +84,7 @@ def test_metrics_count_each_teams_hours(client):
 
 
 def test_the_cli_prints_the_routes_rows_as_csv_and_a_table(client, monkeypatch, tmp_path):
-    from typer.testing import CliRunner
+    from cli_runner import CliRunner
 
     from dlaas.clients import cli_app
     from dlaas.clients.cli import app
