@@ -2,8 +2,8 @@
 dlaas.domain.status (the dashboard's select and its "final" rule come from it, not from
 a copy), and `GET /v1/jobs?label=` finds the FAILED jobs by their triage label.
 
-The app is the real one (create_app) on a SQLite store in the test's tmp dir; no other
-platform service is called by these routes.
+The app is the real one (create_app), made once for the module, on an in-memory SQLite
+store; no other platform service is called by these routes.
 """
 
 from __future__ import annotations
@@ -22,11 +22,15 @@ from services.api.app import create_app
 ADMIN, ALICE, BOB = "tok-admin", "tok-alice", "tok-bob"
 
 
-@pytest.fixture
-def client(job_store, tmp_path):
+@pytest.fixture(scope="module")
+def client(module_job_store, tmp_path_factory):
+    """The app, made once for the module (its first request builds every route); the test
+    that adds jobs takes `job_store`, which deletes them after."""
+    job_store = module_job_store
+    unused = tmp_path_factory.mktemp("unused") / "jobs.db"  # the app is given its store
     settings = PlatformSettings(
         s3_endpoint="http://127.0.0.1:9", s3_access_key="unused", s3_secret_key="unused",
-        s3_bucket="unused", store_url=f"sqlite:///{tmp_path / 'jobs.db'}",
+        s3_bucket="unused", store_url=f"sqlite:///{unused}",
         lcm_addr="127.0.0.1:9", scheduler_addr="127.0.0.1:9", secrets_key=new_key(),
     )  # fmt: skip
     for name, token in (("alice", ALICE), ("bob", BOB)):
@@ -37,8 +41,15 @@ def client(job_store, tmp_path):
         docker=False, scheduler=object(), tasks=object(),
     )  # fmt: skip
     with TestClient(app) as c:
-        c.store = job_store
         yield c
+
+
+@pytest.fixture
+def job_store(module_job_store):
+    """The app's store, for a test that adds jobs: every job is deleted after the test."""
+    yield module_job_store
+    for job in list(module_job_store.each()):
+        module_job_store.delete(job.job_id)
 
 
 def auth(token: str) -> dict[str, str]:
@@ -69,11 +80,11 @@ def test_statuses_need_a_token(client):
     assert client.get("/v1/statuses").status_code == 401
 
 
-def test_jobs_are_filtered_by_their_triage_label(client):
-    failed(client.store, "j-oom-1", "alice", "gpu_oom", 10.0)
-    failed(client.store, "j-disk", "alice", "disk_full", 11.0)
-    failed(client.store, "j-oom-2", "alice", "gpu_oom", 12.0)
-    failed(client.store, "j-oom-bob", "bob", "gpu_oom", 13.0)
+def test_jobs_are_filtered_by_their_triage_label(client, job_store):
+    failed(job_store, "j-oom-1", "alice", "gpu_oom", 10.0)
+    failed(job_store, "j-disk", "alice", "disk_full", 11.0)
+    failed(job_store, "j-oom-2", "alice", "gpu_oom", 12.0)
+    failed(job_store, "j-oom-bob", "bob", "gpu_oom", 13.0)
     r = client.get("/v1/jobs?label=gpu_oom", headers=auth(ALICE))
     assert r.status_code == 200
     body = r.json()
