@@ -7,8 +7,8 @@ administrator's route) or bob's own (empty) data, and no answer names alice, her
 hook, team or data. A route added to the API is walked too (a body-taking route must be
 given a body here, or this test says so).
 
-The app is the real one (create_app), made once for the module, on a SQLite store in its
-tmp dir, with FAKE LCM, scheduler, S3 and task queue that hold alice's things too.
+The app is the real one (create_app), made once for the module, on an in-memory SQLite
+store, with FAKE LCM, scheduler, S3 and task queue that hold alice's things too.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from dlaas.adapters.store import open_store
 from dlaas.adapters.store.base import JobRecord
 from dlaas.clients.sdk import QueueEntry, TeamUsage
 from dlaas.config import ApiSettings, PlatformSettings
@@ -97,20 +96,11 @@ class FakeS3:
 
 
 @pytest.fixture(scope="module")
-def job_store(tmp_path_factory):
-    """One store for the module's app: no test here changes what another reads (bob's
-    calls are refused or make bob's own things)."""
-    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('access') / 'jobs.db'}")
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-@pytest.fixture(scope="module")
-def client(job_store, tmp_path_factory):
+def client(module_job_store, tmp_path_factory):
     """The app, made once for the module: its OpenAPI spec (what the walk reads) is built
-    once, not per test."""
+    once, not per test. No test here changes what another reads (bob's calls are refused
+    or make bob's own things)."""
+    job_store = module_job_store
     settings = PlatformSettings(
         s3_endpoint="http://127.0.0.1:9", s3_access_key="unused", s3_secret_key="unused",
         s3_bucket="unused", store_url=f"sqlite:///{tmp_path_factory.mktemp('unused') / 'jobs.db'}",
