@@ -12,7 +12,6 @@ narrowed to what can really occur there. Read with `ast`, never imported.
 from __future__ import annotations
 
 import ast
-import io
 import tokenize
 from collections.abc import Sequence
 
@@ -80,10 +79,16 @@ def keeps_cause(handler: ast.ExceptHandler) -> bool:
     return False
 
 
-def _comments(source: str) -> dict[int, str]:
-    """The comment on each line, by line number."""
-    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
-    return {tok.start[0]: tok.string for tok in tokens if tok.type == tokenize.COMMENT}
+def _comment_on(lines: Sequence[str], lineno: int) -> str:
+    """The comment on line `lineno` of a module, where a logical line starts (an `except`
+    clause's does): only that logical line is tokenized, not the whole module."""
+    rest = iter(lines[lineno - 1 :])
+    for tok in tokenize.generate_tokens(lambda: next(rest, "")):
+        if tok.type == tokenize.COMMENT and tok.start[0] == 1:
+            return tok.string
+        if tok.type == tokenize.NEWLINE:
+            break
+    return ""
 
 
 def find_unexplained(source: str, module_nodes: Sequence[ast.AST] | None = None) -> list[int]:
@@ -91,13 +96,11 @@ def find_unexplained(source: str, module_nodes: Sequence[ast.AST] | None = None)
     (`module_nodes`: the source's nodes, when the caller has it parsed already)."""
     found = module_nodes if module_nodes is not None else ast.walk(ast.parse(source))
     broad = [n for n in found if isinstance(n, ast.ExceptHandler) and is_broad(n)]
-    if not broad:
-        return []  # most modules: no need to tokenize them for their comments
-    comments = _comments(source)
+    lines = source.splitlines(keepends=True)
     return sorted(
         node.lineno
         for node in broad
-        if not keeps_cause(node) or "broad" not in comments.get(node.lineno, "").lower()
+        if not keeps_cause(node) or "broad" not in _comment_on(lines, node.lineno).lower()
     )
 
 
