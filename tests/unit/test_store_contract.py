@@ -1,7 +1,10 @@
 """One contract for every JobStore backend.
 
 Each test that takes `store` (or `listed`) runs against:
-- SQLite on a temp file (always; the real embedded database);
+- SQLite in memory (always; the real embedded database and the store's own SQL, one
+  connection as in every process). The file's own behaviour (WAL, reopening, threads, a
+  file from before a migration, its mode) is tested on real files below: a file per
+  contract test cost a few fsyncs each, 0.3 s to seconds of tests/unit on a busy disk;
 - mongomock, an in-process fake standing in for MongoDB because no MongoDB server can
   run on this machine. It checks the query and update logic, not the server.
 The same tests run against a real MongoDB in tests/integration/test_store_mongo.py (when
@@ -32,10 +35,10 @@ MONGOMOCK_LABEL = "mongomock: in-process fake, no real server available here"
         pytest.param("mongomock", id="mongomock-fake"),
     ]
 )
-def store(request, tmp_path):
+def store(request):
     kind = request.param
     if kind == "sqlite":
-        s: JobStore = SqliteJobStore(tmp_path / "jobs.db")
+        s: JobStore = SqliteJobStore(":memory:")
         yield s
         s.close()
         return
