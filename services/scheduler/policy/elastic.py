@@ -104,7 +104,13 @@ class Elastic(RoundState):
         """Running jobs holding learners above their target, least important first."""
         if self._lenders_cache is None:
             self._lenders_cache = sorted(
-                (r for r in self.snapshot.running if r.lent and r.allocations),
+                # (no target_learners: nothing lent; the cheap test first, a round asks
+                # it of every running job)
+                (
+                    r
+                    for r in self.snapshot.running
+                    if r.target_learners is not None and r.lent and r.allocations
+                ),
                 key=lambda r: (r.priority, -r.lent, r.job_id),
             )
         return self._lenders_cache
@@ -169,7 +175,10 @@ class Elastic(RoundState):
     def grow(self) -> None:
         if not self.cfg.grow:
             return
-        if not any(r.learners < r.grow_limit for r in self.snapshot.running):
+        # (only a job with a max may grow: the cheap test first, a round asks every running job)
+        if not any(
+            r.max_learners is not None and r.learners < r.grow_limit for r in self.snapshot.running
+        ):
             return
         for j in self.waiting:
             # A waiting job that could use idle GPUs has them first.

@@ -57,7 +57,12 @@ class Preemption(RoundState):
                 rows.append((key, cls, r))
             rows.sort(key=itemgetter(0))
             self._ranked_cache = [(cls, r) for _, cls, r in rows]
-            self._elastic = [x for x in self._ranked_cache if x[1].learners > x[1].min_gang]
+            # (no min_learners: min is its size, nothing to shrink; the cheap test first)
+            self._elastic = [
+                x
+                for x in self._ranked_cache
+                if x[1].min_learners is not None and x[1].learners > x[1].min_gang
+            ]
         return self._ranked_cache
 
     def _may_preempt(self, cls: tuple, can_preempt: bool) -> bool:
