@@ -65,6 +65,7 @@ class FreeIndex:
         # NodeFree, hashed by identity: a walk gets the node without a lookup by name)
         self.buckets: dict[str, list[dict[NodeFree, None]]] = {}
         self.free_gpus: dict[str, int] = {}
+        self.free_total = 0  # of every type (a round asks it of every job it looks at)
         # bumped on every change, so callers can memoize "did not fit" within one state
         self.version = 0
         self.reserved: dict[str, list[str]] = {}  # job_id -> node names held for it
@@ -88,6 +89,7 @@ class FreeIndex:
             self._all_types = tuple(self.buckets)
         b[len(nf.free)][nf] = None
         self.free_gpus[t] += len(nf.free)
+        self.free_total += len(nf.free)
 
     def _bucket_remove(self, nf: NodeFree) -> None:
         self.version += 1
@@ -96,6 +98,7 @@ class FreeIndex:
         t = nf.node.gpu_type
         self._unlink(t, len(nf.free), nf)
         self.free_gpus[t] -= len(nf.free)
+        self.free_total -= len(nf.free)
 
     def _unlink(self, t: str, k: int, nf: NodeFree) -> None:
         """Remove a node from bucket k of type t. A dict keeps a hole per deleted key until it
@@ -122,6 +125,7 @@ class FreeIndex:
         # to the end of its bucket, even when the count stayed the same
         self.buckets[t][after][nf] = None
         self.free_gpus[t] += after - before
+        self.free_total += after - before
 
     def _types(self, gpu_type: str) -> tuple[str, ...]:
         return (gpu_type,) if gpu_type else self._all_types
@@ -170,7 +174,7 @@ class FreeIndex:
     def total_free_gpus(self, gpu_type: str = "") -> int:
         if gpu_type:
             return self.free_gpus.get(gpu_type, 0)
-        return sum(self.free_gpus.values())
+        return self.free_total
 
     def upper_capacity(self, g: int, gpu_type: str) -> int:
         """Upper bound on learners of g GPUs placeable now (GPUs only; CPUs/memory not checked)."""

@@ -76,8 +76,9 @@ class Round(FairShare, Elastic, Preemption, Reservation):
 
     # -- main loop ------------------------------------------------------------------------
     def ordered(self):
-        """(sort key, job) in policy order; `class_of` turns a pair into the preemption class,
-        only for the jobs a round really looks at (a long queue behind a full cluster is not).
+        """(sort key, job) in policy order; the policy's `class_of` turns a pair into the
+        preemption class, only for the jobs a round really looks at (a long queue behind a full
+        cluster is not).
 
         With team quotas: first the jobs inside their team's guarantee (`in_guarantee` is set
         while they are considered; a job's status is decided when its turn comes, after the
@@ -120,11 +121,6 @@ class Round(FairShare, Elastic, Preemption, Reservation):
         # a list, not a generator: a round walks every queued job, resuming one per job
         return sorted(zip(map(key, queue), queue, strict=True), key=itemgetter(0))
 
-    def class_of(self, k: tuple, j: QueuedJob) -> tuple:
-        if self.policy.promoted(k):
-            self.promoted.add(j.job_id)
-        return self.policy.class_of(k, j, self.now, self.cfg)
-
     def run(self) -> list[Decision]:
         can_preempt = self.policy.preempts and bool(self.snapshot.running)
         # a team below its guarantee takes borrowed work back under every policy
@@ -133,6 +129,7 @@ class Round(FairShare, Elastic, Preemption, Reservation):
         # learners": a later job of the same shape needing >= n cannot do better. This keeps a
         # long queue behind a full cluster O(queue), not O(queue x nodes).
         failed: dict[tuple, tuple[int, int]] = {}
+        fits_now: dict[tuple, str] = {}
         gpu_less = 0 in map(attrgetter("gpus_per_learner"), self.snapshot.queue)
         preempted = 0
         move_tries = 1
@@ -141,14 +138,22 @@ class Round(FairShare, Elastic, Preemption, Reservation):
         if evict_after is None:
             evict_tries = 0
         max_pre = self.policy.max_preemptions(self.cfg)
+        promoted, class_of, now, cfg = (
+            self.policy.promoted,
+            self.policy.class_of,
+            self.now,
+            self.cfg,
+        )
         queue = self.ordered()
         for k, j in queue:
-            cls = self.class_of(k, j)
+            if promoted(k):
+                self.promoted.add(j.job_id)
+            cls = class_of(k, j, now, cfg)
             guaranteed = self.in_guarantee
             # (nodes held by a reservation do not count as free: the job holding it came earlier)
             if (
                 not gpu_less
-                and self.idx.total_free_gpus() == 0
+                and self.idx.free_total == 0
                 and not self._may_preempt(cls, can_preempt)
                 and not (guaranteed and can_reclaim and self._may_reclaim(j))
                 and not self._lent_left()
@@ -193,7 +198,12 @@ class Round(FairShare, Elastic, Preemption, Reservation):
             ):
                 continue
             if allocs is not None:
-                cause = f"fits now ({placed_shape(j, len(allocs))})"
+                # the same few shapes start again and again: their words are made once
+                n = len(allocs)
+                at = (j.gpus_per_learner, j.cpus_per_learner, j.gpu_type, j.learners, n)
+                cause = fits_now.get(at)
+                if cause is None:
+                    cause = fits_now[at] = f"fits now ({placed_shape(j, n)})"
                 if self.reserved_for is not None and self.reserved_for != j.job_id:
                     cause += f"; backfilled outside nodes reserved for {self.reserved_for}"
                 self.start(j, allocs, cause)
