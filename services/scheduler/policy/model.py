@@ -69,6 +69,8 @@ class QueuedJob:
     submission time, kept when a preempted job is requeued, so it gets its old position back.
     `attained_service` and `preemptions` carry the history of a requeued job. `team` names the
     team whose quota it counts against ("" = no team: it never has a guarantee, only borrows).
+    `name` is the manifest's (""; unknown): the queue's ETA expects a job to run about as long
+    as its user's finished jobs of that name (eta.DurationModel); no decision reads it.
     """
 
     job_id: str
@@ -88,6 +90,7 @@ class QueuedJob:
     last_preempted_time: float | None = None
     team: str = ""
     auto_grow: bool = False
+    name: str = ""
 
     @property
     def min_gang(self) -> int:
@@ -136,6 +139,7 @@ class RunningJob:
     # Seconds the job is expected to run still, read off its progress (dlaas.domain.progress;
     # the simulator knows it from the trace); None: unknown, the ETA's DurationModel guesses.
     remaining_s: float | None = None
+    name: str = ""  # as QueuedJob.name
 
     @property
     def learners(self) -> int:
