@@ -114,7 +114,9 @@ class RunningJob:
     size). Learners up to the target are the job's own: a job shrunk below it grows back into
     idle resources. Learners ABOVE the target are LENT: only a job with `auto_grow` grows past
     its target (toward max_learners), and it gives them back (a shrink toward the target) as
-    soon as a queued job needs them, whatever the classes of the two jobs.
+    soon as a queued job needs them, whatever the classes of the two jobs; within
+    `resize_interval_s` of its grow only to a job of higher priority or one inside its team's
+    guarantee (elastic.py).
     """
 
     job_id: str
