@@ -14,8 +14,9 @@ last a known time):
       progress gives their time left (two moves seen by each API replica): each job's range
       as first seen in `GET /v1/queue` right after its submit, against when it left QUEUED:
       the share inside (target >= 80 %), and the median width against the median wait
-      (target <= 1x). Before (c), `--warmup` short jobs run so the scheduler has seen run
-      times (its model of a queued job's time starts from the jobs that ended);
+      (target <= 1x). Before (c), `--warmup` short jobs (the same job, of the same name) run
+      so the scheduler has seen their run times (its model of a queued job's time starts
+      from the jobs of its user and name that ended, else from every job that ended);
   (d) usage accounting totals against the jobs' histories, exactly, through a resize, a
       preemption and a halt/resume and again after down/up: benchmarks/operations_usage.py,
       on a platform of its own (one node of 4 CPUs, two teams), after the others
@@ -269,7 +270,9 @@ def run(url: str, token: str, args: argparse.Namespace) -> dict:
     node_cpus = min(n["capacity"]["cpus"] for n in nodes["nodes"])
     cpus = node_cpus / 2  # two jobs at a time, the rest queue
     print(f"node CPUs {node_cpus:g}: every job asks for {cpus:g}", flush=True)
-    warm_job = DIGITS_JOB.format(name="warmup", cpus=cpus, epochs=4, sleep=1)
+    # the short jobs of (c), run before it: a user's repeated job, the ETA's run-time model
+    # knows it by name
+    warm_job = DIGITS_JOB.format(name="short", cpus=cpus, epochs=4, sleep=1)
     with tempfile.TemporaryDirectory() as tmp:
         if not args.stall_last:
             print("(a) stall detection, and the warm-up jobs beside it ...", flush=True)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64laas/v1/scheduler.proto\x12\x08\x64laas.v1\"\xdf\x01\n\x0bGangRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x10\n\x08learners\x18\x03 \x01(\x05\x12\x0c\n\x04\x63pus\x18\x04 \x01(\x01\x12\x11\n\tmemory_mb\x18\x05 \x01(\x03\x12\x0c\n\x04gpus\x18\x06 \x01(\x05\x12\x10\n\x08gpu_type\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12\x14\n\x0cmin_learners\x18\t \x01(\x05\x12\x14\n\x0cmax_learners\x18\n \x01(\x05\x12\x13\n\x0bsubmit_time\x18\x0b \x01(\x01\x12\x0c\n\x04team\x18\x0c \x01(\t\"0\n\x0c\x45nqueueReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\x11LearnerAllocation\x12\x0f\n\x07learner\x18\x01 \x01(\x05\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\x05\"k\n\x08\x44\x65\x63ision\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\x12\x30\n\x0b\x61llocations\x18\x04 \x03(\x0b\x32\x1b.dlaas.v1.LearnerAllocation\"6\n\rScheduleReply\x12%\n\tdecisions\x18\x01 \x03(\x0b\x32\x12.dlaas.v1.Decision\"&\n\x05JobId\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65nded\x18\x02 \x01(\x08\"\x0c\n\nSchedEmpty\"~\n\x0cQueueRequest\x12;\n\x0bremaining_s\x18\x01 \x03(\x0b\x32&.dlaas.v1.QueueRequest.RemainingSEntry\x1a\x31\n\x0fRemainingSEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"e\n\nQueueEntry\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08position\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x11\n\teta_low_s\x18\x04 \x01(\x01\x12\x12\n\neta_high_s\x18\x05 \x01(\x01\"3\n\nQueueReply\x12%\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x14.dlaas.v1.QueueEntry\"H\n\tTeamQuota\x12\x0c\n\x04team\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x01(\x05\x12\x0c\n\x04\x63pus\x18\x03 \x01(\x01\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\"\x84\x02\n\tTeamUsage\x12\x0c\n\x04team\x18\x01 \x01(\t\x12\x12\n\nquota_gpus\x18\x02 \x01(\x05\x12\x12\n\nquota_cpus\x18\x03 \x01(\x01\x12\x17\n\x0fquota_memory_mb\x18\x04 \x01(\x03\x12\x17\n\x0fguaranteed_gpus\x18\x05 \x01(\x05\x12\x17\n\x0fguaranteed_cpus\x18\x06 \x01(\x01\x12\x1c\n\x14guaranteed_memory_mb\x18\x07 \x01(\x03\x12\x15\n\rborrowed_gpus\x18\x08 \x01(\x05\x12\x15\n\rborrowed_cpus\x18\t \x01(\x01\x12\x1a\n\x12\x62orrowed_memory_mb\x18\n \x01(\x03\x12\x0e\n\x06queued\x18\x0b \x01(\x05\"0\n\nTeamsReply\x12\"\n\x05teams\x18\x01 \x03(\x0b\x32\x13.dlaas.v1.TeamUsage2\xd9\x02\n\tScheduler\x12\x38\n\x07\x45nqueue\x12\x15.dlaas.v1.GangRequest\x1a\x16.dlaas.v1.EnqueueReply\x12\x39\n\x08Schedule\x12\x14.dlaas.v1.SchedEmpty\x1a\x17.dlaas.v1.ScheduleReply\x12\x30\n\x07Release\x12\x0f.dlaas.v1.JobId\x1a\x14.dlaas.v1.SchedEmpty\x12\x35\n\x05Queue\x12\x16.dlaas.v1.QueueRequest\x1a\x14.dlaas.v1.QueueReply\x12\x39\n\x0cSetTeamQuota\x12\x13.dlaas.v1.TeamQuota\x1a\x14.dlaas.v1.SchedEmpty\x12\x33\n\x05Teams\x12\x14.dlaas.v1.SchedEmpty\x1a\x14.dlaas.v1.TeamsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64laas/v1/scheduler.proto\x12\x08\x64laas.v1\"\xed\x01\n\x0bGangRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x10\n\x08learners\x18\x03 \x01(\x05\x12\x0c\n\x04\x63pus\x18\x04 \x01(\x01\x12\x11\n\tmemory_mb\x18\x05 \x01(\x03\x12\x0c\n\x04gpus\x18\x06 \x01(\x05\x12\x10\n\x08gpu_type\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12\x14\n\x0cmin_learners\x18\t \x01(\x05\x12\x14\n\x0cmax_learners\x18\n \x01(\x05\x12\x13\n\x0bsubmit_time\x18\x0b \x01(\x01\x12\x0c\n\x04team\x18\x0c \x01(\t\x12\x0c\n\x04name\x18\r \x01(\t\"0\n\x0c\x45nqueueReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\x11LearnerAllocation\x12\x0f\n\x07learner\x18\x01 \x01(\x05\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\x05\"k\n\x08\x44\x65\x63ision\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\x12\x30\n\x0b\x61llocations\x18\x04 \x03(\x0b\x32\x1b.dlaas.v1.LearnerAllocation\"6\n\rScheduleReply\x12%\n\tdecisions\x18\x01 \x03(\x0b\x32\x12.dlaas.v1.Decision\"&\n\x05JobId\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65nded\x18\x02 \x01(\x08\"\x0c\n\nSchedEmpty\"~\n\x0cQueueRequest\x12;\n\x0bremaining_s\x18\x01 \x03(\x0b\x32&.dlaas.v1.QueueRequest.RemainingSEntry\x1a\x31\n\x0fRemainingSEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"e\n\nQueueEntry\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08position\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x11\n\teta_low_s\x18\x04 \x01(\x01\x12\x12\n\neta_high_s\x18\x05 \x01(\x01\"3\n\nQueueReply\x12%\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x14.dlaas.v1.QueueEntry\"H\n\tTeamQuota\x12\x0c\n\x04team\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x01(\x05\x12\x0c\n\x04\x63pus\x18\x03 \x01(\x01\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\"\x84\x02\n\tTeamUsage\x12\x0c\n\x04team\x18\x01 \x01(\t\x12\x12\n\nquota_gpus\x18\x02 \x01(\x05\x12\x12\n\nquota_cpus\x18\x03 \x01(\x01\x12\x17\n\x0fquota_memory_mb\x18\x04 \x01(\x03\x12\x17\n\x0fguaranteed_gpus\x18\x05 \x01(\x05\x12\x17\n\x0fguaranteed_cpus\x18\x06 \x01(\x01\x12\x1c\n\x14guaranteed_memory_mb\x18\x07 \x01(\x03\x12\x15\n\rborrowed_gpus\x18\x08 \x01(\x05\x12\x15\n\rborrowed_cpus\x18\t \x01(\x01\x12\x1a\n\x12\x62orrowed_memory_mb\x18\n \x01(\x03\x12\x0e\n\x06queued\x18\x0b \x01(\x05\"0\n\nTeamsReply\x12\"\n\x05teams\x18\x01 \x03(\x0b\x32\x13.dlaas.v1.TeamUsage2\xd9\x02\n\tScheduler\x12\x38\n\x07\x45nqueue\x12\x15.dlaas.v1.GangRequest\x1a\x16.dlaas.v1.EnqueueReply\x12\x39\n\x08Schedule\x12\x14.dlaas.v1.SchedEmpty\x1a\x17.dlaas.v1.ScheduleReply\x12\x30\n\x07Release\x12\x0f.dlaas.v1.JobId\x1a\x14.dlaas.v1.SchedEmpty\x12\x35\n\x05Queue\x12\x16.dlaas.v1.QueueRequest\x1a\x14.dlaas.v1.QueueReply\x12\x39\n\x0cSetTeamQuota\x12\x13.dlaas.v1.TeamQuota\x1a\x14.dlaas.v1.SchedEmpty\x12\x33\n\x05Teams\x12\x14.dlaas.v1.SchedEmpty\x1a\x14.dlaas.v1.TeamsReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,33 +34,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_QUEUEREQUEST_REMAININGSENTRY']._loaded_options = None
   _globals['_QUEUEREQUEST_REMAININGSENTRY']._serialized_options = b'8\001'
   _globals['_GANGREQUEST']._serialized_start=39
-  _globals['_GANGREQUEST']._serialized_end=262
-  _globals['_ENQUEUEREPLY']._serialized_start=264
-  _globals['_ENQUEUEREPLY']._serialized_end=312
-  _globals['_LEARNERALLOCATION']._serialized_start=314
-  _globals['_LEARNERALLOCATION']._serialized_end=385
-  _globals['_DECISION']._serialized_start=387
-  _globals['_DECISION']._serialized_end=494
-  _globals['_SCHEDULEREPLY']._serialized_start=496
-  _globals['_SCHEDULEREPLY']._serialized_end=550
-  _globals['_JOBID']._serialized_start=552
-  _globals['_JOBID']._serialized_end=590
-  _globals['_SCHEDEMPTY']._serialized_start=592
-  _globals['_SCHEDEMPTY']._serialized_end=604
-  _globals['_QUEUEREQUEST']._serialized_start=606
-  _globals['_QUEUEREQUEST']._serialized_end=732
-  _globals['_QUEUEREQUEST_REMAININGSENTRY']._serialized_start=683
-  _globals['_QUEUEREQUEST_REMAININGSENTRY']._serialized_end=732
-  _globals['_QUEUEENTRY']._serialized_start=734
-  _globals['_QUEUEENTRY']._serialized_end=835
-  _globals['_QUEUEREPLY']._serialized_start=837
-  _globals['_QUEUEREPLY']._serialized_end=888
-  _globals['_TEAMQUOTA']._serialized_start=890
-  _globals['_TEAMQUOTA']._serialized_end=962
-  _globals['_TEAMUSAGE']._serialized_start=965
-  _globals['_TEAMUSAGE']._serialized_end=1225
-  _globals['_TEAMSREPLY']._serialized_start=1227
-  _globals['_TEAMSREPLY']._serialized_end=1275
-  _globals['_SCHEDULER']._serialized_start=1278
-  _globals['_SCHEDULER']._serialized_end=1623
+  _globals['_GANGREQUEST']._serialized_end=276
+  _globals['_ENQUEUEREPLY']._serialized_start=278
+  _globals['_ENQUEUEREPLY']._serialized_end=326
+  _globals['_LEARNERALLOCATION']._serialized_start=328
+  _globals['_LEARNERALLOCATION']._serialized_end=399
+  _globals['_DECISION']._serialized_start=401
+  _globals['_DECISION']._serialized_end=508
+  _globals['_SCHEDULEREPLY']._serialized_start=510
+  _globals['_SCHEDULEREPLY']._serialized_end=564
+  _globals['_JOBID']._serialized_start=566
+  _globals['_JOBID']._serialized_end=604
+  _globals['_SCHEDEMPTY']._serialized_start=606
+  _globals['_SCHEDEMPTY']._serialized_end=618
+  _globals['_QUEUEREQUEST']._serialized_start=620
+  _globals['_QUEUEREQUEST']._serialized_end=746
+  _globals['_QUEUEREQUEST_REMAININGSENTRY']._serialized_start=697
+  _globals['_QUEUEREQUEST_REMAININGSENTRY']._serialized_end=746
+  _globals['_QUEUEENTRY']._serialized_start=748
+  _globals['_QUEUEENTRY']._serialized_end=849
+  _globals['_QUEUEREPLY']._serialized_start=851
+  _globals['_QUEUEREPLY']._serialized_end=902
+  _globals['_TEAMQUOTA']._serialized_start=904
+  _globals['_TEAMQUOTA']._serialized_end=976
+  _globals['_TEAMUSAGE']._serialized_start=979
+  _globals['_TEAMUSAGE']._serialized_end=1239
+  _globals['_TEAMSREPLY']._serialized_start=1241
+  _globals['_TEAMSREPLY']._serialized_end=1289
+  _globals['_SCHEDULER']._serialized_start=1292
+  _globals['_SCHEDULER']._serialized_end=1637
 # @@protoc_insertion_point(module_scope)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GangRequest(_message.Message):
-    __slots__ = ("job_id", "user", "learners", "cpus", "memory_mb", "gpus", "gpu_type", "priority", "min_learners", "max_learners", "submit_time", "team")
+    __slots__ = ("job_id", "user", "learners", "cpus", "memory_mb", "gpus", "gpu_type", "priority", "min_learners", "max_learners", "submit_time", "team", "name")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     LEARNERS_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class GangRequest(_message.Message):
     MAX_LEARNERS_FIELD_NUMBER: _ClassVar[int]
     SUBMIT_TIME_FIELD_NUMBER: _ClassVar[int]
     TEAM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     user: str
     learners: int
@@ -32,7 +33,8 @@ class GangRequest(_message.Message):
     max_learners: int
     submit_time: float
     team: str
-    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., learners: _Optional[int] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., priority: _Optional[int] = ..., min_learners: _Optional[int] = ..., max_learners: _Optional[int] = ..., submit_time: _Optional[float] = ..., team: _Optional[str] = ...) -> None: ...
+    name: str
+    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., learners: _Optional[int] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., priority: _Optional[int] = ..., min_learners: _Optional[int] = ..., max_learners: _Optional[int] = ..., submit_time: _Optional[float] = ..., team: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class EnqueueReply(_message.Message):
     __slots__ = ("accepted", "reason")

@@ -111,6 +111,7 @@ class JobUseCases:
             max_learners=max(grow_to, learners),
             submit_time=record.created_at,
             team=record.team,
+            name=m.name,
         )
 
     def owned(self, job_id: str, user: str) -> JobRecord:

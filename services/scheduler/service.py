@@ -43,6 +43,7 @@ from services.scheduler.policy import (
     learned_config,
     policy_problem,
     queue_report,
+    run_key,
     schedule,
     team_usage,
 )
@@ -188,6 +189,7 @@ class SchedulerState:
             team=job.team,
             target_learners=job.learners,
             auto_grow=job.auto_grow,
+            name=job.name,
         )
         entry = {"running": asdict(running), "request": asdict(job)}
         ok, _ = self.etcd.transaction(
@@ -337,6 +339,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             max_learners=request.max_learners or None,
             placement=self.placement,
             team=request.team,
+            name=request.name,
             # The LCM sends max_learners above the target only for a manifest with
             # `elastic: {auto_grow: true}` (else max = target): growth past it is allowed.
             auto_grow=request.max_learners > request.learners,
@@ -432,7 +435,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         held = self.state.release(request.job_id)
         if held is not None and request.ended:
             ran = _ran(held, self.clock())
-            self.durations.add(held.attained_service / max(1, held.gpus) + ran)
+            self.durations.add(
+                held.attained_service / max(1, held.gpus) + ran, run_key(held.user, held.name)
+            )
             self.gpu_seconds.add(held.attained_service + _served(held, self.clock()))
             self.forecast.finished(self.clock())
         return scheduler_pb2.SchedEmpty()

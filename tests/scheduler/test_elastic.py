@@ -3,7 +3,8 @@
 A running elastic job grows back to its target (the size it asked for, or the last `scale N`)
 into idle resources; past the target only with auto_grow; and learners above the target are
 given back (a shrink toward the target) before any queued job waits for them, under every
-policy, whatever the two jobs' priorities and the thrash guard.
+policy, whatever the two jobs' priorities and the thrash guard, once the loan is older than
+`resize_interval_s` (300 s; a younger one: tests/scheduler/test_elastic_thrash.py).
 """
 
 from __future__ import annotations
@@ -80,9 +81,9 @@ def test_auto_grow_grows_past_the_target_when_idle_and_says_the_growth_is_lent()
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_queued_job_of_equal_priority_gets_the_lent_learners_in_the_same_round(policy):
-    # n0 is full: el holds 4 learners, 3 of them above its target of 1 (grown a second ago,
-    # so the thrash guard would protect it from a preemption). w needs 2 GPUs.
-    grown = elastic(4, target=1, auto_grow=True)
+    # n0 is full: el holds 4 learners, 3 of them above its target of 1 (grown 300 s ago:
+    # the loan is as old as the resize interval). w needs 2 GPUs.
+    grown = elastic(4, target=1, auto_grow=True, resized_ago=300.0)
     ds = schedule(Snapshot([node()], [grown], [q("w", gpus=2)]), NOW, policy)
     assert acts(ds) == [("shrink", "el", 2), ("start", "w", 1)]
     shrink = ds[0]
@@ -103,7 +104,7 @@ def _fields(r: RunningJob) -> dict:
 
 
 def test_only_lent_learners_are_given_back_and_only_as_many_as_needed():
-    grown = elastic(4, target=2, auto_grow=True)
+    grown = elastic(4, target=2, auto_grow=True, resized_ago=300.0)
     ds = schedule(Snapshot([node()], [grown], [q("one")]), NOW, "fifo")
     assert acts(ds) == [("shrink", "el", 1), ("start", "one", 1)]
     # a job that needs more than the lent learners: el keeps its target (no class beats it)
@@ -116,13 +117,19 @@ def test_only_lent_learners_are_given_back_and_only_as_many_as_needed():
 
 def test_an_elastic_queued_job_gets_its_whole_size_from_lent_learners():
     # one GPU idle, two lent: w (3 learners, min 1) starts whole instead of with one learner
-    grown = elastic(3, target=1, auto_grow=True)
+    grown = elastic(3, target=1, auto_grow=True, resized_ago=300.0)
     ds = schedule(Snapshot([node()], [grown], [q("w", learners=3, min_learners=1)]), NOW)
     assert acts(ds) == [("shrink", "el", 2), ("start", "w", 3)]
 
 
 def test_lent_learners_go_back_to_another_team_too():
     # el's team has a guarantee of 4 GPUs, yet what it holds above its target is only lent
-    grown = elastic(4, target=2, auto_grow=True, team="a")
+    grown = elastic(4, target=2, auto_grow=True, team="a", resized_ago=300.0)
     snap = Snapshot([node()], [grown], [q("w", team="b")], quotas={"a": TeamQuota(gpus=4)})
+    assert acts(schedule(snap, NOW, "fifo")) == [("shrink", "el", 1), ("start", "w", 1)]
+    # a loan a second old goes back at once to a job inside its own team's guarantee
+    young = elastic(4, target=2, auto_grow=True, team="a")
+    half = TeamQuota(gpus=2, cpus=16.0, memory_mb=128_000)
+    quotas = {"a": half, "b": half}
+    snap = Snapshot([node()], [young], [q("w", team="b")], quotas=quotas)
     assert acts(schedule(snap, NOW, "fifo")) == [("shrink", "el", 1), ("start", "w", 1)]

@@ -1,6 +1,7 @@
 """Elastic growth without thrash: grow only into capacity that stays idle long enough to pay
-for the restarts, and at most once per `resize_interval_s`, while a higher class (and any
-queued job, for lent learners) still takes learners inside the interval.
+for the restarts, and at most once per `resize_interval_s`, while a higher class (and, for
+lent learners, a job of higher priority or inside its team's guarantee) still takes learners
+inside the interval.
 """
 
 from __future__ import annotations
@@ -115,10 +116,28 @@ def test_no_second_resize_inside_the_interval():
     ]
 
 
-def test_learners_are_still_taken_inside_the_interval():
-    # lent learners go back to any queued job a second after the grow
+def test_a_loan_stands_for_the_interval_unless_a_higher_priority_needs_it():
+    # lent learners a second after the grow: a job of equal priority waits (a give-back
+    # now would cost the loan's two restarts for a second of use)...
     lent = elastic(4, target=1, ago=1)
-    assert grows(lent, [q("w", gpus=2)]) == [("shrink", "el", 2), ("start", "w", 1)]
+    for policy in ("default", "fifo", "priority"):
+        assert grows(lent, [q("w", gpus=2)], policy=policy) == []
+    # ...until the loan is as old as the interval (600 s here)
+    assert grows(elastic(4, target=1, ago=599), [q("w", gpus=2)]) == []
+    old = elastic(4, target=1, ago=600)
+    assert grows(old, [q("w", gpus=2)]) == [("shrink", "el", 2), ("start", "w", 1)]
+    # a job of higher priority takes it back at once, under every policy
+    for policy in ("default", "fifo", "priority"):
+        hi = q("hi", gpus=2, priority=1)
+        assert grows(lent, [hi], policy=policy) == [("shrink", "el", 2), ("start", "hi", 1)]
+    # (0 turns the interval off: back to anyone at once)
+    assert grows(lent, [q("w", gpus=2)], cfg=replace(CFG, resize_interval_s=0.0)) == [
+        ("shrink", "el", 2),
+        ("start", "w", 1),
+    ]
+
+
+def test_learners_are_still_taken_inside_the_interval():
     # and a higher class shrinks the job's own learners inside the interval (past the
     # preemption thrash guard, min_run_s 300 s < 400 s < the 600 s interval)
     full = elastic(4, target=4, ago=400)

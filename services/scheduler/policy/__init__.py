@@ -55,6 +55,7 @@ from .eta import (
     learned_config,
     predict_waiting,
     queue_report,
+    run_key,
 )
 
 __all__ += [
@@ -64,4 +65,5 @@ __all__ += [
     "learned_config",
     "predict_waiting",
     "queue_report",
+    "run_key",
 ]

@@ -3,13 +3,16 @@
 Part of the round (`round.Round` mixes `Elastic` in). Elastic capacity is LENT, not owned:
 learners above a job's target are given back (the job SHRINKS toward its target; the LCM
 checkpoints it and restarts it smaller) before any queued job waits for them, under every
-policy, whatever the two jobs' classes and the thrash guard. This comes before preemption: a
-lent learner costs its job one restart, a preemption the whole run. Leftover idle GPUs then
+policy, whatever the two jobs' classes and the thrash guard, once the loan is
+`resize_interval_s` old; a younger loan goes back only to a job of higher priority or one
+inside its team's guarantee. This comes before preemption: a lent learner costs its job one
+restart, a preemption the whole run. Leftover idle GPUs then
 GROW elastic jobs back toward their target (the size the user asked for), and past it toward
 their max only with `auto_grow`, if nobody waiting could use them.
 
 Growth without thrash: every resize is a gang restart from a checkpoint, so a job (re)started or
-resized less than `resize_interval_s` ago is not grown, and `auto_grow` lends learners only
+resized less than `resize_interval_s` ago is not grown (nor, as said, does its fresh loan go
+back to just any queued job), and `auto_grow` lends learners only
 when the idle capacity is expected to stay idle long enough to pay for the restarts of the loan
 (its grow and its give-back; `PolicyConfig.grow_payback`). How long capacity stays idle is read
 from the recent gaps between arrivals and between finishes, which the caller learns with
@@ -104,7 +107,13 @@ class Elastic(RoundState):
         """Running jobs holding learners above their target, least important first."""
         if self._lenders_cache is None:
             self._lenders_cache = sorted(
-                (r for r in self.snapshot.running if r.lent and r.allocations),
+                # (no target_learners: nothing lent; the cheap test first, a round asks
+                # it of every running job)
+                (
+                    r
+                    for r in self.snapshot.running
+                    if r.target_learners is not None and r.lent and r.allocations
+                ),
                 key=lambda r: (r.priority, -r.lent, r.job_id),
             )
         return self._lenders_cache
@@ -121,12 +130,25 @@ class Elastic(RoundState):
             ((r, sorted(r.allocations, key=lambda a: -a.learner)[: r.lent]) for r in lenders),
         )
 
+    def _loan_stands(self, r: RunningJob, j: QueuedJob) -> bool:
+        """Whether r keeps its lent learners from j: r was resized (or (re)started) less than
+        `resize_interval_s` ago, and j neither has a higher priority nor fits its team's
+        guarantee (those take a loan back at once). A give-back is a restart too: a loan that
+        went back seconds after its grow cost two restarts for nothing."""
+        since = max(r.start_time, r.last_resize_time or r.start_time)
+        return (
+            self.now - since < self.cfg.resize_interval_s
+            and j.priority <= r.priority
+            and not self.in_guarantee
+        )
+
     def try_give_back(self, j: QueuedJob, below_min: bool) -> bool:
         """Start j on learners other jobs hold above their target: lent capacity goes back
-        before j waits for it. First for j's whole size; for its minimum too if nothing of it
-        fits otherwise (`below_min`)."""
+        before j waits for it, unless the loan is younger than the resize interval
+        (`_loan_stands`). First for j's whole size; for its minimum too if nothing of it fits
+        otherwise (`below_min`)."""
         lenders = [r for r in self._lenders() if r.job_id not in self.touched]
-        lenders = [r for r in lenders if self._frees_for(r, j)]
+        lenders = [r for r in lenders if self._frees_for(r, j) and not self._loan_stands(r, j)]
         if not lenders:
             return False
         wants = [j.learners]
@@ -169,7 +191,10 @@ class Elastic(RoundState):
     def grow(self) -> None:
         if not self.cfg.grow:
             return
-        if not any(r.learners < r.grow_limit for r in self.snapshot.running):
+        # (only a job with a max may grow: the cheap test first, a round asks every running job)
+        if not any(
+            r.max_learners is not None and r.learners < r.grow_limit for r in self.snapshot.running
+        ):
             return
         for j in self.waiting:
             # A waiting job that could use idle GPUs has them first.

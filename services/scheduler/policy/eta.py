@@ -17,6 +17,11 @@ The live queue report (`queue_report`, behind `dlaas queue` and `dlaas show`) an
 A job that has run longer than nearly every job in the model (or any job, before five ended)
 gets a heavy-tailed guess instead: as likely to run as long again as not. With no history at
 all a fresh job's median is one hour.
+
+A job with a name (QueuedJob.name, RunningJob.name: the manifest's) is expected to run like its
+user's finished jobs of that name, once MIN_RUNS of them ran longer than it has: repeated jobs
+of one name (a sweep, a retrain, the same script again) run alike, and a stalled job or a long
+one of another name no longer widens its range. Before that, the model of every job.
 """
 
 from __future__ import annotations
@@ -116,9 +121,23 @@ DRAIN_WINDOW_S = 900.0
 # error at 25/50/75 % progress); the queued jobs' own run times still come from the model.
 PROGRESS_SPREAD = 0.25
 
+# Run times longer than what a job ran that a quantile of its time left is read from: fewer,
+# and a user's jobs of its name give way to every job's, and every job's to the Pareto guess.
+MIN_RUNS = 5
+# The last KEYED_WINDOW run times of each name are kept, for the KEYED_NAMES names that ended
+# last (bounded, whatever the users submit).
+KEYED_WINDOW = 50
+KEYED_NAMES = 1_000
+
+
+def run_key(user: str, name: str) -> str:
+    """The key a job's run times are kept under in a DurationModel ("": no name, none)."""
+    return f"{user}\0{name}" if name else ""
+
 
 class DurationModel:
-    """Run times (seconds) of the last `window` finished jobs, in finish order (oldest first);
+    """Run times (seconds) of the last `window` finished jobs, in finish order (oldest first),
+    and of the last KEYED_WINDOW of each key (`run_key`: a user's jobs of one name);
     conditional quantiles of what is left of a job that already ran some time."""
 
     def __init__(self, durations: Iterable[float] = (), window: int = DURATION_WINDOW) -> None:
@@ -127,36 +146,61 @@ class DurationModel:
         self.window = window
         self._recent: deque[float] = deque()  # finish order, to forget the oldest
         self._d: list[float] = []  # the same run times, sorted, for quantiles
+        # per key, in the order the keys last ended (the first is forgotten first)
+        self._keyed: dict[str, DurationModel] = {}
         for x in durations:
             self.add(x)
 
-    def add(self, duration: float) -> None:
+    def add(self, duration: float, key: str = "") -> None:
         x = float(duration)
         self._recent.append(x)
         insort(self._d, x)
         if len(self._recent) > self.window:
             old = self._recent.popleft()
             del self._d[bisect_left(self._d, old)]
+        if key:
+            runs = self._keyed.pop(key, None)
+            if runs is None:
+                runs = DurationModel(window=KEYED_WINDOW)
+            runs.add(x)
+            self._keyed[key] = runs  # (re)inserted last: the most recently ended
+            if len(self._keyed) > KEYED_NAMES:
+                del self._keyed[next(iter(self._keyed))]
 
     def __len__(self) -> int:
         return len(self._d)
 
-    def remaining(self, ran: float, q: float) -> float:
-        """q-quantile of (duration - ran) over finished jobs that ran longer than `ran`."""
+    def _left(self, ran: float, q: float) -> float | None:
+        """q-quantile of (duration - ran) over the run times longer than `ran`; None if
+        fewer than MIN_RUNS are."""
         d = self._d
         lo = bisect_right(d, ran)
         n = len(d) - lo
-        if n < 5:
-            # Too little evidence about jobs this long. A job that ran `ran` seconds is as
-            # likely to run that much again as not (a Pareto tail, P(left > x) = s / (s + x)),
-            # so its q-quantile is s * q / (1 - q): short for a job that just started, long for
-            # one that ran for hours. The scale is what it ran, or, for a fresh job, the median
-            # of the few run times seen (the prior's middle when none): a job that runs 10 s on
-            # a platform whose first jobs ran seconds is not "expected in 20 min".
-            scale = ran if ran > 0 else (d[len(d) // 2] if d else _PRIOR_MEDIAN_S)
-            q = min(q, 0.99)
-            return scale * q / (1.0 - q)
+        if n < MIN_RUNS:
+            return None
         return d[lo + min(int(q * n), n - 1)] - ran
+
+    def remaining(self, ran: float, q: float, key: str = "") -> float:
+        """q-quantile of (duration - ran) over finished jobs that ran longer than `ran`: those
+        of `key` (`run_key`) if at least MIN_RUNS of them did, else every job's."""
+        if key:
+            runs = self._keyed.get(key)
+            left = runs._left(ran, q) if runs is not None else None
+            if left is not None:
+                return left
+        left = self._left(ran, q)
+        if left is not None:
+            return left
+        # Too little evidence about jobs this long. A job that ran `ran` seconds is as likely
+        # to run that much again as not (a Pareto tail, P(left > x) = s / (s + x)), so its
+        # q-quantile is s * q / (1 - q): short for a job that just started, long for one that
+        # ran for hours. The scale is what it ran, or, for a fresh job, the median of the few
+        # run times seen (the prior's middle when none): a job that runs 10 s on a platform
+        # whose first jobs ran seconds is not "expected in 20 min".
+        d = self._d
+        scale = ran if ran > 0 else (d[len(d) // 2] if d else _PRIOR_MEDIAN_S)
+        q = min(q, 0.99)
+        return scale * q / (1.0 - q)
 
 
 # The history the default's first level threshold is learned from: every finished job (as
@@ -242,6 +286,7 @@ def _replay(
         states.append([total - used, now, ends, model.remaining(0.0, q)])
     out: dict[str, list[float]] = {}
     drain: dict[str, float] = {}
+    keyed_fresh: dict[str, list[float]] = {}  # a fresh job of a name: its time per quantile
     ahead = 0.0
     left = len(want) if want is not None else -1
     inf = float("inf")
@@ -254,6 +299,12 @@ def _replay(
             drain[j.job_id] = (ahead + need) / rate if rate > 0 else inf
             ahead += need
             res = []
+            key = run_key(j.user, j.name)
+            own = None
+            if key and j.attained_service == 0:
+                own = keyed_fresh.get(key)
+                if own is None:
+                    own = keyed_fresh[key] = [model.remaining(0.0, q, key) for q in qs]
             for k, st in enumerate(states):
                 free, t, ends, fresh = st
                 while free < need and ends:
@@ -261,11 +312,10 @@ def _replay(
                     t = max(t, t2)
                     free += g
                 res.append(t)
-                rem = (
-                    fresh
-                    if j.attained_service == 0
-                    else model.remaining(j.attained_service / max(j.gpus, 1), qs[k])
-                )
+                if j.attained_service:
+                    rem = model.remaining(j.attained_service / max(j.gpus, 1), qs[k], key)
+                else:
+                    rem = fresh if own is None else own[k]
                 heapq.heappush(ends, (t + rem, need))
                 st[0], st[1] = free - need, t
         out[j.job_id] = res
@@ -281,7 +331,7 @@ def _left(r: RunningJob, q: float, model: DurationModel) -> float:
     (spread by PROGRESS_SPREAD around it), else the model's guess from what it ran."""
     if r.remaining_s is not None:
         return max(0.0, r.remaining_s * (1.0 + PROGRESS_SPREAD * (2.0 * q - 1.0)))
-    return model.remaining(r.attained_service / (r.gpus or 1), q)
+    return model.remaining(r.attained_service / (r.gpus or 1), q, run_key(r.user, r.name))
 
 
 def eta_ranges(
@@ -424,4 +474,5 @@ __all__: Sequence[str] = (
     "learned_config",
     "predict_waiting",
     "queue_report",
+    "run_key",
 )

@@ -69,6 +69,8 @@ class QueuedJob:
     submission time, kept when a preempted job is requeued, so it gets its old position back.
     `attained_service` and `preemptions` carry the history of a requeued job. `team` names the
     team whose quota it counts against ("" = no team: it never has a guarantee, only borrows).
+    `name` is the manifest's (""; unknown): the queue's ETA expects a job to run about as long
+    as its user's finished jobs of that name (eta.DurationModel); no decision reads it.
     """
 
     job_id: str
@@ -88,6 +90,7 @@ class QueuedJob:
     last_preempted_time: float | None = None
     team: str = ""
     auto_grow: bool = False
+    name: str = ""
 
     @property
     def min_gang(self) -> int:
@@ -111,7 +114,9 @@ class RunningJob:
     size). Learners up to the target are the job's own: a job shrunk below it grows back into
     idle resources. Learners ABOVE the target are LENT: only a job with `auto_grow` grows past
     its target (toward max_learners), and it gives them back (a shrink toward the target) as
-    soon as a queued job needs them, whatever the classes of the two jobs.
+    soon as a queued job needs them, whatever the classes of the two jobs; within
+    `resize_interval_s` of its grow only to a job of higher priority or one inside its team's
+    guarantee (elastic.py).
     """
 
     job_id: str
@@ -136,6 +141,7 @@ class RunningJob:
     # Seconds the job is expected to run still, read off its progress (dlaas.domain.progress;
     # the simulator knows it from the trace); None: unknown, the ETA's DurationModel guesses.
     remaining_s: float | None = None
+    name: str = ""  # as QueuedJob.name
 
     @property
     def learners(self) -> int:

@@ -61,9 +61,11 @@ class FreeIndex:
             nf.cpus -= a.cpus
             nf.mem -= a.memory_mb
         self.max_gpus = max((nf.node.gpus for nf in self.nodes.values()), default=0)
-        # buckets[gpu_type][k] = ordered set (dict) of node names with exactly k free GPUs
-        self.buckets: dict[str, list[dict[str, None]]] = {}
+        # buckets[gpu_type][k] = ordered set (dict) of the nodes with exactly k free GPUs (their
+        # NodeFree, hashed by identity: a walk gets the node without a lookup by name)
+        self.buckets: dict[str, list[dict[NodeFree, None]]] = {}
         self.free_gpus: dict[str, int] = {}
+        self.free_total = 0  # of every type (a round asks it of every job it looks at)
         # bumped on every change, so callers can memoize "did not fit" within one state
         self.version = 0
         self.reserved: dict[str, list[str]] = {}  # job_id -> node names held for it
@@ -85,25 +87,27 @@ class FreeIndex:
             self._holes[t] = [0] * (self.max_gpus + 1)
             self.free_gpus[t] = 0
             self._all_types = tuple(self.buckets)
-        b[len(nf.free)][nf.node.name] = None
+        b[len(nf.free)][nf] = None
         self.free_gpus[t] += len(nf.free)
+        self.free_total += len(nf.free)
 
     def _bucket_remove(self, nf: NodeFree) -> None:
         self.version += 1
         if nf.reserved_for is not None:
             return
         t = nf.node.gpu_type
-        self._unlink(t, len(nf.free), nf.node.name)
+        self._unlink(t, len(nf.free), nf)
         self.free_gpus[t] -= len(nf.free)
+        self.free_total -= len(nf.free)
 
-    def _unlink(self, t: str, k: int, name: str) -> None:
+    def _unlink(self, t: str, k: int, nf: NodeFree) -> None:
         """Remove a node from bucket k of type t. A dict keeps a hole per deleted key until it
         grows, and iteration walks the holes: a bucket emptied from the front again and again
         (best fit takes its first node) would make "first node in the bucket" O(deletions).
         Copying the dict once its holes outnumber its keys keeps that O(1) amortized, and
         keeps the order."""
         bucket = self.buckets[t][k]
-        del bucket[name]
+        del bucket[nf]
         holes = self._holes[t]
         holes[k] += 1
         if holes[k] > 32 and holes[k] > len(bucket):
@@ -117,10 +121,11 @@ class FreeIndex:
             return
         after = len(nf.free)
         t = nf.node.gpu_type
-        self._unlink(t, before, nf.node.name)
+        self._unlink(t, before, nf)
         # to the end of its bucket, even when the count stayed the same
-        self.buckets[t][after][nf.node.name] = None
+        self.buckets[t][after][nf] = None
         self.free_gpus[t] += after - before
+        self.free_total += after - before
 
     def _types(self, gpu_type: str) -> tuple[str, ...]:
         return (gpu_type,) if gpu_type else self._all_types
@@ -169,12 +174,14 @@ class FreeIndex:
     def total_free_gpus(self, gpu_type: str = "") -> int:
         if gpu_type:
             return self.free_gpus.get(gpu_type, 0)
-        return sum(self.free_gpus.values())
+        return self.free_total
 
     def upper_capacity(self, g: int, gpu_type: str) -> int:
         """Upper bound on learners of g GPUs placeable now (GPUs only; CPUs/memory not checked)."""
         if g <= 0:
             return 1 << 30
+        if g == 1:  # one learner per free GPU: the free count, kept as the buckets change
+            return self.total_free_gpus(gpu_type)
         hit = self._cap_cache.get((g, gpu_type))
         if hit is not None and hit[0] == self.version:
             return hit[1]
@@ -215,8 +222,7 @@ class FreeIndex:
                 if b is None:
                     continue
                 for k in range(len(b) - 1, g - 1, -1):
-                    for name in b[k]:
-                        nf = self.nodes[name]
+                    for nf in b[k]:
                         f = nf.fit(g, c, m, cap)
                         if f > 0:
                             out.append((nf, f))
@@ -289,13 +295,17 @@ class FreeIndex:
             for k in range(learners)
         ]
 
-    def _best_fit(self, buckets, lo: int, hi: int, g: int, c: float, m: int, learners: int):
-        """The first node in buckets lo..hi-1 (fewest free GPUs first) that holds the gang."""
-        nodes = self.nodes
+    @staticmethod
+    def _best_fit(buckets, lo: int, hi: int, g: int, c: float, m: int, learners: int):
+        """The first node in buckets lo..hi-1 (fewest free GPUs first) that holds the gang.
+        (Every node in bucket k >= lo has the GPUs: only its CPUs and memory are checked,
+        as NodeFree.fit does, inlined: a round asks this for every job it starts.)"""
+        need_m = learners * m
         for k in range(lo, hi):
-            for name in buckets[k]:
-                nf = nodes[name]
-                if nf.fit(g, c, m, learners) >= learners:
+            for nf in buckets[k]:
+                if (c <= _EPS or (nf.cpus + _EPS) // c >= learners) and (
+                    m <= 0 or nf.mem >= need_m
+                ):
                     return nf
         return None
 

@@ -57,7 +57,12 @@ class Preemption(RoundState):
                 rows.append((key, cls, r))
             rows.sort(key=itemgetter(0))
             self._ranked_cache = [(cls, r) for _, cls, r in rows]
-            self._elastic = [x for x in self._ranked_cache if x[1].learners > x[1].min_gang]
+            # (no min_learners: min is its size, nothing to shrink; the cheap test first)
+            self._elastic = [
+                x
+                for x in self._ranked_cache
+                if x[1].min_learners is not None and x[1].learners > x[1].min_gang
+            ]
         return self._ranked_cache
 
     def _may_preempt(self, cls: tuple, can_preempt: bool) -> bool:
@@ -143,22 +148,43 @@ class Preemption(RoundState):
             return self._victims(j, elastic_only)
         # Per team, the ranked victims it may take (built once a round: scanning the whole
         # ranked list past other teams' guaranteed jobs on every attempt was a third of a
-        # 10,000-job round's quota overhead)
+        # 10,000-job round's quota overhead; and out of one pass over the list for every team)
         team = j.team
         key = (team, elastic_only, reclaim)
         pool = self._pools.get(key)
         if pool is None:
-            ranked = self._ranked()
-            base = self._elastic if elastic_only else ranked
-            if reclaim:
-                pool = [x for x in base if team and x[1].team == team]
+            base, borrowed, own = self._split_by_team(elastic_only)
+            if not team:
+                at: list[int] = [] if reclaim else borrowed
             else:
-                borrowed = self.borrowed
-                pool = [x for x in base if x[1].job_id in borrowed or (team and x[1].team == team)]
-            if elastic_only:
-                pool = [x for x in pool if x[1].learners > x[1].min_gang]
+                mine, mine_borrowed = own.get(team, ([], []))
+                # positions in `base`: two ascending runs, which sorted() merges in one pass
+                at = sorted(mine + (mine_borrowed if reclaim else borrowed))
+            pool = [base[i] for i in at]
             self._pools[key] = pool
         return self._victims(j, elastic_only, pool)
+
+    def _split_by_team(self, elastic_only: bool) -> tuple[list, list[int], dict]:
+        """(base, borrowed, own): `base` the ranked victims (the elastic ones only, or all),
+        `borrowed` the positions in it of borrowed jobs, `own[team]` those of the team's
+        jobs (not borrowed, borrowed); one pass, once a round for each kind."""
+        found = self._by_team.get(elastic_only)
+        if found is None:
+            base = self._elastic if elastic_only else self._ranked()
+            is_borrowed = self.borrowed
+            borrowed: list[int] = []
+            own: dict[str, tuple[list[int], list[int]]] = {}
+            for i, (_, r) in enumerate(base):
+                b = r.job_id in is_borrowed
+                if b:
+                    borrowed.append(i)
+                if r.team:
+                    mine = own.get(r.team)
+                    if mine is None:
+                        mine = own[r.team] = ([], [])
+                    (mine[1] if b else mine[0]).append(i)
+            found = self._by_team[elastic_only] = (base, borrowed, own)
+        return found
 
     def try_preempt(self, j: QueuedJob, by_class: bool = True, reclaim: bool = False) -> bool:
         """Make room for j by shrinking or preempting lower-class jobs (`by_class`, as the policy

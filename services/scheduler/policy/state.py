@@ -48,6 +48,7 @@ class RoundState:
     _limits: dict[str, qt.Use] = field(default_factory=dict)
     _reclaim: list[RunningJob] | None = None
     _pools: dict[tuple, list] = field(default_factory=dict)  # see _class_victims
+    _by_team: dict[bool, tuple] = field(default_factory=dict)  # see _split_by_team
 
     def __post_init__(self) -> None:
         self.policy = policy_for(self.policy)
