@@ -1,5 +1,6 @@
-"""End to end on a swarm: `dlaas up --nodes 2` builds a 2-node Docker Swarm on this machine
-(dlaas.local.swarm) and the services reach it only through its manager's API.
+"""End to end on a swarm: a platform brought up on one node, then `dlaas up --nodes 2` grows it
+to a 2-node Docker Swarm on this machine (dlaas.local.swarm), which the services reach only
+through its manager's API; last, `up --nodes 1` takes the swarm down again.
 
 Each node declares 0.6 CPUs, so the PyTorch DDP example's gang (2 learners of 0.5 CPUs)
 cannot fit one node: the scheduler spans it over both, the LCM deploys it as services
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -24,8 +26,10 @@ import httpx
 import listeners
 import pytest
 
+from dlaas.adapters.nodes import machine_capacity
 from dlaas.domain.status import FINAL
-from dlaas.local import platform
+from dlaas.local import components, dockerd, platform
+from dlaas.local.images import LEARNER_IMAGE
 from dlaas.local.swarm import SwarmLab, SwarmLabError, check_requirements
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
@@ -33,8 +37,22 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 REPO = Path(__file__).resolve().parents[2]
 
 
+@dataclass(frozen=True)
+class Grown:
+    """The module's platform: brought up on one node, then grown to two (`up --nodes 2`);
+    the processes' pids before and after the growth."""
+
+    home: Path
+    before: dict[str, int]
+    after: dict[str, int]
+
+
+def _pids(home: Path) -> dict[str, int]:
+    return {c.name: c.pid for c in components.status(home) if c.pid}
+
+
 @pytest.fixture(scope="module")
-def home(tmp_path_factory, docker_client, pytorch_image, mpi_image):
+def grown(tmp_path_factory, docker_client, pytorch_image, mpi_image):
     try:
         check_requirements()
     except SwarmLabError as e:
@@ -46,16 +64,57 @@ def home(tmp_path_factory, docker_client, pytorch_image, mpi_image):
     saved = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     try:
+        platform.up(home, progress=lambda line: None)  # one node, as a platform starts
+        before = _pids(home)
         platform.up(home, progress=lambda line: None, nodes=2)
-        yield home
+        yield Grown(home, before, _pids(home))
     finally:
+        platform.down(home, progress=lambda line: None)
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        platform.down(home, progress=lambda line: None)
     assert not (home / "swarm" / "lab.json").exists()
+
+
+@pytest.fixture(scope="module")
+def home(grown) -> Path:
+    return grown.home
+
+
+def test_up_grows_the_platform_to_a_two_node_swarm_restarting_only_its_services(
+    grown, docker_client
+):
+    """`up(nodes=2)` on a running platform: a 2-node swarm with the job images on each node,
+    each declaring its share, which the services (restarted) reach through its manager; the
+    servers are left alone, and a later `up` without a count touches nothing."""
+    lab = SwarmLab(grown.home / "swarm").info()
+    assert lab.nodes == ["node-1", "node-2"]
+    manager = docker.DockerClient(base_url=lab.manager_socket, timeout=60)
+    try:
+        nodes = {n.attrs["Description"]["Hostname"]: n.attrs for n in manager.nodes.list()}
+    finally:
+        manager.close()
+    assert set(nodes) == {"node-1", "node-2"}
+    _, memory_mb = machine_capacity()
+    labels = nodes["node-2"]["Spec"]["Labels"]
+    # Each node declares DLAAS_NODE_CPUS and half the machine's memory; its own rack, one area.
+    assert float(labels["dlaas.cpus"]) == 0.6
+    assert int(labels["dlaas.memory_mb"]) * 2 <= memory_mb
+    assert (labels["rack"], labels["area"]) == ("rack-2", "local")
+    worker = docker.DockerClient(base_url=lab.node_sockets["node-2"], timeout=60)
+    try:
+        for tag in (LEARNER_IMAGE, *os.environ["DLAAS_NODE_IMAGES"].split(",")):
+            assert worker.images.get(tag).id == docker_client.images.get(tag).id, tag
+    finally:
+        worker.close()
+    for name in components.SERVICES:
+        assert grown.after[name] != grown.before[name], name
+    for name in components.SERVERS:
+        assert grown.after[name] == grown.before[name], name
+    platform.up(grown.home, progress=lambda _: None)
+    assert _pids(grown.home) == grown.after
 
 
 @pytest.fixture(scope="module")
@@ -418,3 +477,13 @@ def test_a_job_on_the_swarm_reaches_the_hosts_s3_port_and_no_other_host_service(
     assert seen["s3"] == "open", seen
     assert seen["s3 grpc"].startswith("blocked"), seen
     assert seen["host service"].startswith("blocked"), seen
+
+
+def test_up_with_one_node_takes_the_swarm_down(grown):
+    """Last in the module: `up(nodes=1)` takes the lab down (the manager no longer answers)
+    and the platform goes on on the machine's engine."""
+    lab = SwarmLab(grown.home / "swarm").info()
+    platform.up(grown.home, progress=lambda _: None, nodes=1)
+    with pytest.raises(SwarmLabError):
+        SwarmLab(grown.home / "swarm").info()  # no lab recorded any more
+    assert not dockerd.docker_answers(lab.manager_socket, timeout=1)

@@ -155,61 +155,6 @@ def test_the_api_answers_while_one_replica_is_dead(up_state):
     assert replicas == {"api-0", "api-1"}  # both serve the one port again
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a local swarm needs root")
-def test_up_with_two_nodes_builds_a_swarm_and_back_to_one_takes_it_down(up_state):
-    """`up(nodes=2)`: a 2-node swarm with the job image on each node, which the services
-    reach through its manager; `up(nodes=1)` takes it down again."""
-    import docker
-
-    from dlaas.adapters.nodes import machine_capacity
-    from dlaas.local.images import LEARNER_IMAGE
-    from dlaas.local.swarm import SwarmLab
-
-    state_dir, info, _ = up_state
-    before = _pids(state_dir)
-    platform.up(state_dir, progress=lambda _: None, build_images=False, nodes=2)
-    after = _pids(state_dir)
-    lab = SwarmLab(state_dir / "swarm").info()
-    assert lab.nodes == ["node-1", "node-2"]
-    manager = docker.DockerClient(base_url=lab.manager_socket, timeout=60)
-    try:
-        nodes = {n.attrs["Description"]["Hostname"]: n.attrs for n in manager.nodes.list()}
-        assert set(nodes) == {"node-1", "node-2"}
-        cpus, memory_mb = machine_capacity()
-        labels = nodes["node-2"]["Spec"]["Labels"]
-        # Each node declares the machine's CPUs and half its memory; its own rack, one area.
-        assert float(labels["dlaas.cpus"]) == cpus
-        assert int(labels["dlaas.memory_mb"]) * 2 <= memory_mb
-        assert (labels["rack"], labels["area"]) == ("rack-2", "local")
-    finally:
-        manager.close()
-    machine = docker.DockerClient(base_url=info.docker_host, timeout=60)
-    worker = docker.DockerClient(base_url=lab.node_sockets["node-2"], timeout=60)
-    try:
-        if machine.images.list(name=LEARNER_IMAGE):
-            assert worker.images.get(LEARNER_IMAGE).id == machine.images.get(LEARNER_IMAGE).id
-    finally:
-        machine.close()
-        worker.close()
-    # The services were restarted to reach the swarm; the servers were left alone.
-    for name in components.SERVICES:
-        assert after[name] != before[name], name
-    for name in components.SERVERS:
-        assert after[name] == before[name], name
-    assert httpx.get(f"{info.api_url}/health", timeout=5).status_code == 200
-
-    # A later `up` without a count keeps the nodes and touches nothing.
-    platform.up(state_dir, progress=lambda _: None, build_images=False)
-    assert _pids(state_dir) == after
-
-    platform.up(state_dir, progress=lambda _: None, build_images=False, nodes=1)
-    from dlaas.local.swarm import SwarmLabError
-
-    with pytest.raises(SwarmLabError):
-        SwarmLab(state_dir / "swarm").info()  # no lab recorded any more
-    assert not dockerd.docker_answers(lab.manager_socket, timeout=1)
-
-
 def test_down_stops_everything_and_is_idempotent(up_state):
     state_dir, _, _ = up_state
     pids = _pids(state_dir)
