@@ -20,8 +20,10 @@ sys.path for tests/conftest.py (no __init__.py files here).
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from dlaas.adapters.job_identities import JobIdentities
@@ -153,6 +155,7 @@ class FakeEngine(ContainerEngine):
         self.stopped: list[str] = []
         self.boxes: dict[str, Container] = {}
         self.output: dict[str, bytes] = {}
+        self.stamped: dict[str, bytes] = {}  # the output, each line after its time
         self.signals: list[tuple[str, str | None]] = []  # (container name, signal)
         self.stopped_containers: list[str] = []
         self.streams: list[FakeEvents] = []
@@ -176,8 +179,13 @@ class FakeEngine(ContainerEngine):
         """The container moves to `state` (exited with `exit_code`, oom_killed=..., ...)."""
         self.boxes[c.id] = replace(self.boxes[c.id], state=state, exit_code=exit_code, **kw)
 
-    def print(self, c: Container, text: str) -> None:
+    def print(self, c: Container, text: str, at: float | None = None) -> None:
+        """The container prints `text`, at `at` (default now) as `logs(timestamps=True)` says."""
         self.output[c.id] = self.output.get(c.id, b"") + text.encode()
+        stamp = datetime.fromtimestamp(time.time() if at is None else at, UTC)
+        prefix = stamp.strftime("%Y-%m-%dT%H:%M:%S.%f000Z ").encode()
+        lines = text.encode().splitlines(keepends=True)
+        self.stamped[c.id] = self.stamped.get(c.id, b"") + b"".join(prefix + x for x in lines)
 
     def emit(self, job_id: str) -> None:
         for stream in self.streams:
@@ -239,6 +247,7 @@ class FakeEngine(ContainerEngine):
         for cid in [cid for cid, c in self.boxes.items() if c.job_id == job_id]:
             del self.boxes[cid]
             self.output.pop(cid, None)
+            self.stamped.pop(cid, None)
 
     def job_containers(self, job_id: str) -> list[Container]:
         self._answer()
@@ -256,11 +265,13 @@ class FakeEngine(ContainerEngine):
         self.streams.append(stream)
         return stream
 
-    def logs(self, c: Container, *, tail: int | None = None) -> bytes | None:
+    def logs(
+        self, c: Container, *, tail: int | None = None, timestamps: bool = False
+    ) -> bytes | None:
         self._answer()
         if c.id not in self.boxes:
             return None
-        raw = self.output.get(c.id, b"")
+        raw = (self.stamped if timestamps else self.output).get(c.id, b"")
         if tail is None:
             return raw
         return b"".join(raw.splitlines(keepends=True)[-tail:]) if tail else b""

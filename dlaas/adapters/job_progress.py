@@ -6,10 +6,11 @@ The parsing and the estimate are dlaas.domain.progress'; this keeps one `Tracker
 learner in memory, per API process, and feeds it a look at the learner's last
 `TAIL_LINES` lines (one small `logs(tail=...)` engine call, dlaas.adapters.logs.LogReader.tail)
 at most once per `ttl_s` per job: a `list` of many jobs, or many clients asking, costs at
-most one look per job and `ttl_s`. The rate comes from when these looks saw the position
-move, so a process that looks more often estimates better; a restarted API starts again
-(its first estimate needs two moves). Nothing is stored: a final job shows the progress
-this process saw last, and none after a restart.
+most one look per job and `ttl_s`. The rate comes from the times the engine stamped the
+lines that moved the position, so one look at a tail holding two moves estimates: every
+API replica and the LCM estimate alike, a restarted one at once (lines without a stamp
+count as printed when a look saw them, and only the last position is used). Nothing is
+stored: a final job shows the progress this process saw last, and none after a restart.
 
 Bounded: at most `MAX_LEARNERS` learners looked at per job, `MAX_JOBS` jobs remembered
 (the least recently asked forgotten), `MAX_LOOKS` jobs looked at in one call of `many`.
@@ -79,9 +80,13 @@ class ProgressReader:
             for learner in range(n):
                 lines = logs.tail(record.job_id, learner, TAIL_LINES)
                 tracker = job.trackers.setdefault(learner, Tracker())
-                p = tracker.observe(position(lines, spec), now)
-                if p is None and tracker.last is not None:
-                    p = tracker.progress(now)  # its last lines say nothing now: as before
+                timed = [(at, text) for at, text in lines if at is not None]
+                if len(timed) == len(lines):
+                    p = tracker.observe_lines(timed, spec, now)
+                else:
+                    p = tracker.observe(position((text for _, text in lines), spec), now)
+                    if p is None and tracker.last is not None:
+                        p = tracker.progress(now)  # its last lines say nothing now: as before
                 if p is not None:
                     seen[learner] = p
             job.progress = job_progress(seen) or job.progress

@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 from itertools import chain, islice
 from typing import Any
@@ -142,6 +143,20 @@ class S3Log:
 
     run_start: int
     lines: Iterator[str]
+
+
+def stamped(line: str) -> tuple[float | None, str]:
+    """A line the engine read with its time (`2026-11-27T00:12:34.123456789Z text`, UTC):
+    (the time in seconds since the epoch, the text); (None, line) without a stamp."""
+    stamp, _, text = line.partition(" ")
+    if not stamp.endswith("Z") or "T" not in stamp:
+        return None, line
+    try:
+        # Python reads at most microseconds: the nanoseconds' last three digits are cut.
+        at = datetime.fromisoformat(stamp[:-1][:26]).replace(tzinfo=UTC)
+    except ValueError:
+        return None, line
+    return at.timestamp(), text
 
 
 def split_lines(chunks: Iterable[bytes]) -> Iterator[str]:
@@ -324,17 +339,23 @@ class LogReader:
         except JobNotFound:
             return True  # deleted while we followed: nothing more will come
 
-    def tail(self, job_id: str, learner: int, n: int, max_bytes: int = 64 * 1024) -> list[str]:
-        """The last `n` lines (at most `max_bytes`) of the learner's container, one small
-        engine call (shared for a quarter `poll_s`); [] when it has no container here."""
+    def tail(
+        self, job_id: str, learner: int, n: int, max_bytes: int = 64 * 1024
+    ) -> list[tuple[float | None, str]]:
+        """The last `n` lines (at most `max_bytes`) of the learner's container, each with the
+        time the engine stamped it (None where it has none), one small engine call (shared
+        for a quarter `poll_s`); [] when it has no container here."""
         live = self._container(job_id, learner, shared=True)
         if live is None:
             return []
         try:
-            raw = live.engine.logs(live.container, tail=n)
+            raw = live.engine.logs(live.container, tail=n, timestamps=True) or b""
         except (EngineUnreachable, OSError):
             return []
-        return list(split_lines([(raw or b"")[-max_bytes:]]))
+        lines = list(split_lines([raw[-max_bytes:]]))
+        if len(raw) > max_bytes:
+            lines = lines[1:]  # cut at its start: its stamp is gone
+        return [stamped(line) for line in lines]
 
     # --- the stream -----------------------------------------------------------------
 

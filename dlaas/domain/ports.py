@@ -196,8 +196,12 @@ class JobContainers(ABC):
         the monitor reads `job_containers` again). Raises EngineUnreachable."""
 
     @abstractmethod
-    def logs(self, c: Container, *, tail: int | None = None) -> bytes | None:
-        """The container's output so far (the last `tail` lines); None when it is gone."""
+    def logs(
+        self, c: Container, *, tail: int | None = None, timestamps: bool = False
+    ) -> bytes | None:
+        """The container's output so far (the last `tail` lines; `timestamps`: each line
+        after the time it was printed, `2026-11-27T00:12:34.123456789Z `, as Docker writes
+        it); None when it is gone."""
 
     @abstractmethod
     def follow_logs(self, c: Container) -> Iterator[bytes]:

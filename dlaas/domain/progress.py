@@ -1,10 +1,11 @@
 """A training job's progress read off its learners' log lines: where each learner is, the
 total where the log (or the manifest) says it, the rate, the share done and the finish.
 
-Pure: lines and observation times in, a `Progress` out; no I/O. The reader of the logs
-(dlaas.adapters.job_progress) hands each look's last lines of a learner to a `Tracker`,
-with the time it looked; log lines carry no times of their own, so the rate comes from
-when the tracker saw the position move (to within the time between two looks).
+Pure: lines and their times in, a `Progress` out; no I/O. The reader of the logs
+(dlaas.adapters.job_progress) hands each look's last lines of a learner to a `Tracker`
+with the time the engine stamped each line (a line without a stamp counts as printed when
+the look saw it), so the rate comes from when the lines that moved the position were
+printed: one look at a tail that holds two moves estimates, whichever process looks.
 
 What a line says (the examples print all of these; dlaas.domain.metrics reads their
 metrics from the same lines):
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -89,8 +90,23 @@ def position(lines: Iterable[str], spec: ProgressSpec | None = None) -> Position
     when no line says anything about it."""
     st = _State()
     for raw in lines:
-        _feed(st, raw.rsplit("\r", 1)[-1][:MAX_LINE])
-    spec = spec or ProgressSpec()
+        _feed(st, raw)
+    return _position(st, spec or ProgressSpec())
+
+
+def timed_positions(
+    lines: Iterable[tuple[float, str]], spec: ProgressSpec | None = None
+) -> list[tuple[float, Position]]:
+    """Where the learner stood after each of its timed `lines` (oldest first) that said
+    something about it: (the line's time, the position)."""
+    st, spec, out = _State(), spec or ProgressSpec(), []
+    for at, raw in lines:
+        if _feed(st, raw) and (pos := _position(st, spec)) is not None:
+            out.append((at, pos))
+    return out
+
+
+def _position(st: _State, spec: ProgressSpec) -> Position | None:
     if spec.total_steps and st.step is not None:
         return Position(st.step, float(spec.total_steps), "step")
     if spec.total_epochs and (st.epochs_done is not None or st.epoch is not None):
@@ -111,11 +127,14 @@ def _with_inner(done: float, inner: tuple[int, int] | None) -> float:
     return done + inner[0] / inner[1] if inner else done
 
 
-def _feed(st: _State, line: str) -> None:
+def _feed(st: _State, raw: str) -> bool:
+    """Read one line into `st`; whether it said anything about the position."""
+    line = raw.rsplit("\r", 1)[-1][:MAX_LINE]
+    before = replace(st)
     m = _KERAS_HEADER_RE.match(line)
     if m:  # the epoch starts
         st.epochs_done, st.epochs_total, st.inner = float(int(m.group(1)) - 1), _total(m, 2), None
-        return
+        return True
     m = _EPOCH_TOTAL_RE.search(line)
     if m:  # the epoch ended
         st.epochs_done, st.epochs_total, st.inner = float(m.group(1)), _total(m, 2), None
@@ -135,6 +154,7 @@ def _feed(st: _State, line: str) -> None:
             else:
                 st.inner = (n, of)
             break
+    return st != before
 
 
 def _total(m: re.Match[str], group: int) -> float | None:
@@ -186,6 +206,19 @@ class Tracker:
 
     samples: list[tuple[float, float]] = field(default_factory=list)  # (seen at, done)
     last: Position | None = None
+    seen_until: float = float("-inf")  # the time of the newest line a look fed in
+
+    def observe_lines(
+        self, lines: Iterable[tuple[float, str]], spec: ProgressSpec | None, now: float
+    ) -> Progress | None:
+        """A look at the learner's last lines, each with its time: the lines newer than
+        the last look's move the position at their own times (older ones, read again in
+        this tail, only set the context: a Keras epoch header before its counters)."""
+        for at, pos in timed_positions(lines, spec):
+            if at > self.seen_until:
+                self.observe(pos, at)
+                self.seen_until = at
+        return self.progress(now)
 
     def observe(self, pos: Position | None, now: float) -> Progress | None:
         if pos is None:

@@ -25,6 +25,7 @@ from dlaas.adapters.logs import (
     S3Log,
     run_start,
     split_lines,
+    stamped,
 )
 from dlaas.domain import jobspec
 from dlaas.domain.locations import S3Location
@@ -285,3 +286,23 @@ def test_followers_of_a_job_without_a_log_yet_share_one_object_read():
     followers = [reader.stream_rounds(results, "job", 0, offset=0, follow=True) for _ in range(50)]
     assert all(next(f) is PAUSE for f in followers)
     assert len(asked) == 1
+
+
+def test_a_stamped_line_is_its_time_and_its_text():
+    at, text = stamped("2026-11-27T00:12:34.123456789Z epoch 3/20 loss=0.5")
+    assert text == "epoch 3/20 loss=0.5"
+    assert at == pytest.approx(1795738354.123456)
+    assert stamped("epoch 3/20 loss=0.5") == (None, "epoch 3/20 loss=0.5")
+    assert stamped("2026-13-27T00:12:34Z x") == (None, "2026-13-27T00:12:34Z x")
+
+
+def test_the_tail_is_the_learners_last_lines_with_the_times_they_were_printed():
+    engine = FakeEngine()
+    c = engine.add("job", jobspec.ROLE_LEARNER, 0)
+    engine.print(c, "epoch 1/3\nepoch 2/3\n", at=1000.5)
+    engine.print(c, "epoch 3/3\n", at=1010.25)
+    reader = LogReader(None, None, engine)
+    assert reader.tail("job", 0, 2) == [(1000.5, "epoch 2/3"), (1010.25, "epoch 3/3")]
+    # A tail cut by its byte bound loses its first, partial line, not a stamp.
+    assert reader.tail("job", 0, 3, max_bytes=50) == [(1010.25, "epoch 3/3")]
+    assert reader.tail("job", 1, 3) == []  # no such learner here

@@ -13,6 +13,7 @@ from dlaas.domain.progress import (
     Tracker,
     job_progress,
     position,
+    timed_positions,
 )
 
 # What examples/pytorch and examples/pytorch-ddp print (rank 0).
@@ -124,3 +125,19 @@ def test_job_progress_is_its_slowest_learner():
     assert job_progress({2: c}) is c
     assert job_progress({}) is None
     assert b.view()["percent"] == 30.0 and b.view()["remaining_s"] == 70.0
+
+
+def test_timed_positions_are_the_lines_that_moved_it_at_their_times():
+    lines = [
+        (1.0, "Epoch 3/10"),  # Keras' header: 2 done, the counters after it add the share
+        (2.0, "50/100 [=====>....] - ETA: 1s - loss: 0.5"),
+        (2.5, "some warning"),
+        (3.0, "100/100 [==========] - 2s - loss: 0.4"),
+    ]
+    got = [(at, p.done) for at, p in timed_positions(lines)]
+    assert got == [(1.0, 2.0), (2.0, 2.5), (3.0, 3.0)]
+    # A tracker fed the same tail twice keeps one run; the header read again sets the context.
+    tracker = Tracker()
+    tracker.observe_lines(lines[:2], None, 2.0)
+    p = tracker.observe_lines(lines, None, 3.5)
+    assert p.position.done == 3.0 and p.rate == pytest.approx(0.5)  # from 2.5 at 2 s to 3 at 3 s

@@ -225,9 +225,18 @@ class Deployer(ContainerEngine):
                 self.client.events(decode=True, filters=filters, since=since), self.node or "?"
             )
 
-    def logs(self, c: Container, *, tail: int | None = None) -> bytes | None:
+    def logs(
+        self, c: Container, *, tail: int | None = None, timestamps: bool = False
+    ) -> bytes | None:
         with self._answering():
-            raw = quiet(self.client.api.logs, c.id, stdout=True, stderr=True, tail=tail or "all")
+            raw = quiet(
+                self.client.api.logs,
+                c.id,
+                stdout=True,
+                stderr=True,
+                tail=tail or "all",
+                timestamps=timestamps,
+            )
         if raw is None:
             # Docker answers 409 for a log asked of a container marked for removal: a race
             # with a cleanup, not a failure worth a traceback.

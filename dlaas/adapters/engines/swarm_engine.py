@@ -319,8 +319,15 @@ class SwarmEngine:
 
     # ---- logs and events ------------------------------------------------------------
 
-    def task_logs(self, task_id: str, *, follow: bool = False, tail: int | None = None):
-        params = {"stdout": 1, "stderr": 1, "follow": int(follow),
+    def task_logs(
+        self,
+        task_id: str,
+        *,
+        follow: bool = False,
+        tail: int | None = None,
+        timestamps: bool = False,
+    ):
+        params = {"stdout": 1, "stderr": 1, "follow": int(follow), "timestamps": int(timestamps),
                   "tail": "all" if tail is None else str(tail)}  # fmt: skip
         url = self.api._url("/tasks/{0}/logs", task_id)
         res = self.api._get(url, params=params, stream=follow)

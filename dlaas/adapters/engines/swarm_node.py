@@ -241,11 +241,13 @@ class SwarmNodeView(ContainerEngine):
         self._check()
         return _PollStream(self.engine, self.name)
 
-    def logs(self, c: Container, *, tail: int | None = None) -> bytes | None:
+    def logs(
+        self, c: Container, *, tail: int | None = None, timestamps: bool = False
+    ) -> bytes | None:
         if c.id.startswith("service:"):
             return b""  # no task has run yet
         try:
-            return self.engine.task_logs(c.id, tail=tail)
+            return self.engine.task_logs(c.id, tail=tail, timestamps=timestamps)
         except docker.errors.NotFound:
             return None
 
