@@ -312,9 +312,9 @@ async def list_jobs(
 
 
 async def _progress(deps: Deps, records: list[JobRecord]) -> dict[str, Progress]:
-    """The jobs' progress: a running job's may take a look at its learners' logs (an
-    engine call), on a worker thread; the others' is what this process saw last."""
-    if any(r.status == Status.PROCESSING for r in records):
+    """The jobs' progress: a look at a running job's learners' logs (an engine call, once
+    per job and `ttl_s`) on a worker thread; otherwise what this process saw last, here."""
+    if any(deps.progress.due(r) for r in records):
         return await run_in_threadpool(deps.progress.many, records, deps.logs)
     return deps.progress.many(records, deps.logs)
 
@@ -330,8 +330,8 @@ def _with_progress(job: JobSummaryT, progress: Progress | None) -> JobSummaryT:
 async def get_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobPublic:
     """A job's status, status history, learners and normalized manifest (secrets masked)."""
     record = owned_job(deps, caller, job_id)
-    if record.status in (Status.PROCESSING, Status.QUEUED):
-        # Its progress (a look at the logs) or its place in the queue (the scheduler).
+    if record.status == Status.QUEUED or deps.progress.due(record):
+        # Its place in the queue (the scheduler), or a look at its logs (the engine).
         return await run_in_threadpool(_job_view, deps, record)
     return _job_view(deps, record)
 

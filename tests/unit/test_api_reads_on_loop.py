@@ -45,11 +45,12 @@ def client(job_store, tmp_path, monkeypatch):
     )  # fmt: skip
     job_store.add_user(User("alice", "", False, 1.0))
     job_store.add_token(TokenRecord(token_hash(ALICE), "alice", ALICE[:6], 1.0))
-    for job_id, status in (("j-done", Status.COMPLETED), ("j-queued", Status.QUEUED)):
+    jobs = (("j-done", Status.COMPLETED), ("j-queued", Status.QUEUED), ("j-run", Status.PROCESSING))
+    for job_id, status in jobs:
         history = [Transition(Status.QUEUED, 1.0, "submitted")]
         job_store.create(JobRecord(job_id, "alice", job_id, MANIFEST, 1.0, history=history))
         if status != Status.QUEUED:
-            job_store.record_transition(job_id, 1, Transition(status, 2.0, "done"))
+            job_store.record_transition(job_id, 1, Transition(status, 2.0, "moved"))
     app = create_app(
         settings, ApiSettings(admin_token="tok-admin"), store=job_store, lcm=object(),
         s3=object(), docker=False, scheduler=Scheduler(), tasks=object(), failure_counts=False,
@@ -63,6 +64,8 @@ def client(job_store, tmp_path, monkeypatch):
         return await run_sync(func, *args, **kwargs)
 
     monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    # FAKE engine: a running learner's last lines (a look at them is an engine call).
+    app.state.deps.logs.tail = lambda job_id, learner, n: ["epoch 3/10 loss=0.5"]
     with TestClient(app) as c:
         c.hops = hops
         yield c
@@ -75,8 +78,13 @@ def auth(token: str) -> dict[str, str]:
 def test_a_job_list_takes_no_worker_thread(client):
     client.hops.clear()
     r = client.get("/v1/jobs", headers=auth(ALICE))
-    assert r.status_code == 200 and r.json()["total"] == 2
-    assert client.hops == []
+    assert r.status_code == 200 and r.json()["total"] == 3
+    assert client.hops == ["many"]  # the running job's first look: on a thread
+    client.hops.clear()
+    r = client.get("/v1/jobs", headers=auth(ALICE))  # within the look's ttl: none
+    assert r.status_code == 200 and client.hops == []
+    running = next(j for j in r.json()["jobs"] if j["job_id"] == "j-run")
+    assert running["progress"]["done"] == 3
 
 
 def test_a_final_jobs_view_takes_no_worker_thread(client):
@@ -84,6 +92,16 @@ def test_a_final_jobs_view_takes_no_worker_thread(client):
     r = client.get("/v1/jobs/j-done", headers=auth(ALICE))
     assert r.status_code == 200 and r.json()["status"] == "COMPLETED"
     assert client.hops == []
+
+
+def test_a_running_jobs_view_looks_at_its_logs_on_a_worker_thread_once_per_ttl(client):
+    client.hops.clear()
+    first = client.get("/v1/jobs/j-run", headers=auth(ALICE))
+    assert first.status_code == 200 and first.json()["progress"]["done"] == 3
+    assert client.hops == ["_job_view"]
+    client.hops.clear()
+    again = client.get("/v1/jobs/j-run", headers=auth(ALICE))
+    assert again.json()["progress"]["done"] == 3 and client.hops == []
 
 
 def test_a_queued_jobs_place_is_asked_on_a_worker_thread(client):
