@@ -15,7 +15,11 @@ wrk`); its CPU time (and the submit threads') is printed beside each phase to sh
 load generator is not the bottleneck. The API's own time per request (its
 `dlaas_api_request_seconds` histogram, summed over the replicas) is printed beside the
 client's latency: the difference is time spent waiting to be served (accept queue, event
-loop, thread pool), not in the route.
+loop, thread pool), not in the route. Each read phase also gives where the two cores went:
+the API replicas' CPU per request (their /proc CPU time over the requests served), every
+platform process's CPU share, how many requests each replica served (SO_REUSEPORT spreads
+the connections, not the requests), and the load average at its end (other work on a
+shared machine makes the p99 noisy: compare runs at a similar load).
 
 Usage: python benchmarks/api_load.py [--seconds 30] [--follows 200] [--submits 200]
     [--jobs 60] [--home DIR] [--json]
