@@ -15,7 +15,11 @@ wrk`); its CPU time (and the submit threads') is printed beside each phase to sh
 load generator is not the bottleneck. The API's own time per request (its
 `dlaas_api_request_seconds` histogram, summed over the replicas) is printed beside the
 client's latency: the difference is time spent waiting to be served (accept queue, event
-loop, thread pool), not in the route.
+loop, thread pool), not in the route. Each read phase also gives where the two cores went:
+the API replicas' CPU per request (their /proc CPU time over the requests served), every
+platform process's CPU share, how many requests each replica served (SO_REUSEPORT spreads
+the connections, not the requests), and the load average at its end (other work on a
+shared machine makes the p99 noisy: compare runs at a similar load).
 
 Usage: python benchmarks/api_load.py [--seconds 30] [--follows 200] [--submits 200]
     [--jobs 60] [--home DIR] [--json]
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import resource
 import shutil
@@ -77,6 +82,31 @@ SERVER_SECONDS = re.compile(
     r" ([0-9.e+-]+)"
 )
 REPLICA = re.compile(r'replica="([^"]+)"')
+
+
+def process_cpu(home: Path) -> dict[str, float]:
+    """CPU seconds so far of each platform process `up` started (its pid records; a
+    restarted replica's count starts again, so compare only within a phase)."""
+    out = {}
+    for c in components.status(home):
+        if not c.pid:
+            continue
+        try:
+            fields = Path(f"/proc/{c.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[c.name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def cpu_shares(before: dict[str, float], after: dict[str, float], wall: float) -> dict:
+    """Each process's CPU over the phase, as a share of one core; the API replicas summed."""
+    used = {k: after[k] - before[k] for k in after if k in before}
+    out = {"api": round(sum(v for k, v in used.items() if k.startswith("api-")) / wall, 3)}
+    for name, v in sorted(used.items(), key=lambda kv: -kv[1]):
+        if not name.startswith("api-") and v / wall >= 0.01:
+            out[name] = round(v / wall, 3)
+    return out
 
 
 def children_cpu() -> float:
@@ -135,9 +165,10 @@ def result_of(proc: subprocess.Popen) -> dict:
     return json.loads(line)
 
 
-def reads(url: str, token: str, job_id: str, seconds: float) -> dict:
+def reads(url: str, token: str, job_id: str, seconds: float, home: Path) -> dict:
     """Phase (a)'s load: two wrk runs at once, 8 connections each."""
     before, cpu = server_times(url), children_cpu()
+    procs_cpu = process_cpu(home)
     started = time.monotonic()
     procs = {
         "GET /v1/jobs": wrk(url, "/v1/jobs", token, 8, seconds),
@@ -145,13 +176,31 @@ def reads(url: str, token: str, job_id: str, seconds: float) -> dict:
     }
     out = {name: result_of(p) for name, p in procs.items()}
     wall = time.monotonic() - started
+    cpu_used = cpu_shares(procs_cpu, process_cpu(home), wall)
     after = server_times(url)
     out["GET /v1/jobs"]["server_mean_ms"] = server_mean_ms(before, after, "GET", "/v1/jobs")
     out["GET /v1/jobs/{id}"]["server_mean_ms"] = server_mean_ms(
         before, after, "GET", "/v1/jobs/{job_id}"
     )
+    requests = sum(r["requests"] for r in out.values()) or 1
     out["total_rps"] = round(sum(r["rps"] for r in out.values() if isinstance(r, dict)), 1)
     out["wrk_cpu_share"] = round((children_cpu() - cpu) / wall, 3)  # of one core
+    # Where the two cores went: the API replicas' CPU per request, and every process's share.
+    out["api_cpu_ms_per_request"] = round(1000 * cpu_used["api"] * wall / requests, 3)
+    out["cpu_shares"] = cpu_used
+    # How the kernel spread the 16 connections over the replicas (SO_REUSEPORT).
+    out["replica_requests"] = replica_counts(before, after)
+    out["load_avg"] = round(os.getloadavg()[0], 2)
+    return out
+
+
+def replica_counts(before: dict, after: dict) -> dict[str, int]:
+    out = {}
+    for replica, values in after.items():
+        old = before.get(replica, {})
+        out[replica] = int(
+            sum(v - old.get(k, 0) for k, v in values.items() if k[0] == "GET" and k[2] == "count")
+        )
     return out
 
 
@@ -178,7 +227,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def submits(url: str, token: str, count: int, clients: int, manifest: str) -> dict:
+def submits(url: str, token: str, count: int, clients: int, manifest: str, home: Path) -> dict:
     """Phase (c): `count` submits from `clients` threads, each with its own connection and
     its share, one after the other (wrk cannot stop at a count and time it). The threads'
     CPU time is printed: about a millisecond a request, so they are not the bottleneck."""
@@ -199,6 +248,7 @@ def submits(url: str, token: str, count: int, clients: int, manifest: str) -> di
                     statuses[status] = statuses.get(status, 0) + 1
 
     before = server_times(url)
+    procs_cpu = process_cpu(home)
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     started = time.monotonic()
     threads = [threading.Thread(target=client, args=(count // clients,)) for _ in range(clients)]
@@ -224,6 +274,8 @@ def submits(url: str, token: str, count: int, clients: int, manifest: str) -> di
         },
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "load_cpu_share": round(load_cpu / wall, 3),  # of one core
+        "cpu_shares": cpu_shares(procs_cpu, process_cpu(home), wall),
+        "load_avg": round(os.getloadavg()[0], 2),
     }
 
 
@@ -245,7 +297,7 @@ def halt_placed(url: str, tokens, timeout_s: float = 120) -> None:
             time.sleep(2)
 
 
-def run(url: str, admin: str, args: argparse.Namespace) -> dict:
+def run(url: str, admin: str, args: argparse.Namespace, home: Path) -> dict:
     http = httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {admin}"})
     nodes = http.get("/v1/nodes").json().get("nodes", [])
     cpus = max(n["capacity"]["cpus"] for n in nodes)
@@ -270,8 +322,11 @@ def run(url: str, admin: str, args: argparse.Namespace) -> dict:
     jobs = [submit(tokens["reader"]) for _ in range(args.jobs)]
     followed = [submit(tokens["follower"]) for _ in range(4)]
 
+    viewed = http.get(
+        f"/v1/jobs/{jobs[0]}", headers={"Authorization": f"Bearer {tokens['reader']}"}
+    )
     print(f"(a) reads, {args.seconds:.0f} s ...", flush=True)
-    a = reads(url, tokens["reader"], jobs[0], args.seconds)
+    a = reads(url, tokens["reader"], jobs[0], args.seconds, home)
 
     print(f"(b) reads with {args.follows} follows open ...", flush=True)
     held: list[socket.socket] = []
@@ -294,14 +349,15 @@ def run(url: str, admin: str, args: argparse.Namespace) -> dict:
         t.start()
     for t in opening:
         t.join()
-    b = reads(url, tokens["reader"], jobs[0], args.seconds)
+    b = reads(url, tokens["reader"], jobs[0], args.seconds, home)
     b["follows"] = {str(k): v for k, v in sorted(statuses.items())}
     for s in held:
         s.close()
 
     print(f"(c) {args.submits} submits from 8 clients ...", flush=True)
-    c = submits(url, tokens["reader"], args.submits, 8, manifest)
+    c = submits(url, tokens["reader"], args.submits, 8, manifest, home)
     halt_placed(url, tokens.values())
+    a["viewed_status"] = viewed.json().get("status")  # the job GET /v1/jobs/{id} reads
     return {"reads": a, "reads_with_follows": b, "submits": c}
 
 
@@ -323,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     platform.up(home, progress=lambda line: print("  " + line, flush=True))
     try:
         cfg = json.loads((home / "admin.json").read_text())  # users and nodes need it
-        result = run(cfg["url"], cfg["admin_token"], args)
+        result = run(cfg["url"], cfg["admin_token"], args, home)
     finally:
         if not was_up:
             platform.down(home)

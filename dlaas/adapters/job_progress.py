@@ -6,7 +6,9 @@ The parsing and the estimate are dlaas.domain.progress'; this keeps one `Tracker
 learner in memory, per API process, and feeds it a look at the learner's last
 `TAIL_LINES` lines (one small `logs(tail=...)` engine call, dlaas.adapters.logs.LogReader.tail)
 at most once per `ttl_s` per job: a `list` of many jobs, or many clients asking, costs at
-most one look per job and `ttl_s`. The rate comes from the times the engine stamped the
+most one look per job and `ttl_s`, and a caller that does not look never waits for
+another's look (`due` tells the API which calls look: it runs those on a worker thread,
+the others on its event loop). The rate comes from the times the engine stamped the
 lines that moved the position, so one look at a tail holding two moves estimates: every
 API replica and the LCM estimate alike, a restarted one at once (lines without a stamp
 count as printed when a look saw them, and only the last position is used). Nothing is
@@ -61,16 +63,34 @@ class ProgressReader:
                 self._jobs.popitem(last=False)
             return job
 
+    def due(self, record: JobRecord) -> bool:
+        """Whether `of` would look at the job's logs now (the one case where it calls the
+        engine): it is PROCESSING and not looked at within `ttl_s`."""
+        if record.status != Status.PROCESSING:
+            return False
+        with self._lock:
+            job = self._jobs.get(record.job_id)
+        return job is None or self._due(job, record, self.clock())
+
+    def _due(self, job: _Job, record: JobRecord, now: float) -> bool:
+        return record.status == Status.PROCESSING and now - job.looked_at >= self.ttl_s
+
     def of(self, record: JobRecord, logs: LogReader, *, look: bool = True) -> Progress | None:
         """The job's progress: a fresh look if it is PROCESSING and the last is older than
-        `ttl_s` (and `look`), else what the last look saw."""
+        `ttl_s` (and `look`), else what the last look saw, without waiting for a look
+        another caller has under way."""
         job = self._job(record.job_id)
+        if not (look and self._due(job, record, self.clock())):
+            return self._seen(job, record, self.clock())
         with job.lock:
             return self._of(job, record, logs, look)
 
+    def _seen(self, job: _Job, record: JobRecord, now: float) -> Progress | None:
+        return _aged(job.progress, now) if record.status == Status.PROCESSING else job.progress
+
     def _of(self, job: _Job, record: JobRecord, logs: LogReader, look: bool) -> Progress | None:
         now = self.clock()
-        if look and record.status == Status.PROCESSING and now - job.looked_at >= self.ttl_s:
+        if look and self._due(job, record, now):
             job.looked_at = now
             manifest = stored_manifest_or_none(record)
             spec = manifest.progress if manifest is not None else ProgressSpec()
@@ -90,7 +110,7 @@ class ProgressReader:
                 if p is not None:
                     seen[learner] = p
             job.progress = job_progress(seen) or job.progress
-        return _aged(job.progress, now) if record.status == Status.PROCESSING else job.progress
+        return self._seen(job, record, now)
 
     def many(self, records: Iterable[JobRecord], logs: LogReader) -> dict[str, Progress]:
         """`of` for several jobs (a page of `list`), fresh looks for at most MAX_LOOKS."""

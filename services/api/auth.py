@@ -29,9 +29,10 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
+from starlette.concurrency import run_in_threadpool
 
 from dlaas.adapters.store.base import JobStore
 from dlaas.domain import authz
@@ -252,17 +253,37 @@ class Authenticator:
     def caller(self, authorization: str | None, client: str = "") -> Caller:
         """The caller for an `Authorization` header value sent from address `client`;
         raise Unauthorized, or TooManyFailures while that address is over its limit."""
+        key = self._admitted(client)
+        try:
+            return self._check(authorization)
+        except _Failed as exc:
+            self._failed(key, exc)
+
+    async def caller_on_loop(self, authorization: str | None, client: str = "") -> Caller:
+        """`caller` for the event loop (the API's dependency): a token's check is two store
+        reads by primary key, less work than the hop to a worker thread and back, so it
+        runs here; only a failure goes to a thread, as counting it may wait for Redis and
+        write the audit log."""
+        key = self._admitted(client)
+        try:
+            return self._check(authorization)
+        except _Failed as exc:
+            await run_in_threadpool(self._failed, key, exc)
+            raise AssertionError("unreachable: _failed raises") from None
+
+    def _admitted(self, client: str) -> str:
+        """The client's key; TooManyFailures while it is over its limit (from memory)."""
         key = client_key(client)
         wait = self.limiter.retry_after(key)
         if wait > 0:
             self._refuse(wait)
-        try:
-            return self._check(authorization)
-        except _Failed as exc:
-            self.metrics.failures.labels(exc.reason).inc()
-            if exc.reason != "missing":  # a request without a token guesses nothing
-                self._count(key)
-            raise Unauthorized(exc.message) from None
+        return key
+
+    def _failed(self, key: str, exc: _Failed) -> NoReturn:
+        self.metrics.failures.labels(exc.reason).inc()
+        if exc.reason != "missing":  # a request without a token guesses nothing
+            self._count(key)
+        raise Unauthorized(exc.message) from None
 
     def _refuse(self, wait: float) -> None:
         self.metrics.refused.inc()

@@ -59,12 +59,15 @@ async def get_deps(request: Request) -> Deps:
     return request.app.state.deps
 
 
-def get_caller(
+async def get_caller(
     request: Request,
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Caller:
+    # async, and the check on the event loop: as a plain `def` it cost every request a
+    # hop to the thread pool and back, and a wait there behind the other requests' routes.
     client = request.client.host if request.client else ""
-    return request.app.state.deps.tokens.caller(request.headers.get("authorization"), client)
+    tokens = request.app.state.deps.tokens
+    return await tokens.caller_on_loop(request.headers.get("authorization"), client)
 
 
 DepsDep = Annotated[Deps, Depends(get_deps)]

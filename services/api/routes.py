@@ -274,7 +274,7 @@ async def submit_job(request: Request, deps: DepsDep, caller: CallerDep) -> Subm
 
 
 @router.get("/jobs", response_model=JobList, responses=error_responses(422))
-def list_jobs(
+async def list_jobs(
     deps: DepsDep,
     caller: CallerDep,
     status: Annotated[str | None, Query(description="only jobs in this status")] = None,
@@ -299,9 +299,24 @@ def list_jobs(
     records, total = deps.store.list(
         user=caller.user_filter, status=wanted, label=label or None, offset=offset, limit=limit
     )
-    progress = deps.progress.many(records, deps.logs)
+    progress = await _progress(deps, records)
     jobs = [_with_progress(job_summary(r), progress.get(r.job_id)) for r in records]
     return JobList(jobs=jobs, total=total, offset=offset, limit=limit)
+
+
+# The read routes are `async` and read the store on the event loop: a read by key or one
+# page of an index costs less than the hop to a worker thread and back, and the hop's
+# wait behind other requests was most of a read's latency under load. What may wait on
+# another service (a look at a running job's logs, the scheduler's queue) still runs on a
+# worker thread.
+
+
+async def _progress(deps: Deps, records: list[JobRecord]) -> dict[str, Progress]:
+    """The jobs' progress: a look at a running job's learners' logs (an engine call, once
+    per job and `ttl_s`) on a worker thread; otherwise what this process saw last, here."""
+    if any(deps.progress.due(r) for r in records):
+        return await run_in_threadpool(deps.progress.many, records, deps.logs)
+    return deps.progress.many(records, deps.logs)
 
 
 def _with_progress(job: JobSummaryT, progress: Progress | None) -> JobSummaryT:
@@ -312,9 +327,16 @@ def _with_progress(job: JobSummaryT, progress: Progress | None) -> JobSummaryT:
 
 
 @router.get("/jobs/{job_id}", response_model=JobPublic, responses=error_responses(404))
-def get_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobPublic:
+async def get_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobPublic:
     """A job's status, status history, learners and normalized manifest (secrets masked)."""
     record = owned_job(deps, caller, job_id)
+    if record.status == Status.QUEUED or deps.progress.due(record):
+        # Its place in the queue (the scheduler), or a look at its logs (the engine).
+        return await run_in_threadpool(_job_view, deps, record)
+    return _job_view(deps, record)
+
+
+def _job_view(deps: Deps, record: JobRecord) -> JobPublic:
     public = _with_progress(job_public(record), deps.progress.of(record, deps.logs))
     if record.status == Status.QUEUED:
         _add_queue_info(deps, public, record)

@@ -1,0 +1,121 @@
+"""The REST reads answer on the event loop: checking a good token, listing jobs and showing
+a job that needs no other service take no worker thread (under load, the hop to the thread
+pool and the wait there behind other requests were most of a read's latency); what may
+wait on another service (a running job's look at its logs, a queued job's place in the
+scheduler's queue, counting a failed token in Redis) still goes to a thread.
+
+The app is the real one (create_app) on a SQLite store in the test's tmp dir; every hop to
+a worker thread passes through `anyio.to_thread.run_sync`, which the test counts.
+"""
+
+from __future__ import annotations
+
+import anyio.to_thread
+import pytest
+from fastapi.testclient import TestClient
+
+from dlaas.adapters.store.base import JobRecord
+from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.domain.accounts import TokenRecord, User, token_hash
+from dlaas.domain.secretbox import new_key
+from dlaas.domain.status import Status, Transition
+from services.api.app import create_app
+
+ALICE = "tok-alice"
+MANIFEST = """name: x
+learners: 1
+framework:
+  name: python
+  version: "3"
+  command: python3 -c pass
+"""
+
+
+class Scheduler:
+    def queue(self, running_left):
+        return []
+
+
+@pytest.fixture
+def client(job_store, tmp_path, monkeypatch):
+    settings = PlatformSettings(
+        s3_endpoint="http://127.0.0.1:9", s3_access_key="unused", s3_secret_key="unused",
+        s3_bucket="unused", store_url=f"sqlite:///{tmp_path / 'jobs.db'}",
+        lcm_addr="127.0.0.1:9", scheduler_addr="127.0.0.1:9", secrets_key=new_key(),
+    )  # fmt: skip
+    job_store.add_user(User("alice", "", False, 1.0))
+    job_store.add_token(TokenRecord(token_hash(ALICE), "alice", ALICE[:6], 1.0))
+    jobs = (("j-done", Status.COMPLETED), ("j-queued", Status.QUEUED), ("j-run", Status.PROCESSING))
+    for job_id, status in jobs:
+        history = [Transition(Status.QUEUED, 1.0, "submitted")]
+        job_store.create(JobRecord(job_id, "alice", job_id, MANIFEST, 1.0, history=history))
+        if status != Status.QUEUED:
+            job_store.record_transition(job_id, 1, Transition(status, 2.0, "moved"))
+    app = create_app(
+        settings, ApiSettings(admin_token="tok-admin"), store=job_store, lcm=object(),
+        s3=object(), docker=False, scheduler=Scheduler(), tasks=object(), failure_counts=False,
+    )  # fmt: skip
+    hops: list[str] = []
+    run_sync = anyio.to_thread.run_sync
+
+    async def counted(func, *args, **kwargs):
+        func_ = getattr(func, "func", func)  # run_in_threadpool passes a partial
+        hops.append(func_.__name__)
+        return await run_sync(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    # FAKE engine: a running learner's last lines (a look at them is an engine call).
+    app.state.deps.logs.tail = lambda job_id, learner, n: [(1.0, "epoch 3/10 loss=0.5")]
+    with TestClient(app) as c:
+        c.hops = hops
+        yield c
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_a_job_list_takes_no_worker_thread(client):
+    client.hops.clear()
+    r = client.get("/v1/jobs", headers=auth(ALICE))
+    assert r.status_code == 200 and r.json()["total"] == 3
+    assert client.hops == ["many"]  # the running job's first look: on a thread
+    client.hops.clear()
+    r = client.get("/v1/jobs", headers=auth(ALICE))  # within the look's ttl: none
+    assert r.status_code == 200 and client.hops == []
+    running = next(j for j in r.json()["jobs"] if j["job_id"] == "j-run")
+    assert running["progress"]["done"] == 3
+
+
+def test_a_final_jobs_view_takes_no_worker_thread(client):
+    client.hops.clear()
+    r = client.get("/v1/jobs/j-done", headers=auth(ALICE))
+    assert r.status_code == 200 and r.json()["status"] == "COMPLETED"
+    assert client.hops == []
+
+
+def test_a_running_jobs_view_looks_at_its_logs_on_a_worker_thread_once_per_ttl(client):
+    client.hops.clear()
+    first = client.get("/v1/jobs/j-run", headers=auth(ALICE))
+    assert first.status_code == 200 and first.json()["progress"]["done"] == 3
+    assert client.hops == ["_job_view"]
+    client.hops.clear()
+    again = client.get("/v1/jobs/j-run", headers=auth(ALICE))
+    assert again.json()["progress"]["done"] == 3 and client.hops == []
+
+
+def test_a_queued_jobs_place_is_asked_on_a_worker_thread(client):
+    # The scheduler answers over gRPC: that wait must not hold the event loop.
+    client.hops.clear()
+    r = client.get("/v1/jobs/j-queued", headers=auth(ALICE))
+    assert r.status_code == 200 and r.json()["status"] == "QUEUED"
+    assert client.hops == ["_job_view"]
+
+
+def test_a_failed_token_is_counted_on_a_worker_thread(client):
+    client.hops.clear()
+    r = client.get("/v1/jobs", headers=auth("tok-wrong"))
+    assert r.status_code == 401
+    assert client.hops == ["_failed"]
+    # And the next good request is answered as before.
+    assert client.get("/v1/jobs", headers=auth(ALICE)).status_code == 200
