@@ -433,8 +433,9 @@ def test_a_running_example_shows_its_progress_in_rest_and_the_cli(live, home):
         assert listed[job_id]["progress"]["total"] == PROGRESS_EPOCHS
 
         cli = CliRunner()
-        # Each API replica estimates from its own looks at the log: one that has not yet seen
-        # two moves says "not estimated yet" (dlaas.adapters.job_progress), for an epoch or two.
+        # Each API replica estimates from its own look at the log tail, by the lines' stamps
+        # (dlaas.adapters.job_progress): the CLI, on either replica, shows the finish at once;
+        # the loop only rides out a replica's look in flight.
         for _ in range(20):
             shown = cli.invoke(app, ["--home", str(home), "show", job_id], env={"COLUMNS": "200"})
             assert shown.exit_code == 0, shown.output
