@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 
+from offline_settings import offline_settings
+
 from dlaas.adapters.store.base import JobRecord
-from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.config import ApiSettings
 from dlaas.domain.accounts import Team, TokenRecord, User, token_hash
-from dlaas.domain.secretbox import new_key
 from dlaas.domain.status import Status, Transition
 from dlaas.domain.usage import ALLOCATIONS_INFO
 from services.api.app import create_app
@@ -45,11 +46,7 @@ def ran(store, job_id, user, team, hours, learners):
 
 def usage_app(store, tmp_path):
     """The real app on `store`, alice and bob in it with their tokens, no job yet."""
-    settings = PlatformSettings(
-        s3_endpoint="http://127.0.0.1:9", s3_access_key="unused", s3_secret_key="unused",
-        s3_bucket="unused", store_url=f"sqlite:///{tmp_path / 'jobs.db'}",
-        lcm_addr="127.0.0.1:9", scheduler_addr="127.0.0.1:9", secrets_key=new_key(),
-    )  # fmt: skip
+    settings = offline_settings(f"sqlite:///{tmp_path / 'jobs.db'}")
     for team in ("ateam", "bteam"):
         store.add_team(Team(team, created_at=1.0))
     for name, team, token in (("alice", "ateam", ALICE), ("bob", "bteam", BOB)):

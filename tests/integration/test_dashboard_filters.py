@@ -17,12 +17,12 @@ import time
 import pytest
 import uvicorn
 from chromium import launched
+from offline_settings import offline_settings
 
 from dlaas.adapters.store import open_store
 from dlaas.adapters.store.base import JobRecord
-from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.config import ApiSettings
 from dlaas.domain.accounts import TokenRecord, User, token_hash
-from dlaas.domain.secretbox import new_key
 from dlaas.domain.status import FINAL, Status, Transition
 from dlaas.local.processes import free_port
 from services.api.app import create_app
@@ -50,11 +50,7 @@ def _job(store, job_id: str, at: float, status: Status = Status.QUEUED, label: s
 def base_url(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("dashboard")
     job_store = open_store(f"sqlite:///{tmp_path / 'jobs.db'}")
-    settings = PlatformSettings(
-        s3_endpoint="http://127.0.0.1:9", s3_access_key="unused", s3_secret_key="unused",
-        s3_bucket="unused", store_url=f"sqlite:///{tmp_path / 'jobs.db'}",
-        lcm_addr="127.0.0.1:9", scheduler_addr="127.0.0.1:9", secrets_key=new_key(),
-    )  # fmt: skip
+    settings = offline_settings(f"sqlite:///{tmp_path / 'jobs.db'}")
     job_store.add_user(User("alice", "", False, 1.0))
     job_store.add_token(TokenRecord(token_hash(ALICE), "alice", ALICE[:6], 1.0))
     _job(job_store, "job-oom-1", 10.0, Status.FAILED, "gpu_oom")

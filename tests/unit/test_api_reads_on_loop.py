@@ -13,11 +13,11 @@ from __future__ import annotations
 import anyio.to_thread
 import pytest
 from fastapi.testclient import TestClient
+from offline_settings import offline_settings
 
 from dlaas.adapters.store.base import JobRecord
-from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.config import ApiSettings
 from dlaas.domain.accounts import TokenRecord, User, token_hash
-from dlaas.domain.secretbox import new_key
 from dlaas.domain.status import Status, Transition
 from services.api.app import create_app
 
@@ -38,11 +38,7 @@ class Scheduler:
 
 @pytest.fixture
 def client(job_store, tmp_path, monkeypatch):
-    settings = PlatformSettings(
-        s3_endpoint="http://127.0.0.1:9", s3_access_key="unused", s3_secret_key="unused",
-        s3_bucket="unused", store_url=f"sqlite:///{tmp_path / 'jobs.db'}",
-        lcm_addr="127.0.0.1:9", scheduler_addr="127.0.0.1:9", secrets_key=new_key(),
-    )  # fmt: skip
+    settings = offline_settings(f"sqlite:///{tmp_path / 'jobs.db'}")
     job_store.add_user(User("alice", "", False, 1.0))
     job_store.add_token(TokenRecord(token_hash(ALICE), "alice", ALICE[:6], 1.0))
     jobs = (("j-done", Status.COMPLETED), ("j-queued", Status.QUEUED), ("j-run", Status.PROCESSING))

@@ -14,13 +14,13 @@ import re
 
 import pytest
 from fastapi.testclient import TestClient
+from offline_settings import offline_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from dlaas.adapters.store.base import JobRecord
 from dlaas.clients.sdk import NodeInfo, NodeUtilization
-from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.config import ApiSettings
 from dlaas.domain.accounts import TokenRecord, User, token_hash
-from dlaas.domain.secretbox import new_key
 from dlaas.domain.status import Status
 from services.api.app import create_app
 from services.api.dashboard import CSP, STATIC
@@ -72,16 +72,7 @@ def client(module_job_store, tmp_path_factory):
     bad tokens of test_data_routes_still_need_a_token (one per path) stay below the limit
     of failed checks."""
     job_store = module_job_store
-    settings = PlatformSettings(
-        s3_endpoint="http://127.0.0.1:9",
-        s3_access_key="unused",
-        s3_secret_key="unused",
-        s3_bucket="unused",
-        store_url=f"sqlite:///{tmp_path_factory.mktemp('unused') / 'jobs.db'}",
-        lcm_addr="127.0.0.1:9",
-        scheduler_addr="127.0.0.1:9",
-        secrets_key=new_key(),
-    )
+    settings = offline_settings(f"sqlite:///{tmp_path_factory.mktemp('unused') / 'jobs.db'}")
     for name, token in (("alice", ALICE), ("bob", BOB)):
         job_store.add_user(User(name, "", False, 1.0))
         job_store.add_token(TokenRecord(token_hash(token), name, token[:6], 1.0))

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+from offline_settings import offline_settings
 
 from dlaas.adapters.store.base import JobRecord
-from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.config import ApiSettings
 from dlaas.domain import status as job_status
 from dlaas.domain.accounts import TokenRecord, User, token_hash
-from dlaas.domain.secretbox import new_key
 from dlaas.domain.status import Status, Transition
 from services.api.app import create_app
 
@@ -28,11 +28,7 @@ def client(module_job_store, tmp_path_factory):
     that adds jobs takes `job_store`, which deletes them after."""
     job_store = module_job_store
     unused = tmp_path_factory.mktemp("unused") / "jobs.db"  # the app is given its store
-    settings = PlatformSettings(
-        s3_endpoint="http://127.0.0.1:9", s3_access_key="unused", s3_secret_key="unused",
-        s3_bucket="unused", store_url=f"sqlite:///{unused}",
-        lcm_addr="127.0.0.1:9", scheduler_addr="127.0.0.1:9", secrets_key=new_key(),
-    )  # fmt: skip
+    settings = offline_settings(f"sqlite:///{unused}")
     for name, token in (("alice", ALICE), ("bob", BOB)):
         job_store.add_user(User(name, "", False, 1.0))
         job_store.add_token(TokenRecord(token_hash(token), name, token[:6], 1.0))

@@ -17,14 +17,14 @@ import time
 
 import pytest
 from fastapi.testclient import TestClient
+from offline_settings import offline_settings
 
 from dlaas.adapters.store.base import JobRecord
 from dlaas.clients.sdk import QueueEntry, TeamUsage
-from dlaas.config import ApiSettings, PlatformSettings
+from dlaas.config import ApiSettings
 from dlaas.domain.accounts import Team, TokenRecord, User, token_hash
 from dlaas.domain.hooks import Hook
 from dlaas.domain.namespace import team_bucket
-from dlaas.domain.secretbox import new_key
 from dlaas.domain.status import Status
 from services.api.app import PUBLIC_PATHS, create_app
 
@@ -101,11 +101,7 @@ def client(module_job_store, tmp_path_factory):
     once, not per test. No test here changes what another reads (bob's calls are refused
     or make bob's own things)."""
     job_store = module_job_store
-    settings = PlatformSettings(
-        s3_endpoint="http://127.0.0.1:9", s3_access_key="unused", s3_secret_key="unused",
-        s3_bucket="unused", store_url=f"sqlite:///{tmp_path_factory.mktemp('unused') / 'jobs.db'}",
-        lcm_addr="127.0.0.1:9", scheduler_addr="127.0.0.1:9", secrets_key=new_key(),
-    )  # fmt: skip
+    settings = offline_settings(f"sqlite:///{tmp_path_factory.mktemp('unused') / 'jobs.db'}")
     for team in ("ateam", "bteam"):
         job_store.add_team(Team(team, created_at=1.0))
     for name, team, token in (("alice", "ateam", ALICE), ("bob", "bteam", BOB)):
