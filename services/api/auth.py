@@ -250,20 +250,14 @@ class Authenticator:
         self.limiter = limiter or FailureLimiter()
         self.metrics = metrics or AuthMetrics(CollectorRegistry())
 
-    def caller(self, authorization: str | None, client: str = "") -> Caller:
+    async def caller(self, authorization: str | None, client: str = "") -> Caller:
         """The caller for an `Authorization` header value sent from address `client`;
-        raise Unauthorized, or TooManyFailures while that address is over its limit."""
-        key = self._admitted(client)
-        try:
-            return self._check(authorization)
-        except _Failed as exc:
-            self._failed(key, exc)
+        raise Unauthorized, or TooManyFailures while that address is over its limit.
 
-    async def caller_on_loop(self, authorization: str | None, client: str = "") -> Caller:
-        """`caller` for the event loop (the API's dependency): a token's check is two store
-        reads by primary key, less work than the hop to a worker thread and back, so it
-        runs here; only a failure goes to a thread, as counting it may wait for Redis and
-        write the audit log."""
+        On the event loop (the API's dependency): a token's check is two store reads by
+        primary key, less work than the hop to a worker thread and back, so it runs here;
+        only a failure goes to a thread, as counting it may wait for Redis and write the
+        audit log."""
         key = self._admitted(client)
         try:
             return self._check(authorization)

@@ -67,7 +67,7 @@ async def get_caller(
     # hop to the thread pool and back, and a wait there behind the other requests' routes.
     client = request.client.host if request.client else ""
     tokens = request.app.state.deps.tokens
-    return await tokens.caller_on_loop(request.headers.get("authorization"), client)
+    return await tokens.caller(request.headers.get("authorization"), client)
 
 
 DepsDep = Annotated[Deps, Depends(get_deps)]

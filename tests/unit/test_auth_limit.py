@@ -3,6 +3,8 @@ counted and audited (services/api/auth.py; over HTTP in tests/integration/test_a
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -46,19 +48,19 @@ def test_wrong_tokens_from_one_address_are_refused_then_let_through_again(store)
     auth = make(store, clock, registry)
     for _ in range(3):
         with pytest.raises(Unauthorized):
-            auth.caller("Bearer wrong", "198.51.100.7")
+            asyncio.run(auth.caller("Bearer wrong", "198.51.100.7"))
     # Over the limit: refused before the token is looked at, even the right one.
     with pytest.raises(TooManyFailures) as limited:
-        auth.caller("Bearer good", "198.51.100.7")
+        asyncio.run(auth.caller("Bearer good", "198.51.100.7"))
     assert limited.value.delay_s == 60.0
     # Another address is not touched by it.
-    assert auth.caller("Bearer good", "198.51.100.8").user == "alice"
+    assert asyncio.run(auth.caller("Bearer good", "198.51.100.8")).user == "alice"
     clock.now += 30
     with pytest.raises(TooManyFailures) as later:
-        auth.caller("Bearer wrong", "198.51.100.7")
+        asyncio.run(auth.caller("Bearer wrong", "198.51.100.7"))
     assert later.value.delay_s == 30.0
     clock.now += 30.5  # the window has passed
-    assert auth.caller("Bearer good", "198.51.100.7").user == "alice"
+    assert asyncio.run(auth.caller("Bearer good", "198.51.100.7")).user == "alice"
     value = registry.get_sample_value
     assert value("dlaas_api_auth_failures_total", {"reason": "unknown"}) == 3
     assert value("dlaas_api_auth_refused_total") == 2
@@ -68,10 +70,10 @@ def test_each_address_reaching_the_limit_is_one_audit_entry(store):
     auth = make(store, Clock())
     for _ in range(3):
         with pytest.raises(Unauthorized):
-            auth.caller("Bearer wrong-" + "x" * 20, "198.51.100.7")
+            asyncio.run(auth.caller("Bearer wrong-" + "x" * 20, "198.51.100.7"))
     for _ in range(5):
         with pytest.raises(TooManyFailures):
-            auth.caller("Bearer wrong", "198.51.100.7")
+            asyncio.run(auth.caller("Bearer wrong", "198.51.100.7"))
     entries, total = store.list_audit(offset=0, limit=10)
     assert total == 1
     (e,) = entries
@@ -85,8 +87,8 @@ def test_a_request_without_a_token_is_counted_but_guesses_nothing(store):
     auth = make(store, Clock(), registry)
     for _ in range(10):
         with pytest.raises(Unauthorized):
-            auth.caller(None, "198.51.100.7")
-    assert auth.caller("Bearer good", "198.51.100.7").user == "alice"
+            asyncio.run(auth.caller(None, "198.51.100.7"))
+    assert asyncio.run(auth.caller("Bearer good", "198.51.100.7")).user == "alice"
     assert registry.get_sample_value("dlaas_api_auth_failures_total", {"reason": "missing"}) == 10
 
 

@@ -5,6 +5,7 @@ Redis and two real API apps: tests/integration/test_api_auth_limit_replicas.py."
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 
@@ -78,7 +79,7 @@ def replica(store, clock, counts, registry=None) -> Authenticator:
 
 def wrong(auth: Authenticator, address: str = ATTACKER) -> type[Exception]:
     with pytest.raises((Unauthorized, TooManyFailures)) as refused:
-        auth.caller("Bearer wrong", address)
+        asyncio.run(auth.caller("Bearer wrong", address))
     return refused.type
 
 
@@ -89,20 +90,24 @@ def test_failures_spread_over_two_replicas_reach_one_limit(store, clock, counts)
     # b has seen one failure of its own, yet the next guess there is refused: the count is shared.
     clock.now += 10
     with pytest.raises(TooManyFailures) as limited:
-        b.caller("Bearer wrong", ATTACKER)
+        asyncio.run(b.caller("Bearer wrong", ATTACKER))
     assert limited.value.delay_s == 50.0  # until the first failure leaves the window
     # Both now refuse the address from memory, even its right token, asking the counts nothing.
     calls = counts.calls
     for auth in (a, b):
         with pytest.raises(TooManyFailures):
-            auth.caller("Bearer good", ATTACKER)
+            asyncio.run(auth.caller("Bearer good", ATTACKER))
     assert counts.calls == calls
     # Another address is untouched, and a good token costs no call to the counts.
-    assert a.caller("Bearer good", USER).user == b.caller("Bearer good", USER).user == "alice"
+    assert (
+        asyncio.run(a.caller("Bearer good", USER)).user
+        == asyncio.run(b.caller("Bearer good", USER)).user
+        == "alice"
+    )
     assert counts.calls == calls
     # The refused guess was not recorded: the window frees when the first failure leaves it.
     clock.now += 50.5
-    assert b.caller("Bearer good", ATTACKER).user == "alice"
+    assert asyncio.run(b.caller("Bearer good", ATTACKER)).user == "alice"
     value = registry.get_sample_value
     assert value("dlaas_api_auth_failures_total", {"reason": "unknown"}) == 2
     assert value("dlaas_api_auth_refused_total") == 1
@@ -146,7 +151,7 @@ def test_a_limit_reached_here_holds_though_the_counts_lost_theirs(store, clock, 
         wrong(a)
     counts.times.clear()  # Redis restarted, its counts gone
     with pytest.raises(TooManyFailures):
-        a.caller("Bearer good", ATTACKER)
+        asyncio.run(a.caller("Bearer good", ATTACKER))
 
 
 def test_a_learned_refusal_is_forgotten_once_its_window_ends(clock, counts):
