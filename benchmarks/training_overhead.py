@@ -1,8 +1,8 @@
 """What the platform costs a data-parallel PyTorch job: seconds per epoch on the platform
 against the same processes run bare, and the time from submit to the job's first line.
 
-    python benchmarks/training_overhead.py [--learners 1,2,4] [--swarm] [--epochs 20] [--runs 3]
-        [--json]
+    python benchmarks/training_overhead.py [--learners 1,2,4] [--swarm] [--epochs 60]
+        [--runs 4] [--json]
 
 The job is examples/pytorch-ddp (torch.distributed DDP over gloo, one process per learner,
 OMP_NUM_THREADS=1 on both sides so that CPU limits are not what is measured), submitted over
@@ -12,17 +12,33 @@ two 1-CPU learners spans both and all-reduces over the overlay: a CPU per proces
 bare processes have on this 2-core machine).
 
 Bare: the very same python and torch binaries (the PyTorch learner image's file system,
-exported once and entered with chroot), the same command and env, N processes on the host's
-loopback with RANK/WORLD_SIZE set by hand: no container, no job network, no wrapper.
+exported once and entered with chroot), the same command and env, N processes with
+RANK/WORLD_SIZE set by hand: no container, no job network, no wrapper. For the Docker
+shapes they talk over the host's loopback. For the swarm shape the fair baseline is two
+processes on the two nodes talking over the network between them: each rank is started in
+its node's network namespace (`nsenter --net`, the namespaces and addresses from the lab's
+state file) and they all-reduce over the lab's underlay (veths and the lab bridge, no
+container, no overlay); the loopback run is reported beside it (`bare_loopback_epoch_s`,
+`ratio_vs_loopback`), so nothing is hidden.
 
-Per shape, `--runs` times each, alternated: `platform_epoch_s` and `bare_epoch_s` are the
-median over the runs of rank 0's training loop (its `steps=... seconds=...` summary: the
-steps, each epoch's evaluation and checkpoint) divided by the epochs, `ratio` = platform /
-bare (targets: <= 1.05 for 1 learner, <= 1.15 for 2-4), and `first_line_s` (the median) the
-time from just before the POST to the example's first log line (it prints it once the
-process group is up and the data loaded, just before the first step). With --json the last
-line is {"epochs", "runs", "shapes": [{"shape", "learners", "nodes", "platform_epoch_s",
-"bare_epoch_s", "ratio", "first_line_s", "platform_runs", "bare_runs"}]}.
+A run must last long enough that the machine's noise (2 cores shared with other work)
+cannot decide the ratio: a shape of N learners trains max(20, --epochs / N) epochs (60 for
+1 learner: about 6 s), and `--runs` runs of each side are alternated in ABBA order
+(platform-bare, then bare-platform, ...), so that a drift in the machine's load falls on both
+sides alike. Per run, the seconds per epoch are rank 0's training loop (its `steps=...
+seconds=...` summary: the steps, each epoch's evaluation and checkpoint) divided by the
+epochs. Per shape: `platform_epoch_s` and `bare_epoch_s` are the medians over the runs,
+`ratio` = platform / bare (targets: <= 1.05 for 1 learner, <= 1.15 for 2-4), `pair_ratios`
+each platform run over the bare run next to it (their spread is how far one ratio can be
+trusted), `spread` the (max - min) / median of each side's runs, `first_line_s` (the
+median) the time from just before the POST to the example's first log line (printed once
+the process group is up and the data loaded, just before the first step), `throttled` the
+CFS quota's count over every learner container of every run (`nr_periods`,
+`nr_throttled`, `throttled_s`, read from the container's cgroup cpu.stat by the job's
+command once training ended), and `load` the 1-minute load average before and after the
+shape. With --json the last line is {"epochs", "runs", "shapes": [...]}, one object per
+shape with the keys above and "shape", "learners", "nodes", "epochs", "platform_runs",
+"bare_runs" (swarm: also "bare_loopback_runs").
 """
 
 from __future__ import annotations
@@ -51,8 +67,17 @@ from dlaas.local import platform
 EXAMPLE = REPO / "examples" / "pytorch-ddp"
 IMAGE = "dlaas/learner-pytorch:2.13"
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
+NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
 # rank 0's summary: the whole training loop (steps, each epoch's evaluation and checkpoint).
 LOOP = re.compile(r"^steps=(\d+) seconds=([0-9.]+) steps_per_s=")
+# The CFS quota's counters of the learner's container (cgroup v1; v2 counts microseconds).
+CPU_STAT = re.compile(r"^(nr_periods|nr_throttled|throttled_time|throttled_usec) (\d+)$")
+# Printed by the job's command once training ended (platform runs only: bare ones have no
+# quota): the learner container's own cgroup, v1 or v2.
+CPU_STAT_CMD = (
+    "{ cat /sys/fs/cgroup/cpu/cpu.stat 2>/dev/null || cat /sys/fs/cgroup/cpu.stat 2>/dev/null"
+    " || true; }"
+)
 
 
 def free_port() -> int:
@@ -67,6 +92,12 @@ def free_port() -> int:
 TRAIN_ARGS = "--hidden 2048 --batch-size 16"
 
 
+def epochs_for(learners: int, epochs: int) -> int:
+    """A shape's epochs: about the same seconds per run whatever the gang (an epoch's steps
+    are split between the learners, but each step all-reduces), never fewer than 20."""
+    return max(20, epochs // learners)
+
+
 def manifest(learners: int, epochs: int, cpus: float) -> str:
     return (
         f"name: overhead-{learners}\nlearners: {learners}\ncpus: {cpus}\nmemory: 1GiB\n"
@@ -74,7 +105,7 @@ def manifest(learners: int, epochs: int, cpus: float) -> str:
         "    training_data: {container: digits-data}\n"
         "    training_results: {container: digits-results}\n"
         "framework:\n  name: pytorch\n  version: latest\n"
-        f"  command: python train.py --epochs {epochs} {TRAIN_ARGS}\n"
+        f"  command: python train.py --epochs {epochs} {TRAIN_ARGS} && {CPU_STAT_CMD}\n"
         "env: {OMP_NUM_THREADS: '1'}\n"
     )
 
@@ -85,6 +116,14 @@ def epoch_seconds(lines: list[str], epochs: int) -> float:
     if not found:
         raise RuntimeError(f"no steps= line in:\n{chr(10).join(lines[-20:])}")
     return found[-1] / epochs
+
+
+def cpu_stat(lines: list[str]) -> dict[str, float]:
+    """The quota's counters from a learner's log: periods, throttled periods, seconds."""
+    found = {m.group(1): int(m.group(2)) for line in lines if (m := CPU_STAT.match(line))}
+    seconds = found.get("throttled_time", 0) / 1e9 + found.get("throttled_usec", 0) / 1e6
+    return {"nr_periods": found.get("nr_periods", 0), "nr_throttled": found.get("nr_throttled", 0),
+            "throttled_s": seconds}  # fmt: skip
 
 
 def client(home: Path) -> httpx.Client:
@@ -127,11 +166,16 @@ def on_platform(http: httpx.Client, learners: int, epochs: int, cpus: float) -> 
         if time.monotonic() - started > 900:
             raise RuntimeError(f"{job_id} still {job['status']} after 900 s")
         time.sleep(0.2)
-    lines = http.get(f"/v1/jobs/{job_id}/logs", params={"learner": 0}).text.splitlines()
+    logs = [
+        http.get(f"/v1/jobs/{job_id}/logs", params={"learner": k}).text.splitlines()
+        for k in range(learners)
+    ]
     if job["status"] != "COMPLETED":
-        raise RuntimeError(f"{job_id} {job['status']}: {job['history'][-1]}\n{lines[-20:]}")
-    return {"epoch_s": epoch_seconds(lines, epochs), "first_line_s": round(first_line or 0.0, 2),
-            "nodes": sorted({e.get("node", "") for e in job.get("learners") or []})}  # fmt: skip
+        raise RuntimeError(f"{job_id} {job['status']}: {job['history'][-1]}\n{logs[0][-20:]}")
+    stats = [cpu_stat(lines) for lines in logs]
+    return {"epoch_s": epoch_seconds(logs[0], epochs), "first_line_s": round(first_line or 0.0, 2),
+            "nodes": sorted({e.get("node", "") for e in job.get("learners") or []}),
+            "throttled": {k: sum(s[k] for s in stats) for k in stats[0]}}  # fmt: skip
 
 
 def export_image(root: Path) -> Path:
@@ -167,8 +211,11 @@ def release_image(root: Path) -> bool:
     return not any(os.path.ismount(root / m) for m in ("dev", "proc"))
 
 
-def bare(rootfs: Path, data: bytes, learners: int, epochs: int) -> float:
-    """The example's processes in the image's file system, on the host's loopback."""
+def bare(rootfs: Path, data: bytes, learners: int, epochs: int,
+         nodes: list[dict] | None = None) -> float:  # fmt: skip
+    """The example's processes in the image's file system: on the host's loopback, or with
+    `nodes` (the swarm lab's node records: "netns", "address") rank k in node k's network
+    namespace, all reaching rank 0 at its node's address over the lab's underlay."""
     work = rootfs / "bench"
     shutil.rmtree(work, ignore_errors=True)
     (work / "data").mkdir(parents=True)
@@ -184,13 +231,15 @@ def bare(rootfs: Path, data: bytes, learners: int, epochs: int) -> float:
             "DATA_DIR": "/bench/data", "RESULT_DIR": f"/bench/results-{rank}",
             "CHECKPOINT_DIR": f"/bench/checkpoints-{rank}",
         }  # fmt: skip
-        cmd = [
-            CHROOT,
-            str(rootfs),
-            "sh",
-            "-c",
-            f"cd /bench && python train.py --epochs {epochs} {TRAIN_ARGS}",
-        ]
+        enter: list[str] = []
+        if nodes:
+            node = nodes[rank % len(nodes)]
+            enter = [NSENTER, f"--net=/var/run/netns/{node['netns']}"]
+            # The chroot has no name for the host's hostname, from which gloo would pick its
+            # address (it falls back to loopback): the node's interface, named.
+            env.update(MASTER_ADDR=nodes[0]["address"], GLOO_SOCKET_IFNAME="eth0")
+        cmd = [*enter, CHROOT, str(rootfs), "sh", "-c",
+               f"cd /bench && python train.py --epochs {epochs} {TRAIN_ARGS}"]  # fmt: skip
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))  # fmt: skip
     outputs = [p.communicate(timeout=900)[0] for p in procs]
@@ -199,33 +248,70 @@ def bare(rootfs: Path, data: bytes, learners: int, epochs: int) -> float:
     return epoch_seconds(outputs[0].splitlines(), epochs)
 
 
-def shape(name: str, learners: int, runs: int, platform_run, bare_run) -> dict:
-    """`runs` platform runs and as many bare ones, alternated."""
-    ons, bares = [], []
-    for _ in range(runs):
-        ons.append(platform_run())
-        bares.append(bare_run())
-    on_s = statistics.median(o["epoch_s"] for o in ons)
-    bare_s = statistics.median(bares)
-    return {
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def spread(values: list[float]) -> float:
+    """(max - min) / median: how far apart one side's runs were."""
+    return round((max(values) - min(values)) / statistics.median(values), 3)
+
+
+def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares: dict) -> dict:
+    """`runs` platform runs and as many of each bare kind (`bares`: name -> run, the first
+    is the baseline), in ABBA order: the platform first in even rounds, last in odd ones."""
+    load = [load_average()]
+    ons: list[dict] = []
+    got: dict[str, list[float]] = {kind: [] for kind in bares}
+    for k in range(runs):
+        if k % 2 == 0:
+            ons.append(platform_run())
+        for kind, run in bares.items():
+            got[kind].append(run())
+        if k % 2 == 1:
+            ons.append(platform_run())
+    load.append(load_average())
+    on_runs = [o["epoch_s"] for o in ons]
+    base = next(iter(bares))
+    on_s, bare_s = statistics.median(on_runs), statistics.median(got[base])
+    throttled = {
+        key: round(sum(o["throttled"][key] for o in ons), 3) for key in ons[0]["throttled"]
+    }
+    result = {
         "shape": name,
         "learners": learners,
         "nodes": ons[-1]["nodes"],
+        "epochs": epochs,
         "platform_epoch_s": round(on_s, 4),
         "bare_epoch_s": round(bare_s, 4),
         "ratio": round(on_s / bare_s, 3),
+        "pair_ratios": [round(o / b, 3) for o, b in zip(on_runs, got[base], strict=True)],
+        "spread": {"platform": spread(on_runs), "bare": spread(got[base])},
         "first_line_s": round(statistics.median(o["first_line_s"] for o in ons), 2),
-        "platform_runs": [round(o["epoch_s"], 4) for o in ons],
-        "bare_runs": [round(b, 4) for b in bares],
+        "throttled": throttled,
+        "load": load,
+        "platform_runs": [round(v, 4) for v in on_runs],
+        "bare_runs": [round(b, 4) for b in got[base]],
     }
+    for kind in list(bares)[1:]:
+        other = statistics.median(got[kind])
+        result[f"bare_{kind}_epoch_s"] = round(other, 4)
+        result[f"ratio_vs_{kind}"] = round(on_s / other, 3)
+        result[f"bare_{kind}_runs"] = [round(b, 4) for b in got[kind]]
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--learners", default="1,2,4", help="docker-backend gang sizes")
+    ap.add_argument("--learners", default="1,2,4", help="docker-backend gang sizes ('': none)")
     ap.add_argument("--swarm", action="store_true", help="also 2 learners on 2 swarm nodes")
-    ap.add_argument("--epochs", type=int, default=20)
-    ap.add_argument("--runs", type=int, default=3, help="runs of each side per shape")
+    ap.add_argument(
+        "--epochs",
+        type=int,
+        default=60,
+        help="epochs of a 1-learner run; N learners run max(20, this / N)",
+    )
+    ap.add_argument("--runs", type=int, default=4, help="runs of each side per shape")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     sizes = [int(n) for n in args.learners.split(",") if n]
@@ -235,19 +321,23 @@ def main(argv: list[str] | None = None) -> int:
     home = tmp / "home"
     try:
         rootfs = export_image(tmp / "rootfs")
-        platform.up(home, progress=lambda line: None)
+        if sizes:
+            platform.up(home, progress=lambda line: None)
         try:
-            http = client(home)
-            data = upload_digits(http)
+            http = client(home) if sizes else None
+            data = upload_digits(http) if sizes else b""
             for n in sizes:
                 # A learner's share of the machine, as the bare processes get it.
-                share = round(min(1.0, cpus / n), 2)
-                shapes.append(shape("docker", n, args.runs,
-                                    lambda n=n, share=share: on_platform(http, n, args.epochs, share),
-                                    lambda n=n: bare(rootfs, data, n, args.epochs)))  # fmt: skip
+                share, epochs = round(min(1.0, cpus / n), 2), epochs_for(n, args.epochs)
+                shapes.append(shape(
+                    "docker", n, epochs, args.runs,
+                    lambda n=n, s=share, e=epochs: on_platform(http, n, e, s),
+                    {"loopback": lambda n=n, e=epochs: bare(rootfs, data, n, e)},
+                ))  # fmt: skip
                 print(json.dumps(shapes[-1]), flush=True)
         finally:
-            platform.down(home, progress=lambda line: None)
+            if sizes:
+                platform.down(home, progress=lambda line: None)
         if args.swarm:
             os.environ.update(DLAAS_NODE_CPUS="1.1", DLAAS_NODE_IMAGES=IMAGE)
             swarm_home = tmp / "swarm-home"
@@ -255,9 +345,16 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 http = client(swarm_home)
                 data = upload_digits(http)
-                shapes.append(shape("swarm-2-nodes", 2, args.runs,
-                                    lambda: on_platform(http, 2, args.epochs, 1.0),
-                                    lambda: bare(rootfs, data, 2, args.epochs)))  # fmt: skip
+                # The lab's record (dlaas.local.swarm's state file): each node's namespace
+                # and its address on the underlay.
+                lab = json.loads((swarm_home / "swarm" / "lab.json").read_text())
+                nodes, epochs = lab["nodes"], epochs_for(2, args.epochs)
+                shapes.append(shape(
+                    "swarm-2-nodes", 2, epochs, args.runs,
+                    lambda: on_platform(http, 2, epochs, 1.0),
+                    {"underlay": lambda: bare(rootfs, data, 2, epochs, nodes),
+                     "loopback": lambda: bare(rootfs, data, 2, epochs)},
+                ))  # fmt: skip
                 print(json.dumps(shapes[-1]), flush=True)
             finally:
                 platform.down(swarm_home, progress=lambda line: None)
@@ -271,9 +368,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
     else:
         for s in shapes:
-            print(f"{s['shape']:>14} x{s['learners']}: platform {s['platform_epoch_s']:.3f} s/epoch, "
-                  f"bare {s['bare_epoch_s']:.3f}, ratio {s['ratio']:.3f}, "
-                  f"first line {s['first_line_s']:.1f} s")  # fmt: skip
+            print(f"{s['shape']:>14} x{s['learners']}: "
+                  f"platform {s['platform_epoch_s']:.3f} s/epoch, bare {s['bare_epoch_s']:.3f}, "
+                  f"ratio {s['ratio']:.3f} "
+                  f"(pairs {min(s['pair_ratios']):.3f}-{max(s['pair_ratios']):.3f}), "
+                  f"first line {s['first_line_s']:.1f} s, throttled {s['throttled']}, "
+                  f"load {s['load']}")  # fmt: skip
     return 0
 
 
