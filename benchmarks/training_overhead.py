@@ -35,8 +35,12 @@ median) the time from just before the POST to the example's first log line (prin
 the process group is up and the data loaded, just before the first step), `throttled` the
 CFS quota's count over every learner container of every run (`nr_periods`,
 `nr_throttled`, `throttled_s`, read from the container's cgroup cpu.stat by the job's
-command once training ended), and `load` the 1-minute load average before and after the
-shape. With --json the last line is {"epochs", "runs", "shapes": [...]}, one object per
+command once training ended), `cpu_s` the CPU seconds of a run (median) of the job's
+learner containers, of its helper containers (data staging, checkpoint and log shipping)
+and of the bare processes, and `load` the 1-minute load average before and after the
+shape. While a job trains the script looks at it once a second (its requests cost the
+machine CPU too). The bare processes get the image's env (PYTHONPATH=/opt/dlaas: the
+example then saves its checkpoints with dlaas.learner.checkpoint, as on the platform). With --json the last line is {"epochs", "runs", "shapes": [...]}, one object per
 shape with the keys above and "shape", "learners", "nodes", "epochs", "platform_runs",
 "bare_runs" (swarm: also "bare_loopback_runs").
 """
@@ -44,9 +48,11 @@ shape with the keys above and "shape", "learners", "nodes", "epochs", "platform_
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -56,18 +62,23 @@ import tempfile
 import time
 from pathlib import Path
 
+import docker
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from dlaas.clients.client import pack_code
+from dlaas.domain.jobspec import LABEL_JOB, LABEL_ROLE, ROLE_HELPER, ROLE_LEARNER
 from dlaas.local import platform
 
 EXAMPLE = REPO / "examples" / "pytorch-ddp"
 IMAGE = "dlaas/learner-pytorch:2.13"
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
 NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
+# Where the host's cgroup v1 keeps each container's CPU time (the engine's cgroupfs driver;
+# the swarm lab's nodes put theirs there too). Missing elsewhere: then no CPU seconds.
+CPUACCT = Path("/sys/fs/cgroup/cpuacct/docker")
 # rank 0's summary: the whole training loop (steps, each epoch's evaluation and checkpoint).
 LOOP = re.compile(r"^steps=(\d+) seconds=([0-9.]+) steps_per_s=")
 # The CFS quota's counters of the learner's container (cgroup v1; v2 counts microseconds).
@@ -144,7 +155,27 @@ def upload_digits(http: httpx.Client) -> bytes:
     return data
 
 
-def on_platform(http: httpx.Client, learners: int, epochs: int, cpus: float) -> dict:
+def job_cgroups(engines: list, job_id: str) -> dict[str, tuple[str, Path]]:
+    """Container id -> (role, its cpuacct.usage file) of each of the job's containers."""
+    found = {}
+    for api in engines:
+        for c in api.containers.list(filters={"label": f"{LABEL_JOB}={job_id}"}):
+            found[c.id] = (c.labels.get(LABEL_ROLE, "?"), CPUACCT / c.id / "cpuacct.usage")
+    return found
+
+
+def read_cpu(cgroups: dict[str, tuple[str, Path]], seen: dict[str, float]) -> None:
+    """Each container's CPU seconds so far, kept once the container is gone."""
+    for cid, (_, usage) in cgroups.items():
+        with contextlib.suppress(OSError, ValueError):
+            seen[cid] = int(usage.read_text()) / 1e9
+
+
+def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
+                cpus: float) -> dict:  # fmt: skip
+    """One job: rank 0's seconds per epoch, submit -> first line, the learners' throttling,
+    and the CPU seconds of its helpers and learners (`engines`: the Docker engines that run
+    its containers, whose cgroups the host's cgroup v1 cpuacct hierarchy holds)."""
     code, name = pack_code(EXAMPLE)
     files = {
         "manifest": ("m.yaml", manifest(learners, epochs, cpus).encode(), "application/yaml"),
@@ -154,18 +185,22 @@ def on_platform(http: httpx.Client, learners: int, epochs: int, cpus: float) -> 
     reply = http.post("/v1/jobs", files=files)
     reply.raise_for_status()
     job_id = reply.json()["job_id"]
-    first_line = None
+    first_line, cgroups, cpu = None, {}, {}
     while True:
         job = http.get(f"/v1/jobs/{job_id}").json()
         if first_line is None:
             lines = http.get(f"/v1/jobs/{job_id}/logs", params={"learner": 0}).text.splitlines()
             if any(line.startswith("torch ") for line in lines):
                 first_line = time.monotonic() - started
+                cgroups = job_cgroups(engines, job_id)
+        read_cpu(cgroups, cpu)
         if job["status"] in ("COMPLETED", "FAILED", "HALTED"):
             break
         if time.monotonic() - started > 900:
             raise RuntimeError(f"{job_id} still {job['status']} after 900 s")
-        time.sleep(0.2)
+        # Once training runs, a look a second: the benchmark's own requests (the API, the
+        # log tails it reads from the engine) take the CPU the job's learners measure on.
+        time.sleep(0.2 if first_line is None else 1.0)
     logs = [
         http.get(f"/v1/jobs/{job_id}/logs", params={"learner": k}).text.splitlines()
         for k in range(learners)
@@ -173,17 +208,23 @@ def on_platform(http: httpx.Client, learners: int, epochs: int, cpus: float) -> 
     if job["status"] != "COMPLETED":
         raise RuntimeError(f"{job_id} {job['status']}: {job['history'][-1]}\n{logs[0][-20:]}")
     stats = [cpu_stat(lines) for lines in logs]
+    by_role = {
+        role: round(sum(v for cid, v in cpu.items() if cgroups[cid][0] == role), 2)
+        for role in (ROLE_HELPER, ROLE_LEARNER)
+    }
     return {"epoch_s": epoch_seconds(logs[0], epochs), "first_line_s": round(first_line or 0.0, 2),
             "nodes": sorted({e.get("node", "") for e in job.get("learners") or []}),
-            "throttled": {k: sum(s[k] for s in stats) for k in stats[0]}}  # fmt: skip
+            "throttled": {k: sum(s[k] for s in stats) for k in stats[0]},
+            "cpu_s": by_role}  # fmt: skip
 
 
-def export_image(root: Path) -> Path:
-    """The PyTorch learner image's file system, for the bare runs (same binaries)."""
-    import docker
-
+def export_image(root: Path) -> tuple[Path, dict[str, str]]:
+    """The PyTorch learner image's file system and its env (PATH, PYTHONPATH=/opt/dlaas, ...)
+    for the bare runs: the same binaries and the same libraries (the example saves its
+    checkpoints with dlaas.learner.checkpoint, fsync and all, wherever it can import it)."""
     root.mkdir(parents=True, exist_ok=True)
     api = docker.from_env(timeout=600)
+    env = dict(e.split("=", 1) for e in api.images.get(IMAGE).attrs["Config"]["Env"] or [])
     made = api.containers.create(IMAGE, command=["true"])
     try:
         tar = subprocess.Popen(["tar", "-x", "-C", str(root)], stdin=subprocess.PIPE)
@@ -199,7 +240,7 @@ def export_image(root: Path) -> Path:
     # As a container has them: /proc, /dev (and its /dev/shm) of the host.
     subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
     subprocess.run(["mount", "--bind", "/dev", str(root / "dev")], check=True)
-    return root
+    return root, env
 
 
 def release_image(root: Path) -> bool:
@@ -211,11 +252,13 @@ def release_image(root: Path) -> bool:
     return not any(os.path.ismount(root / m) for m in ("dev", "proc"))
 
 
-def bare(rootfs: Path, data: bytes, learners: int, epochs: int,
-         nodes: list[dict] | None = None) -> float:  # fmt: skip
+def bare(image: tuple[Path, dict[str, str]], data: bytes, learners: int, epochs: int,
+         nodes: list[dict] | None = None) -> dict:  # fmt: skip
     """The example's processes in the image's file system: on the host's loopback, or with
     `nodes` (the swarm lab's node records: "netns", "address") rank k in node k's network
-    namespace, all reaching rank 0 at its node's address over the lab's underlay."""
+    namespace, all reaching rank 0 at its node's address over the lab's underlay. Rank 0's
+    seconds per epoch, and the CPU seconds of all the processes."""
+    rootfs, image_env = image
     work = rootfs / "bench"
     shutil.rmtree(work, ignore_errors=True)
     (work / "data").mkdir(parents=True)
@@ -223,10 +266,11 @@ def bare(rootfs: Path, data: bytes, learners: int, epochs: int,
     shutil.copy(EXAMPLE / "train.py", work / "train.py")
     port = str(free_port())
     procs = []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_before = before.ru_utime + before.ru_stime
     for rank in range(learners):
         env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1",
-            "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": str(learners),
+            **image_env, "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": str(learners),
             "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
             "DATA_DIR": "/bench/data", "RESULT_DIR": f"/bench/results-{rank}",
             "CHECKPOINT_DIR": f"/bench/checkpoints-{rank}",
@@ -245,7 +289,9 @@ def bare(rootfs: Path, data: bytes, learners: int, epochs: int,
     outputs = [p.communicate(timeout=900)[0] for p in procs]
     if any(p.returncode for p in procs):
         raise RuntimeError(f"bare run failed:\n{outputs[0][-2000:]}")
-    return epoch_seconds(outputs[0].splitlines(), epochs)
+    cpu_s = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = cpu_s.ru_utime + cpu_s.ru_stime - cpu_before
+    return {"epoch_s": epoch_seconds(outputs[0].splitlines(), epochs), "cpu_s": round(cpu_s, 2)}
 
 
 def load_average() -> float:
@@ -262,7 +308,7 @@ def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares:
     is the baseline), in ABBA order: the platform first in even rounds, last in odd ones."""
     load = [load_average()]
     ons: list[dict] = []
-    got: dict[str, list[float]] = {kind: [] for kind in bares}
+    got: dict[str, list[dict]] = {kind: [] for kind in bares}
     for k in range(runs):
         if k % 2 == 0:
             ons.append(platform_run())
@@ -273,7 +319,8 @@ def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares:
     load.append(load_average())
     on_runs = [o["epoch_s"] for o in ons]
     base = next(iter(bares))
-    on_s, bare_s = statistics.median(on_runs), statistics.median(got[base])
+    base_runs = [b["epoch_s"] for b in got[base]]
+    on_s, bare_s = statistics.median(on_runs), statistics.median(base_runs)
     throttled = {
         key: round(sum(o["throttled"][key] for o in ons), 3) for key in ons[0]["throttled"]
     }
@@ -285,19 +332,27 @@ def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares:
         "platform_epoch_s": round(on_s, 4),
         "bare_epoch_s": round(bare_s, 4),
         "ratio": round(on_s / bare_s, 3),
-        "pair_ratios": [round(o / b, 3) for o, b in zip(on_runs, got[base], strict=True)],
-        "spread": {"platform": spread(on_runs), "bare": spread(got[base])},
+        "pair_ratios": [round(o / b, 3) for o, b in zip(on_runs, base_runs, strict=True)],
+        "spread": {"platform": spread(on_runs), "bare": spread(base_runs)},
         "first_line_s": round(statistics.median(o["first_line_s"] for o in ons), 2),
         "throttled": throttled,
+        # CPU seconds of a run (median): the job's learner and helper containers, and the
+        # bare processes.
+        "cpu_s": {
+            "learners": statistics.median(o["cpu_s"][ROLE_LEARNER] for o in ons),
+            "helpers": statistics.median(o["cpu_s"][ROLE_HELPER] for o in ons),
+            "bare": statistics.median(b["cpu_s"] for b in got[base]),
+        },
         "load": load,
         "platform_runs": [round(v, 4) for v in on_runs],
-        "bare_runs": [round(b, 4) for b in got[base]],
+        "bare_runs": [round(b, 4) for b in base_runs],
     }
     for kind in list(bares)[1:]:
-        other = statistics.median(got[kind])
+        runs_s = [b["epoch_s"] for b in got[kind]]
+        other = statistics.median(runs_s)
         result[f"bare_{kind}_epoch_s"] = round(other, 4)
         result[f"ratio_vs_{kind}"] = round(on_s / other, 3)
-        result[f"bare_{kind}_runs"] = [round(b, 4) for b in got[kind]]
+        result[f"bare_{kind}_runs"] = [round(b, 4) for b in runs_s]
     return result
 
 
@@ -320,19 +375,20 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dlaas-overhead-"))
     home = tmp / "home"
     try:
-        rootfs = export_image(tmp / "rootfs")
+        image = export_image(tmp / "rootfs")
         if sizes:
             platform.up(home, progress=lambda line: None)
         try:
             http = client(home) if sizes else None
+            engines = [docker.from_env()]
             data = upload_digits(http) if sizes else b""
             for n in sizes:
                 # A learner's share of the machine, as the bare processes get it.
                 share, epochs = round(min(1.0, cpus / n), 2), epochs_for(n, args.epochs)
                 shapes.append(shape(
                     "docker", n, epochs, args.runs,
-                    lambda n=n, s=share, e=epochs: on_platform(http, n, e, s),
-                    {"loopback": lambda n=n, e=epochs: bare(rootfs, data, n, e)},
+                    lambda n=n, s=share, e=epochs: on_platform(http, engines, n, e, s),
+                    {"loopback": lambda n=n, e=epochs: bare(image, data, n, e)},
                 ))  # fmt: skip
                 print(json.dumps(shapes[-1]), flush=True)
         finally:
@@ -349,11 +405,12 @@ def main(argv: list[str] | None = None) -> int:
                 # and its address on the underlay.
                 lab = json.loads((swarm_home / "swarm" / "lab.json").read_text())
                 nodes, epochs = lab["nodes"], epochs_for(2, args.epochs)
+                engines = [docker.DockerClient(base_url=f"unix://{n['socket']}") for n in nodes]
                 shapes.append(shape(
                     "swarm-2-nodes", 2, epochs, args.runs,
-                    lambda: on_platform(http, 2, epochs, 1.0),
-                    {"underlay": lambda: bare(rootfs, data, 2, epochs, nodes),
-                     "loopback": lambda: bare(rootfs, data, 2, epochs)},
+                    lambda: on_platform(http, engines, 2, epochs, 1.0),
+                    {"underlay": lambda: bare(image, data, 2, epochs, nodes),
+                     "loopback": lambda: bare(image, data, 2, epochs)},
                 ))  # fmt: skip
                 print(json.dumps(shapes[-1]), flush=True)
             finally:
