@@ -2,7 +2,7 @@
 against the same processes run bare, and the time from submit to the job's first line.
 
     python benchmarks/training_overhead.py [--learners 1,2,4] [--swarm] [--epochs 60]
-        [--runs 4] [--json]
+        [--runs 4] [--checkpoint-interval S] [--json]
 
 The job is examples/pytorch-ddp (torch.distributed DDP over gloo, one process per learner,
 OMP_NUM_THREADS=1 on both sides so that CPU limits are not what is measured), submitted over
@@ -103,6 +103,10 @@ def free_port() -> int:
 TRAIN_ARGS = "--hidden 2048 --batch-size 16"
 
 
+# --checkpoint-interval: the manifest's checkpoint.interval_s (none: the platform's default).
+CHECKPOINT_INTERVAL: list[int] = []
+
+
 def epochs_for(learners: int, epochs: int) -> int:
     """A shape's epochs: about the same seconds per run whatever the gang (an epoch's steps
     are split between the learners, but each step all-reduces), never fewer than 20."""
@@ -110,7 +114,10 @@ def epochs_for(learners: int, epochs: int) -> int:
 
 
 def manifest(learners: int, epochs: int, cpus: float) -> str:
-    return (
+    checkpoint = (
+        f"checkpoint: {{interval_s: {CHECKPOINT_INTERVAL[0]}}}\n" if CHECKPOINT_INTERVAL else ""
+    )
+    return checkpoint + (
         f"name: overhead-{learners}\nlearners: {learners}\ncpus: {cpus}\nmemory: 1GiB\n"
         "data_stores:\n  - id: digits\n    type: s3\n"
         "    training_data: {container: digits-data}\n"
@@ -367,8 +374,13 @@ def main(argv: list[str] | None = None) -> int:
         help="epochs of a 1-learner run; N learners run max(20, this / N)",
     )
     ap.add_argument("--runs", type=int, default=4, help="runs of each side per shape")
+    ap.add_argument("--checkpoint-interval", type=int, default=None,
+                    help="the jobs' checkpoint.interval_s (0: the helper ships checkpoints "
+                    "only at the end); default: the platform's")  # fmt: skip
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.checkpoint_interval is not None:
+        CHECKPOINT_INTERVAL.append(args.checkpoint_interval)
     sizes = [int(n) for n in args.learners.split(",") if n]
     cpus = os.cpu_count() or 2
     shapes: list[dict] = []
@@ -421,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"left {tmp} in place: its /dev or /proc is still mounted", file=sys.stderr)
     result = {"epochs": args.epochs, "runs": args.runs, "shapes": shapes}
+    if args.checkpoint_interval is not None:
+        result["checkpoint_interval_s"] = args.checkpoint_interval
     if args.json:
         print(json.dumps(result))
     else:
