@@ -37,12 +37,14 @@ CFS quota's count over every learner container of every run (`nr_periods`,
 `nr_throttled`, `throttled_s`, read from the container's cgroup cpu.stat by the job's
 command once training ended), `cpu_s` the CPU seconds of a run (median) of the job's
 learner containers, of its helper containers (data staging, checkpoint and log shipping)
-and of the bare processes, and `load` the 1-minute load average before and after the
-shape. While a job trains the script looks at it once a second (its requests cost the
-machine CPU too). The bare processes get the image's env (PYTHONPATH=/opt/dlaas: the
-example then saves its checkpoints with dlaas.learner.checkpoint, as on the platform). With --json the last line is {"epochs", "runs", "shapes": [...]}, one object per
-shape with the keys above and "shape", "learners", "nodes", "epochs", "platform_runs",
-"bare_runs" (swarm: also "bare_loopback_runs").
+and of the bare processes, `load` the 1-minute load average before and after the shape,
+and `wall_s` the shape's seconds (its runs; not the platform's start). While a job trains
+the script looks at it once a second (its requests cost the machine CPU too). The bare
+processes get the image's env (PYTHONPATH=/opt/dlaas: the example then saves its
+checkpoints with dlaas.learner.checkpoint, as on the platform). With --json the last line
+is {"epochs", "runs", "shapes": [...]}, one object per shape with the keys above and
+"shape", "learners", "nodes", "epochs", "platform_runs", "bare_runs" (swarm: also
+"bare_loopback_runs").
 """
 
 from __future__ import annotations
@@ -313,7 +315,7 @@ def spread(values: list[float]) -> float:
 def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares: dict) -> dict:
     """`runs` platform runs and as many of each bare kind (`bares`: name -> run, the first
     is the baseline), in ABBA order: the platform first in even rounds, last in odd ones."""
-    load = [load_average()]
+    load, began = [load_average()], time.monotonic()
     ons: list[dict] = []
     got: dict[str, list[dict]] = {kind: [] for kind in bares}
     for k in range(runs):
@@ -351,6 +353,7 @@ def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares:
             "bare": statistics.median(b["cpu_s"] for b in got[base]),
         },
         "load": load,
+        "wall_s": round(time.monotonic() - began, 1),
         "platform_runs": [round(v, 4) for v in on_runs],
         "bare_runs": [round(b, 4) for b in base_runs],
     }
