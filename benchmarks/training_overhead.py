@@ -348,9 +348,9 @@ def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares:
         # CPU seconds of a run (median): the job's learner and helper containers, and the
         # bare processes.
         "cpu_s": {
-            "learners": statistics.median(o["cpu_s"][ROLE_LEARNER] for o in ons),
-            "helpers": statistics.median(o["cpu_s"][ROLE_HELPER] for o in ons),
-            "bare": statistics.median(b["cpu_s"] for b in got[base]),
+            "learners": round(statistics.median(o["cpu_s"][ROLE_LEARNER] for o in ons), 2),
+            "helpers": round(statistics.median(o["cpu_s"][ROLE_HELPER] for o in ons), 2),
+            "bare": round(statistics.median(b["cpu_s"] for b in got[base]), 2),
         },
         "load": load,
         "wall_s": round(time.monotonic() - began, 1),
