@@ -44,7 +44,9 @@ processes get the image's env (PYTHONPATH=/opt/dlaas: the example then saves its
 checkpoints with dlaas.learner.checkpoint, as on the platform). With --json the last line
 is {"epochs", "runs", "shapes": [...]}, one object per shape with the keys above and
 "shape", "learners", "nodes", "epochs", "platform_runs", "bare_runs" (swarm: also
-"bare_loopback_runs").
+"bare_loopback_runs"). `--checkpoint-interval S` sets the jobs' checkpoint.interval_s (0: the
+helper ships checkpoints only when the job ends), to tell the helper's shipping from the rest;
+the last line then also has "checkpoint_interval_s".
 """
 
 from __future__ import annotations
@@ -105,20 +107,15 @@ def free_port() -> int:
 TRAIN_ARGS = "--hidden 2048 --batch-size 16"
 
 
-# --checkpoint-interval: the manifest's checkpoint.interval_s (none: the platform's default).
-CHECKPOINT_INTERVAL: list[int] = []
-
-
 def epochs_for(learners: int, epochs: int) -> int:
     """A shape's epochs: about the same seconds per run whatever the gang (an epoch's steps
     are split between the learners, but each step all-reduces), never fewer than 20."""
     return max(20, epochs // learners)
 
 
-def manifest(learners: int, epochs: int, cpus: float) -> str:
-    checkpoint = (
-        f"checkpoint: {{interval_s: {CHECKPOINT_INTERVAL[0]}}}\n" if CHECKPOINT_INTERVAL else ""
-    )
+def manifest(learners: int, epochs: int, cpus: float, interval: int | None = None) -> str:
+    """The job; `interval`: its checkpoint.interval_s (None: the platform's default)."""
+    checkpoint = f"checkpoint: {{interval_s: {interval}}}\n" if interval is not None else ""
     return checkpoint + (
         f"name: overhead-{learners}\nlearners: {learners}\ncpus: {cpus}\nmemory: 1GiB\n"
         "data_stores:\n  - id: digits\n    type: s3\n"
@@ -181,13 +178,17 @@ def read_cpu(cgroups: dict[str, tuple[str, Path]], seen: dict[str, float]) -> No
 
 
 def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
-                cpus: float) -> dict:  # fmt: skip
+                cpus: float, interval: int | None) -> dict:  # fmt: skip
     """One job: rank 0's seconds per epoch, submit -> first line, the learners' throttling,
     and the CPU seconds of its helpers and learners (`engines`: the Docker engines that run
     its containers, whose cgroups the host's cgroup v1 cpuacct hierarchy holds)."""
     code, name = pack_code(EXAMPLE)
     files = {
-        "manifest": ("m.yaml", manifest(learners, epochs, cpus).encode(), "application/yaml"),
+        "manifest": (
+            "m.yaml",
+            manifest(learners, epochs, cpus, interval).encode(),
+            "application/yaml",
+        ),
         "code": (name, code, "application/gzip"),
     }
     started = time.monotonic()
@@ -382,8 +383,7 @@ def main(argv: list[str] | None = None) -> int:
                     "only at the end); default: the platform's")  # fmt: skip
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if args.checkpoint_interval is not None:
-        CHECKPOINT_INTERVAL.append(args.checkpoint_interval)
+    interval = args.checkpoint_interval
     sizes = [int(n) for n in args.learners.split(",") if n]
     cpus = os.cpu_count() or 2
     shapes: list[dict] = []
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                 share, epochs = round(min(1.0, cpus / n), 2), epochs_for(n, args.epochs)
                 shapes.append(shape(
                     "docker", n, epochs, args.runs,
-                    lambda n=n, s=share, e=epochs: on_platform(http, engines, n, e, s),
+                    lambda n=n, s=share, e=epochs: on_platform(http, engines, n, e, s, interval),
                     {"loopback": lambda n=n, e=epochs: bare(image, data, n, e)},
                 ))  # fmt: skip
                 print(json.dumps(shapes[-1]), flush=True)
@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
                 engines = [docker.DockerClient(base_url=f"unix://{n['socket']}") for n in nodes]
                 shapes.append(shape(
                     "swarm-2-nodes", 2, epochs, args.runs,
-                    lambda: on_platform(http, engines, 2, epochs, 1.0),
+                    lambda: on_platform(http, engines, 2, epochs, 1.0, interval),
                     {"underlay": lambda: bare(image, data, 2, epochs, nodes),
                      "loopback": lambda: bare(image, data, 2, epochs)},
                 ))  # fmt: skip
