@@ -1,7 +1,7 @@
 """Where the swarm shape of training_overhead.py loses its time: one gloo all-reduce of the
 DDP example's gradient (150,000 float32, ~600 KB) between two processes, over each path.
 
-    python benchmarks/swarm_allreduce.py [--rounds 2] [--iters 200] [--json]
+    python benchmarks/swarm_allreduce.py [--rounds 2] [--iters 200] [--jumbo] [--json]
 
 Brings up a 2-node swarm lab (dlaas.local.swarm, the learner PyTorch image copied to the
 nodes) and times, alternated in `--rounds` rounds, ms per all-reduce (after 20 warm-up ones)
@@ -13,9 +13,15 @@ for the two ranks:
 - `overlay`: one container on each node, 1 CPU each (training_overhead.py's swarm shape:
   VXLAN between the nodes' namespaces);
 - `overlay-nolimit`: the same without the CPU limit;
+- `underlay`: one container on each node in the node's own network namespace (host network
+  of the node's dockerd), 1 CPU each, all-reducing over the lab's veths and bridge to the
+  other node's address: the path of training_overhead.py's bare swarm baseline, with the
+  container's cgroup and seccomp; what `overlay` costs beyond it is the VXLAN path;
+- `underlay-nolimit`: the same without the CPU limit;
 - `overlay-ifname`: with GLOO_SOCKET_IFNAME=eth0 (the job network's interface);
-- `overlay-jumbo`: underlay veths and bridge at MTU 9000 and a job network at 8950
-  (`com.docker.network.driver.mtu`), set after the others.
+- with --jumbo, after the others: `overlay-jumbo`, underlay veths and bridge at MTU 9000 and
+  a job network at 8950 (`com.docker.network.driver.mtu`), beside the 1450 network and
+  loopback again (measured 2026-11-26: no gain).
 With --json the last line is {"iters", "rounds", "paths": {path: [ms per round, ...]},
 "median_ms": {path: ms}}.
 """
@@ -66,6 +72,7 @@ class Probe:
     def __init__(self, lab: SwarmLab, work: Path, iters: int) -> None:
         info = lab.info()
         self.nodes = [docker.DockerClient(base_url=info.node_sockets[n]) for n in info.nodes]
+        self.addresses = [info.node_addresses[n] for n in info.nodes]
         self.manager = docker.DockerClient(base_url=info.manager_socket)
         self.work = work
         self.iters = iters
@@ -81,6 +88,26 @@ class Probe:
                     IMAGE, ["python", "/w/ar.py"], detach=True, network=network, name=names[rank],
                     environment={"MASTER_ADDR": names[0], "MASTER_PORT": "29500", "RANK": rank,
                                  "WORLD_SIZE": 2, "OMP_NUM_THREADS": 1, "ITERS": self.iters, **env},
+                    volumes={str(self.work): {"bind": "/w", "mode": "ro"}},
+                    nano_cpus=int(cpus * 1e9) if cpus else None,
+                ))  # fmt: skip
+            return result(made[0])
+        finally:
+            for c in made:
+                c.remove(force=True)
+
+    def underlay(self, cpus: float = 1.0) -> float:
+        """One container per node on the node's network namespace, rank 0 at node 1's address."""
+        self.n += 1
+        made = []
+        try:
+            for rank, node in enumerate(self.nodes):
+                made.append(node.containers.run(
+                    IMAGE, ["python", "/w/ar.py"], detach=True, network_mode="host",
+                    name=f"ar{self.n}-{rank}",
+                    environment={"MASTER_ADDR": self.addresses[0], "MASTER_PORT": "29512",
+                                 "RANK": rank, "WORLD_SIZE": 2, "OMP_NUM_THREADS": 1,
+                                 "ITERS": self.iters, "GLOO_SOCKET_IFNAME": "eth0"},
                     volumes={str(self.work): {"bind": "/w", "mode": "ro"}},
                     nano_cpus=int(cpus * 1e9) if cpus else None,
                 ))  # fmt: skip
@@ -118,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--jumbo", action="store_true", help="also the MTU 9000 rounds")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     paths: dict[str, list[float]] = {}
@@ -135,24 +163,27 @@ def main(argv: list[str] | None = None) -> int:
                 "bridge": lambda: probe.pair("ar-net", (0, 0)),
                 "overlay": lambda: probe.pair("ar-net", (0, 1)),
                 "overlay-nolimit": lambda: probe.pair("ar-net", (0, 1), cpus=0),
+                "underlay": probe.underlay,
+                "underlay-nolimit": lambda: probe.underlay(cpus=0),
                 "overlay-ifname": lambda: probe.pair("ar-net", (0, 1), GLOO_SOCKET_IFNAME="eth0"),
             }
             for _ in range(args.rounds):
                 for name, run in runs.items():
                     paths.setdefault(name, []).append(run())
                     print(name, paths[name][-1], flush=True)
-            jumbo(lab)
-            opts = {"com.docker.network.driver.mtu": "8950"}
-            probe.manager.networks.create("ar-jumbo", driver="overlay", attachable=True,
-                                          options=opts)  # fmt: skip
-            for _ in range(args.rounds):
-                for name, run in {
-                    "overlay-jumbo": lambda: probe.pair("ar-jumbo", (0, 1)),
-                    "overlay-after-jumbo": lambda: probe.pair("ar-net", (0, 1)),
-                    "loopback-after-jumbo": probe.loopback,
-                }.items():
-                    paths.setdefault(name, []).append(run())
-                    print(name, paths[name][-1], flush=True)
+            if args.jumbo:
+                jumbo(lab)
+                opts = {"com.docker.network.driver.mtu": "8950"}
+                probe.manager.networks.create("ar-jumbo", driver="overlay", attachable=True,
+                                              options=opts)  # fmt: skip
+                for _ in range(args.rounds):
+                    for name, run in {
+                        "overlay-jumbo": lambda: probe.pair("ar-jumbo", (0, 1)),
+                        "overlay-after-jumbo": lambda: probe.pair("ar-net", (0, 1)),
+                        "loopback-after-jumbo": probe.loopback,
+                    }.items():
+                        paths.setdefault(name, []).append(run())
+                        print(name, paths[name][-1], flush=True)
         finally:
             lab.down()
     medians = {k: round(statistics.median(v), 3) for k, v in paths.items()}
