@@ -39,7 +39,6 @@ from dlaas.local.stack import (
     LOCAL_IMAGES,
     S3_SECRET_KEY_SECRET,
     SECRETS_KEY_SECRET,
-    copy_images,
     create_secrets,
     ensure_stack_images,
     expected_replicas,
@@ -76,7 +75,7 @@ def _until(check, what: str, timeout: float, interval: float = 1.0):
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, docker_client, docker_host, learner_image):
+def lab(tmp_path_factory, docker_client, learner_image):
     try:
         check_requirements()
     except SwarmLabError as e:
@@ -85,11 +84,11 @@ def lab(tmp_path_factory, docker_client, docker_host, learner_image):
         pytest.skip("the docker CLI is not installed (`docker stack deploy` is the subject)")
     images = ensure_stack_images(docker_client, progress=print)
     root = tmp_path_factory.mktemp("stack")
-    swarm = SwarmLab(root / "swarm", nodes=2, images=(), progress=print)
+    tags = [learner_image, *images.tags()]
+    swarm = SwarmLab(root / "swarm", nodes=2, images=tags, progress=print)
     started = time.monotonic()
     try:
         info = swarm.up()
-        copy_images(docker_host, info.node_sockets.values(), [learner_image, *images.tags()], root)
         print(f"lab up with the images on both nodes in {time.monotonic() - started:.0f} s")
         yield swarm, info, root
     finally:
