@@ -75,7 +75,7 @@ def _until(check, what: str, timeout: float, interval: float = 1.0):
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, docker_client, learner_image):
+def lab(ram_path, docker_client, learner_image):
     try:
         check_requirements()
     except SwarmLabError as e:
@@ -83,7 +83,7 @@ def lab(tmp_path_factory, docker_client, learner_image):
     if DOCKER is None:
         pytest.skip("the docker CLI is not installed (`docker stack deploy` is the subject)")
     images = ensure_stack_images(docker_client, progress=print)
-    root = tmp_path_factory.mktemp("stack")
+    root = ram_path  # in memory: each node loads the images (conftest's RAM_ROOT says why)
     tags = [learner_image, *images.tags()]
     swarm = SwarmLab(root / "swarm", nodes=2, images=tags, progress=print)
     started = time.monotonic()
