@@ -1,15 +1,23 @@
-"""fan_out (dlaas/local/swarm_node.py), which streams one `docker save` of a lab's images
-into every node's `docker load` at once: each consumer gets every chunk in order from one
-read; a consumer that fails neither stops the others nor hangs the reader; the first error
-is raised; the reader runs at most `depth` chunks ahead of the slowest consumer."""
+"""How a swarm lab's images reach its nodes (dlaas/local/swarm.py, swarm_node.py): one
+`docker save` of them all, streamed into every node's `docker load` at once by fan_out.
+
+fan_out: each consumer gets every chunk in order from one read; a consumer that fails
+neither stops the others nor hangs the reader; the first error is raised; the reader runs
+at most `depth` chunks ahead of the slowest consumer. SwarmLab._copy_images against FAKE
+engines: one save of every tag, the same stream loaded on every node; a tag missing on the
+machine's engine named before anything is saved."""
 
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
+import docker
 import pytest
 
+from dlaas.local.swarm import SwarmLab
 from dlaas.local.swarm_node import fan_out
+from dlaas.local.swarm_plan import SwarmLabError, lab_plan
 
 CHUNKS = [bytes([i]) * 3 for i in range(50)]
 
@@ -76,3 +84,72 @@ def test_the_reader_is_at_most_depth_chunks_ahead_of_the_slowest_consumer():
     fan_out(reader, [slow, lambda data: list(data)], depth=4)
     # Up to `depth` chunks queued, one more in the reader's hand waiting for room.
     assert len(ahead) == len(CHUNKS) and max(ahead) <= 4 + 1, ahead
+
+
+# ---- SwarmLab._copy_images against FAKE engines (docker.DockerClient replaced) -------------
+
+MACHINE = "unix:///machine.sock"
+TAGS = ["dlaas/learner:latest", "dlaas/learner-pytorch:2.13"]
+
+
+class FakeEngines:
+    """FAKE engines by address: the machine's holds `present`; a `docker save` of several
+    names is one stream; each node records the bytes it loaded and then holds the tags."""
+
+    def __init__(self, present):
+        self.present = set(present)
+        self.saves: list[list[str]] = []
+        self.loaded: dict[str, bytes] = {}
+
+    def client(self, base_url, timeout=None):
+        engines = self
+
+        class Images:
+            def get(self, tag):
+                if base_url == MACHINE:
+                    held = tag in engines.present
+                else:  # a node holds what it loaded
+                    held = base_url in engines.loaded and tag in TAGS
+                if not held:
+                    raise docker.errors.ImageNotFound(tag)
+
+            def load(self, data):
+                engines.loaded[base_url] = b"".join(data)
+
+        class Api:
+            def _url(self, path):
+                return path
+
+            def _get(self, url, params=None, stream=False):
+                assert url == "/images/get" and stream
+                engines.saves.append(list(params["names"]))
+                return [b"tar:" + name.encode() for name in params["names"]]
+
+            def _stream_raw_result(self, response, chunk_size, decode):
+                return iter(response)
+
+        return SimpleNamespace(images=Images(), api=Api(), close=lambda: None)
+
+
+def _lab(tmp_path, monkeypatch, present):
+    engines = FakeEngines(present)
+    monkeypatch.setattr(docker, "DockerClient", engines.client)
+    lab = SwarmLab(tmp_path, nodes=2, images=TAGS, machine_docker_host=MACHINE)
+    record = lab_plan(tmp_path, "abc123", "10.199.7.0/24", 2)
+    return lab, record, engines
+
+
+def test_one_save_of_every_image_reaches_every_node(tmp_path, monkeypatch):
+    lab, record, engines = _lab(tmp_path, monkeypatch, TAGS)
+    lab._copy_images(record)
+    assert engines.saves == [TAGS]  # one save for all: layers they share travel once
+    stream = b"tar:dlaas/learner:latesttar:dlaas/learner-pytorch:2.13"
+    sockets = [f"unix://{n['socket']}" for n in record["nodes"]]
+    assert engines.loaded == dict.fromkeys(sockets, stream)
+
+
+def test_an_image_missing_on_the_machine_is_named_before_anything_is_saved(tmp_path, monkeypatch):
+    lab, record, engines = _lab(tmp_path, monkeypatch, TAGS[:1])
+    with pytest.raises(SwarmLabError, match=r"dlaas/learner-pytorch:2.13 .*dlaas images build"):
+        lab._copy_images(record)
+    assert engines.saves == [] and engines.loaded == {}
