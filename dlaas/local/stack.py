@@ -37,8 +37,6 @@ import argparse
 import contextlib
 import hashlib
 import io
-import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -377,31 +375,6 @@ def ensure_stack_images(
         {"DEPS_IMAGE": DEPS}, progress, force,
     )  # fmt: skip
     return images
-
-
-def copy_images(source: str, targets: Iterable[str], tags: Iterable[str], workdir: Path) -> None:
-    """Every tag from the engine at `source` to each engine in `targets` (Docker host URLs),
-    with no registry: one `docker save` of them all (layers they share are written once),
-    loaded into the targets in parallel. Needs the docker CLI."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    docker_cli = shutil.which("docker")
-    if docker_cli is None:
-        raise ImageUnavailable("the docker CLI is not installed (`apt-get install -y docker.io`)")
-    tar = Path(workdir) / "stack-images.tar"
-
-    def run(*argv: str) -> None:
-        done = subprocess.run([docker_cli, *argv], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise ImageUnavailable(f"`docker {' '.join(argv)}` failed: {done.stderr.strip()}")
-
-    try:
-        run("-H", source, "save", "-o", str(tar), *tags)
-        hosts = list(targets)
-        with ThreadPoolExecutor(max(1, len(hosts))) as pool:
-            list(pool.map(lambda host: run("-H", host, "load", "-q", "-i", str(tar)), hosts))
-    finally:
-        tar.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:

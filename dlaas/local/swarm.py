@@ -59,6 +59,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from dlaas.local import dockerd, processes
@@ -70,11 +71,12 @@ from dlaas.local.host import unmount_under
 from dlaas.local.processes import descendants, pids_with_token
 from dlaas.local.swarm_node import (
     check_requirements,
-    load_image,
+    fan_out,
+    load_images,
     plug,
+    remove_node,
     run,
     start_dockerd,
-    stop_node,
 )
 from dlaas.local.swarm_plan import (
     RUN_DIR,
@@ -87,6 +89,7 @@ from dlaas.local.swarm_plan import (
 
 STATE_FILE = "lab.json"
 DEFAULT_IMAGES = ("dlaas/learner:latest",)
+SAVE_CHUNK = 1 << 20  # bytes of the images' tar read at a time
 SOCKET_PATH_MAX = 100  # unix socket paths: 108 bytes in the kernel, some margin
 
 log = logging.getLogger(__name__)
@@ -335,7 +338,9 @@ class SwarmLab:
             manager.close()
 
     def _copy_images(self, record: dict) -> None:
-        """Each image saved once from the machine's engine to a file, loaded into every node."""
+        """One `docker save` of all the images from the machine's engine (layers they share
+        once), streamed into every node's `docker load` while it is read: no file, and
+        the save overlaps the loads."""
         import docker
 
         if not self.images:
@@ -344,22 +349,22 @@ class SwarmLab:
         try:
             for tag in self.images:
                 try:
-                    image = source.images.get(tag)
+                    source.images.get(tag)
                 except docker.errors.ImageNotFound:
                     raise SwarmLabError(
                         f"image {tag} is not on the machine's engine ({self.machine_docker_host})"
                         "; build it first (`dlaas images build`)"
                     ) from None
-                tar = self.state_dir / "images.tar"
-                self.progress(f"copying {tag} to {len(record['nodes'])} nodes")
-                with open(tar, "wb") as out:
-                    out.writelines(image.save(named=tag))
-                nodes = record["nodes"]
-                try:
-                    with ThreadPoolExecutor(len(nodes)) as pool:
-                        list(pool.map(load_image, nodes, [tar] * len(nodes), [tag] * len(nodes)))
-                finally:
-                    tar.unlink(missing_ok=True)
+            nodes = record["nodes"]
+            self.progress(f"copying {', '.join(self.images)} to {len(nodes)} nodes")
+            # GET /images/get?names=...: the several-image `docker save`, which docker-py's
+            # get_image (one name) does not offer.
+            api = source.api
+            saved = api._get(api._url("/images/get"), params={"names": self.images}, stream=True)
+            fan_out(
+                api._stream_raw_result(saved, SAVE_CHUNK, False),
+                [partial(load_images, node, tags=self.images) for node in nodes],
+            )
         finally:
             source.close()
 
@@ -434,13 +439,12 @@ class SwarmLab:
         """Remove everything `record` names; tolerant of parts that never existed."""
         nodes = record.get("nodes", [])
         if nodes:
-            # In parallel: a dockerd takes seconds to stop its swarm agent and containerd.
+            # In parallel: a dockerd takes seconds to stop its swarm agent and containerd,
+            # and removing a node's image layers (tens of thousands of files) longer.
             with ThreadPoolExecutor(len(nodes)) as pool:
-                list(pool.map(stop_node, nodes))
+                list(pool.map(remove_node, nodes))
         bridge = record.get("bridge", "")
         if bridge and Path(f"/sys/class/net/{bridge}").exists():
             run("ip", "link", "del", bridge, check=False)
-        for node in record.get("nodes", []):
-            shutil.rmtree(Path(node["data_root"]).parent, ignore_errors=True)
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
         self.progress("swarm lab removed")

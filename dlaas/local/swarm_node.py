@@ -1,16 +1,19 @@
 """One swarm lab node's plumbing on the host: its namespace and veth, its dockerd, its removal.
 
 Root's work, done with `ip`, `nsenter` and `iptables` (`run`): dlaas/local/swarm.py builds
-a lab node by node with `plug` and `start_dockerd`, copies images with `load_image` and
-removes a node with `stop_node`; the names and addresses come from swarm_plan.py.
+a lab node by node with `plug` and `start_dockerd`, copies images into every node at once
+with `fan_out` and `load_images`, and removes a node with `remove_node`; the names and
+addresses come from swarm_plan.py.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from dlaas.local import processes
@@ -93,16 +96,80 @@ def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
-def load_image(node: Mapping, tar: Path, tag: str) -> None:
+def load_images(node: Mapping, data: Iterable[bytes], tags: Sequence[str]) -> None:
+    """Load a `docker save` stream into `node`'s engine; SwarmLabError unless every tag is
+    then there under its name."""
     import docker
 
     client = docker.DockerClient(base_url=f"unix://{node['socket']}", timeout=300)
     try:
-        with open(tar, "rb") as data:
-            client.images.load(data)
-        client.images.get(tag)  # loaded under its name, or this raises
+        client.images.load(data)
+        for tag in tags:
+            try:
+                client.images.get(tag)
+            except docker.errors.ImageNotFound:
+                raise SwarmLabError(f"{tag} did not load on {node['name']}") from None
     finally:
         client.close()
+
+
+def fan_out(chunks: Iterable[bytes], consumers: Sequence[Callable[[Iterator[bytes]], None]],
+            depth: int = 16) -> None:  # fmt: skip
+    """Read `chunks` once and hand every chunk to each consumer, all running at once (a
+    thread each): a `docker save` stream is loaded into every node while it is saved, with
+    no file between. Bounded: a consumer is at most `depth` chunks behind the reader. A
+    consumer that stops early (its load failed) is drained so that the others go on; the
+    first error (the reader's or a consumer's) is raised once every consumer has ended."""
+    queues: list[queue.Queue] = [queue.Queue(depth) for _ in consumers]
+    errors: list[BaseException] = []
+
+    def consume(consumer: Callable[[Iterator[bytes]], None], q: queue.Queue) -> None:
+        ended = False
+
+        def items() -> Iterator[bytes]:
+            nonlocal ended
+            while (chunk := q.get()) is not None:
+                yield chunk
+            ended = True
+
+        try:
+            consumer(items())
+        except BaseException as e:  # noqa: BLE001 - broad: raised in the caller's thread below
+            errors.append(e)
+        finally:
+            while not ended and q.get() is not None:  # what it left unread, to the end mark
+                pass
+
+    threads = [
+        threading.Thread(target=consume, args=(c, q), daemon=True)
+        for c, q in zip(consumers, queues, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        for chunk in chunks:
+            for q in queues:
+                q.put(chunk)
+    except BaseException as e:  # noqa: BLE001 - broad: Ctrl-C too; raised once all end
+        errors.insert(0, e)
+    finally:
+        for q in queues:
+            q.put(None)
+        for thread in threads:
+            thread.join()
+    if errors:
+        raise errors[0]
+
+
+def remove_node(node: Mapping) -> None:
+    """`stop_node`, then the node's directory (its data root, socket and log) from the disk."""
+    stop_node(node)
+    root = Path(node["data_root"]).parent
+    if root.exists():
+        # rm: about twice Python's rmtree's pace on image layers; --one-file-system: a
+        # mount left below (unmounted lazily by stop_node) is never descended into.
+        run("rm", "-rf", "--one-file-system", str(root), check=False)
+        shutil.rmtree(root, ignore_errors=True)  # where rm is missing or left something
 
 
 def stop_node(node: Mapping) -> None:

@@ -39,7 +39,6 @@ from dlaas.local.stack import (
     LOCAL_IMAGES,
     S3_SECRET_KEY_SECRET,
     SECRETS_KEY_SECRET,
-    copy_images,
     create_secrets,
     ensure_stack_images,
     expected_replicas,
@@ -76,7 +75,7 @@ def _until(check, what: str, timeout: float, interval: float = 1.0):
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, docker_client, docker_host, learner_image):
+def lab(ram_path, docker_client, learner_image):
     try:
         check_requirements()
     except SwarmLabError as e:
@@ -84,12 +83,12 @@ def lab(tmp_path_factory, docker_client, docker_host, learner_image):
     if DOCKER is None:
         pytest.skip("the docker CLI is not installed (`docker stack deploy` is the subject)")
     images = ensure_stack_images(docker_client, progress=print)
-    root = tmp_path_factory.mktemp("stack")
-    swarm = SwarmLab(root / "swarm", nodes=2, images=(), progress=print)
+    root = ram_path  # in memory: each node loads the images (conftest's RAM_ROOT says why)
+    tags = [learner_image, *images.tags()]
+    swarm = SwarmLab(root / "swarm", nodes=2, images=tags, progress=print)
     started = time.monotonic()
     try:
         info = swarm.up()
-        copy_images(docker_host, info.node_sockets.values(), [learner_image, *images.tags()], root)
         print(f"lab up with the images on both nodes in {time.monotonic() - started:.0f} s")
         yield swarm, info, root
     finally:

@@ -52,12 +52,14 @@ def _pids(home: Path) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def grown(tmp_path_factory, docker_client, pytorch_image, mpi_image):
+def grown(ram_path, docker_client, pytorch_image, mpi_image):
     try:
         check_requirements()
     except SwarmLabError as e:
         pytest.skip(str(e))
-    home = tmp_path_factory.mktemp("swarm-platform")
+    # In memory: the lab's nodes each load the images (conftest's RAM_ROOT says why).
+    home = ram_path / "swarm-platform"
+    home.mkdir()
     # Nodes of 0.6 CPUs: a gang of two 0.5-CPU learners spans both. The PyTorch and MPI
     # images go to the nodes for the DDP and MPI jobs (no registry: saved and loaded).
     settings = {"DLAAS_NODE_CPUS": "0.6", "DLAAS_NODE_IMAGES": f"{pytorch_image},{mpi_image}"}

@@ -2,8 +2,9 @@
 
 One `up` for the module (about 5 s: etcd, SeaweedFS, four services); the tests then check
 what it wrote, that a second `up` finds everything running, that a dead or stale component
-is restarted alone, and (last) that `down` stops everything and is idempotent. The learner
-image build is left to tests/integration of dlaas.local.images (`build_images=False`).
+is restarted alone, and (last) that `down` stops everything and is idempotent, and that
+accounts and revocations made before it survive the next `up`. The learner image build is
+left to tests/integration of dlaas.local.images (`build_images=False`).
 """
 
 from __future__ import annotations
@@ -155,22 +156,9 @@ def test_the_api_answers_while_one_replica_is_dead(up_state):
     assert replicas == {"api-0", "api-1"}  # both serve the one port again
 
 
-def test_down_stops_everything_and_is_idempotent(up_state):
-    state_dir, _, _ = up_state
-    pids = _pids(state_dir)
-    stopped = platform.down(state_dir, progress=lambda _: None)
-    assert set(stopped) == {*components.SERVERS, *components.SERVICES, "supervisor"}
-    for name, pid in pids.items():
-        assert not processes.pid_alive(pid), f"{name} (pid {pid}) still alive"
-    assert not any(c.running for c in components.status(state_dir) if c.name != "dockerd")
-    # The machine's Docker engine was not started by up, so down leaves it alone.
-    assert dockerd.docker_answers()
-    assert platform.down(state_dir, progress=lambda _: None) == []
-
-
-def test_accounts_and_revocations_survive_down_and_up(up_state):
-    state_dir, _, _ = up_state
-    info = platform.up(state_dir, progress=lambda _: None, build_images=False)
+def test_down_stops_everything_is_idempotent_and_accounts_and_revocations_survive_it(up_state):
+    """Last in the module: one down and up serve both (each costs seconds)."""
+    state_dir, info, _ = up_state
     admin = json.loads((state_dir / "admin.json").read_text())["admin_token"]
     as_admin = {"Authorization": f"Bearer {admin}"}
     made = httpx.post(
@@ -183,7 +171,17 @@ def test_accounts_and_revocations_survive_down_and_up(up_state):
         f"{info.api_url}/v1/users/zed/tokens", json={}, headers=as_admin, timeout=10
     ).json()["token"]
     httpx.post(f"{info.api_url}/v1/revoke", json={"who": gone}, headers=as_admin, timeout=10)
-    platform.down(state_dir, progress=lambda _: None)
+
+    pids = _pids(state_dir)
+    stopped = platform.down(state_dir, progress=lambda _: None)
+    assert set(stopped) == {*components.SERVERS, *components.SERVICES, "supervisor"}
+    for name, pid in pids.items():
+        assert not processes.pid_alive(pid), f"{name} (pid {pid}) still alive"
+    assert not any(c.running for c in components.status(state_dir) if c.name != "dockerd")
+    # The machine's Docker engine was not started by up, so down leaves it alone.
+    assert dockerd.docker_answers()
+    assert platform.down(state_dir, progress=lambda _: None) == []
+
     info = platform.up(state_dir, progress=lambda _: None, build_images=False)
 
     def me(token: str) -> httpx.Response:
