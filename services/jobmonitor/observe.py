@@ -197,6 +197,11 @@ class Observer:
         """The job as it is now; None when it must be left alone this time (a node of it
         does not answer; the job moved on while its containers were read)."""
         state = self.keeper.get(job_id)
+        if state is not None and state.status == Status.QUEUED and state.seq == 0:
+            # Submitted and never placed: no container of it can exist, and nothing about a
+            # QUEUED job is the monitor's to decide. Left alone without asking the engines
+            # or the store (every submit's status key brings it here once).
+            return None
         placement = self.placement(job_id) if state is not None and not state.final else None
         # An active job lives on the nodes of its placement; anything else (a final job's
         # leftovers, a job placed before placements existed) may be on any engine.
