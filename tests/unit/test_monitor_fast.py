@@ -215,6 +215,11 @@ def test_a_submitted_job_never_placed_costs_no_engine_or_store_call(world, monke
     monkeypatch.setattr(world.store, "get", lambda job_id: asked.append(job_id))
     assert world.monitor.reconcile_job("job-new") is None
     assert asked == [] and world.status("job-new") == Status.QUEUED
+    # The periodic resync does not even read its status again: it knows it from the list.
+    get = world.repo.get
+    monkeypatch.setattr(world.repo, "get", lambda job_id: asked.append(job_id) or get(job_id))
+    world.monitor.reconcile_all()
+    assert asked == []
     # Requeued (placed once, so its old run's containers may be around): looked at.
     world.repo.transition("job-new", Status.PENDING, "placed")
     world.repo.transition("job-new", Status.QUEUED, "preempted")
