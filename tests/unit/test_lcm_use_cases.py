@@ -18,6 +18,7 @@ from dlaas.domain.errors import CapacityExceeded, ImageUnavailable, InvalidTrans
 from dlaas.domain.ports import ContainerEngine, SchedulerPort, StatusRepo
 from dlaas.domain.status import DEPLOYED, HAPPY_PATH, Status
 from services.lcm import use_cases
+from services.lcm.reconciler import BURST_ROUND_GAP_S
 from services.lcm.restart_policy import MAX_BACKOFF_S, backoff_s
 
 MANIFEST = "name: j\nframework: {name: python, command: python3 train.py}\n"
@@ -338,3 +339,31 @@ def test_the_scheduler_never_moves_a_storing_job_but_moves_a_processing_one(job_
         lcm._carry_out(SimpleNamespace(job_id=job_id, cause="test", allocations=[], action=action))
     assert lcm.keeper.get("job-st").status == Status.STORING
     assert lcm.keeper.get("job-run").status == Status.QUEUED
+
+
+def test_a_burst_of_wakes_runs_few_rounds_and_a_lone_one_runs_at_once(job_store, monkeypatch):
+    lcm = fake_lcm(job_store)
+    rounds: list[float] = []
+    monkeypatch.setattr(lcm, "place_round", lambda: rounds.append(time.monotonic()))
+    lcm._leading.set()
+    lcm.start()
+    try:
+        deadline = time.monotonic() + 2
+        while not rounds:  # the first round (the reconcile's) has run
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.6)  # past a poll: the loop is quiet
+        woken = time.monotonic()
+        lcm.wake()
+        while rounds[-1] < woken:
+            assert time.monotonic() < deadline + 1
+            time.sleep(0.005)
+        assert rounds[-1] - woken < 0.05  # a lone event: placed at once
+        before = len(rounds)
+        started = time.monotonic()
+        while time.monotonic() - started < 0.5:  # a submit every 5 ms (100 in 0.5 s)
+            lcm.wake()
+            time.sleep(0.005)
+        assert len(rounds) - before <= 0.5 / BURST_ROUND_GAP_S + 2
+    finally:
+        lcm.stop()
