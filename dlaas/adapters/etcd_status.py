@@ -105,10 +105,10 @@ class StatusKeeper(StatusRepo):
             if current is None:  # there a moment ago, deleted (purged) since
                 raise JobNotFound(job_id)
             return current
-        # The job's record comes with its QUEUED entry already (store.create), so the
-        # store records nothing new here: winning the etcd create is what makes this the
-        # one submission to tell of.
-        self.store.record_transition(job_id, state.seq, state.transition())
+        # The job's record comes with its QUEUED entry already (store.create), so there is
+        # nothing to mirror (a write that inserted nothing cost every submit a turn at the
+        # store's write lock): winning the etcd create is what makes this the one
+        # submission to tell of.
         self._notify(job_id, None, state)
         return state
 

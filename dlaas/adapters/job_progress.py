@@ -72,6 +72,13 @@ class ProgressReader:
             job = self._jobs.get(record.job_id)
         return job is None or self._due(job, record, self.clock())
 
+    def looked(self, record: JobRecord) -> bool:
+        """Whether this process looked at the job's logs before: `of(..., look=False)` then
+        answers with what that look saw while the next one is under way."""
+        with self._lock:
+            job = self._jobs.get(record.job_id)
+        return job is not None and job.looked_at > float("-inf")
+
     def _due(self, job: _Job, record: JobRecord, now: float) -> bool:
         return record.status == Status.PROCESSING and now - job.looked_at >= self.ttl_s
 

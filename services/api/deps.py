@@ -6,11 +6,14 @@ a job or a hook is the domain's one rule (dlaas.domain.authz, `Caller.can_see`).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dlaas.adapters.job_progress import ProgressReader
@@ -24,6 +27,8 @@ from services.api.auth import Authenticator, Caller
 
 if TYPE_CHECKING:
     from services.api.app import Metrics
+
+log = logging.getLogger(__name__)
 
 # Bound of every integer query parameter: SQLite (and Mongo) integers are 64-bit, and
 # no listing or log is a billion entries long.
@@ -45,6 +50,22 @@ class Deps:
     metrics: Metrics
     tasks: Any = None  # services.api.tasks.TaskQueue: work queued for the worker
     progress: ProgressReader = field(default_factory=ProgressReader)  # running jobs' progress
+    # Looks at running jobs' logs under way in the background: job id -> its task (one per
+    # job at a time; held here so the task is not collected before it ends).
+    looks: dict[str, asyncio.Task] = field(default_factory=dict)
+
+    def look_later(self, record: JobRecord) -> None:
+        """Look at a running job's logs in the background (one look per job at a time)."""
+        if record.job_id not in self.looks:
+            self.looks[record.job_id] = asyncio.get_running_loop().create_task(self._look(record))
+
+    async def _look(self, record: JobRecord) -> None:
+        try:
+            await run_in_threadpool(self.progress.of, record, self.logs)
+        except Exception:  # broad: a look is best effort; the next view tries again
+            log.warning("looking at the logs of %s failed", record.job_id, exc_info=True)
+        finally:
+            self.looks.pop(record.job_id, None)
 
     def s3_for(self, loc: S3Location):
         return client_for_location(loc, lambda: self.s3)

@@ -330,14 +330,20 @@ def _with_progress(job: JobSummaryT, progress: Progress | None) -> JobSummaryT:
 async def get_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobPublic:
     """A job's status, status history, learners and normalized manifest (secrets masked)."""
     record = owned_job(deps, caller, job_id)
-    if record.status == Status.QUEUED or deps.progress.due(record):
-        # Its place in the queue (the scheduler), or a look at its logs (the engine).
-        return await run_in_threadpool(_job_view, deps, record)
-    return _job_view(deps, record)
+    if record.status == Status.QUEUED:
+        return await run_in_threadpool(_job_view, deps, record)  # its place: the scheduler
+    if deps.progress.due(record):
+        if not deps.progress.looked(record):
+            # The first look at its logs in this process: nothing seen yet to show.
+            return await run_in_threadpool(_job_view, deps, record)
+        # This view shows what the last look saw, the next runs in the background: a view
+        # that waited for a look (or its lock) took an engine call's time, the p99 under load.
+        deps.look_later(record)
+    return _job_view(deps, record, look=False)
 
 
-def _job_view(deps: Deps, record: JobRecord) -> JobPublic:
-    public = _with_progress(job_public(record), deps.progress.of(record, deps.logs))
+def _job_view(deps: Deps, record: JobRecord, look: bool = True) -> JobPublic:
+    public = _with_progress(job_public(record), deps.progress.of(record, deps.logs, look=look))
     if record.status == Status.QUEUED:
         _add_queue_info(deps, public, record)
     return public

@@ -38,7 +38,7 @@ from dlaas.domain.ports import EngineUnreachable, JobContainers, StatusRepo
 from services.jobmonitor import decide as d
 from services.jobmonitor.act import Actor, Requeue
 from services.jobmonitor.activity import Limits
-from services.jobmonitor.observe import NoStatus, Observer, Seen
+from services.jobmonitor.observe import NoStatus, Observer, Seen, never_placed
 from services.jobmonitor.watchers import RECONNECT_MAX_S, Reachability, Watchers
 from services.jobmonitor.workqueue import WorkQueue
 
@@ -115,7 +115,9 @@ class JobMonitor:
     def reconcile_all(self) -> None:
         """Reconcile every active job and every job that still has resources on an engine."""
         try:
-            jobs = set(self.keeper.active_jobs())
+            # A job submitted and never placed is left alone by observe() anyway: not asking
+            # about each keeps a resync O(placed jobs), however long the queue is.
+            jobs = {j for j, s in self.keeper.active_jobs().items() if not never_placed(s)}
         # Broad: etcd's client raises its own and gRPC's errors; the resync is tried
         # again at the next period, and the cause is logged.
         except Exception:  # broad: etcd's client raises several kinds

@@ -27,7 +27,7 @@ from dlaas.domain.jobspec import EVENT_DATA_READY, EVENT_DISK_FULL, EVENT_ERROR
 from dlaas.domain.manifest import Manifest
 from dlaas.domain.namespace import user_text
 from dlaas.domain.ports import Container, EngineUnreachable, JobContainers, StatusRepo
-from dlaas.domain.status import Status, between
+from dlaas.domain.status import JobState, Status, between
 from dlaas.domain.stored import stored_manifest_or_none
 from dlaas.domain.triage import rules_for
 from services.jobmonitor import decide as d
@@ -87,6 +87,12 @@ def update_info(store: JobStore, job_id: str, facts: dict) -> None:
         store.update_info(job_id, facts)
     except JobNotFound:
         log.warning("job %s has a status but no record in the store", job_id)
+
+
+def never_placed(state: JobState) -> bool:
+    """Submitted and never placed: no container of the job can exist, and nothing about a
+    QUEUED job is the monitor's to decide."""
+    return state.status == Status.QUEUED and state.seq == 0
 
 
 def run_of(record: JobRecord | None) -> int:
@@ -197,6 +203,10 @@ class Observer:
         """The job as it is now; None when it must be left alone this time (a node of it
         does not answer; the job moved on while its containers were read)."""
         state = self.keeper.get(job_id)
+        if state is not None and never_placed(state):
+            # Left alone without asking the engines or the store (every submit's status key
+            # brings it here once).
+            return None
         placement = self.placement(job_id) if state is not None and not state.final else None
         # An active job lives on the nodes of its placement; anything else (a final job's
         # leftovers, a job placed before placements existed) may be on any engine.

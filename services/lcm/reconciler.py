@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from dlaas.domain import errors
 from dlaas.domain.status import REQUEUEABLE, Status
@@ -26,6 +27,8 @@ PENDING_STALE_S = 20.0
 PENDING_CHECK_S = 5.0
 # How often the leader mirrors into the job store transitions it missed (see repair_mirrors).
 MIRROR_CHECK_S = 30.0
+# Rounds woken by events (submits, ends) run at most this often; see Reconciler._loop.
+BURST_ROUND_GAP_S = 0.1
 # A requeue whose teardown failed is tried again after this long, doubling up to MAX_BACKOFF_S.
 TEARDOWN_RETRY_S = 1.0
 
@@ -70,9 +73,17 @@ class Reconciler:
 
     def _loop(self) -> None:
         reconciled = False
+        burst_until = 0.0  # a round woken by an event ran: the next woken one waits till then
         while not self._stop.is_set():
             # A released allocation (a job ended) may let a queued job start: poll briefly.
-            self._wake.wait(0.5)
+            woken = self._wake.wait(0.5)
+            # Every submit wakes the leader (and the scheduler's keys' watch once more), and a
+            # round reads the whole queue: in a burst, rounds run at most every
+            # BURST_ROUND_GAP_S, each placing whatever came meanwhile. A lone event after
+            # a quiet spell is placed at once.
+            if woken and self._stop.wait(max(0.0, burst_until - time.monotonic())):
+                return
+            burst_until = time.monotonic() + BURST_ROUND_GAP_S if woken else 0.0
             self._wake.clear()
             if self._stop.is_set():
                 return

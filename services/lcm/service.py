@@ -80,3 +80,6 @@ class Lcm(JobUseCases, Reconciler, NodeHealth, Deployment):
         self._teardowns_lock = threading.Lock()
         self._teardowns: dict[str, int] = {}
         self._deploy_after: set[str] = set()
+        # Images a submit found on the node, and when (use_cases.py: asked once a while).
+        self._images_lock = threading.Lock()
+        self._images_seen: dict[str, float] = {}

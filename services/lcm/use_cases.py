@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from dlaas.adapters.admission import admit
 from dlaas.adapters.store.base import JobRecord
@@ -25,6 +26,12 @@ from dlaas.v1 import scheduler_pb2
 from services.lcm.restart_policy import backoff_s
 
 log = logging.getLogger(__name__)
+
+# A submit checks that its image is on the node; an image seen there is taken as present
+# this long (removing one under a platform that runs it is rare, and its deploy then fails
+# with the engine's message). Bounded: at most MAX_IMAGES_SEEN images remembered.
+IMAGE_SEEN_S = 30.0
+MAX_IMAGES_SEEN = 64
 
 
 class JobUseCases:
@@ -49,7 +56,7 @@ class JobUseCases:
             max_disk_mb=self.settings.max_learner_disk_mb,
         )
         image = resolve_image(manifest, self.settings.learner_image)
-        if not self.deployer.image_present(image):
+        if not self._image_present(image):
             raise errors.ImageUnavailable(
                 f"framework: image {image} is not present on the node and no registry is "
                 f"reachable; build it locally (dlaas images build) or name another image"
@@ -89,6 +96,24 @@ class JobUseCases:
             raise
         self._wake.set()
         return Status.QUEUED.value, []
+
+    def _image_present(self, image: str) -> bool:
+        """Whether the image is on the node: an engine call, unless it was there within
+        IMAGE_SEEN_S (a burst of submits of one framework asks the engine once, not once
+        each). Only a present image is remembered: a missing one is asked again at once,
+        so an image built after a refusal is found by the next submit."""
+        now = time.monotonic()
+        with self._images_lock:
+            seen = self._images_seen.get(image)
+            if seen is not None and now - seen < IMAGE_SEEN_S:
+                return True
+        if not self.deployer.image_present(image):
+            return False
+        with self._images_lock:
+            self._images_seen[image] = now
+            while len(self._images_seen) > MAX_IMAGES_SEEN:
+                self._images_seen.pop(next(iter(self._images_seen)))
+        return True
 
     @staticmethod
     def _gang(record: JobRecord, m: Manifest) -> scheduler_pb2.GangRequest:

@@ -354,10 +354,13 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         fits, reason = can_ever_fit(job, self.nodes)
         if not fits:
             return scheduler_pb2.EnqueueReply(accepted=False, reason=reason)
-        # A job that runs already gets the request's size as its new target (a user's scale
-        # to the size it runs at: no restart); otherwise it is queued, once.
-        if not self.state.retarget(job) and self.state.enqueue(job):
+        # Queued, once; a job that runs already gets the request's size as its new target
+        # instead (a user's scale to the size it runs at: no restart). The queueing first:
+        # a new job, every submit, costs one etcd transaction and no read.
+        if self.state.enqueue(job):
             self.forecast.arrived(self.clock())
+        else:
+            self.state.retarget(job)
         return scheduler_pb2.EnqueueReply(accepted=True)
 
     def _snapshot(self, now: float) -> Snapshot:

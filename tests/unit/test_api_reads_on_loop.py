@@ -10,6 +10,9 @@ a worker thread passes through `anyio.to_thread.run_sync`, which the test counts
 
 from __future__ import annotations
 
+import threading
+import time
+
 import anyio.to_thread
 import pytest
 from fastapi.testclient import TestClient
@@ -98,6 +101,32 @@ def test_a_running_jobs_view_looks_at_its_logs_on_a_worker_thread_once_per_ttl(c
     client.hops.clear()
     again = client.get("/v1/jobs/j-run", headers=auth(ALICE))
     assert again.json()["progress"]["done"] == 3 and client.hops == []
+
+
+def test_a_running_jobs_next_look_runs_behind_the_view_that_found_it_due(client):
+    client.get("/v1/jobs/j-run", headers=auth(ALICE))  # the first look: waited for
+    deps = client.app.state.deps
+    deps.progress.ttl_s = 0.0  # every view from now on finds a look due
+    looking, proceed = threading.Event(), threading.Event()
+
+    def slow_tail(job_id, learner, n):  # FAKE engine, slow to answer
+        looking.set()
+        assert proceed.wait(10)
+        return [(2.0, "epoch 5/10 loss=0.4")]
+
+    deps.logs.tail = slow_tail
+    client.hops.clear()
+    r = client.get("/v1/jobs/j-run", headers=auth(ALICE))
+    # Answered with what the last look saw, while the next look waits on the engine.
+    assert r.status_code == 200 and r.json()["progress"]["done"] == 3
+    assert looking.wait(10) and client.hops == ["of"]
+    again = client.get("/v1/jobs/j-run", headers=auth(ALICE))  # one look at a time
+    assert again.json()["progress"]["done"] == 3 and client.hops == ["of"]
+    proceed.set()
+    deadline = time.monotonic() + 10
+    while client.get("/v1/jobs/j-run", headers=auth(ALICE)).json()["progress"]["done"] != 5:
+        assert time.monotonic() < deadline, "the background look never landed"
+        time.sleep(0.01)
 
 
 def test_a_queued_jobs_place_is_asked_on_a_worker_thread(client):

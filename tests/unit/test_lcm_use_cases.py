@@ -17,6 +17,8 @@ from dlaas.adapters.nodes import NodeSpec
 from dlaas.domain.errors import CapacityExceeded, ImageUnavailable, InvalidTransition
 from dlaas.domain.ports import ContainerEngine, SchedulerPort, StatusRepo
 from dlaas.domain.status import DEPLOYED, HAPPY_PATH, Status
+from services.lcm import use_cases
+from services.lcm.reconciler import BURST_ROUND_GAP_S
 from services.lcm.restart_policy import MAX_BACKOFF_S, backoff_s
 
 MANIFEST = "name: j\nframework: {name: python, command: python3 train.py}\n"
@@ -253,11 +255,31 @@ def test_a_lost_node_is_marked_after_the_failed_probes_in_a_row(job_store):
 
 def test_submit_refuses_what_never_fits_and_a_missing_image(job_store):
     lcm = fake_lcm(job_store, cpus=2)
-    with pytest.raises(CapacityExceeded, match="can never fit"):
-        lcm.submit("job-big", "alice", MANIFEST + "learners: 3\n", "")
     lcm.deployers["local"].missing_images.add(lcm.settings.learner_image)
     with pytest.raises(ImageUnavailable):
         lcm.submit("job-img", "alice", MANIFEST, "")
+    lcm.deployers["local"].missing_images.clear()  # built meanwhile: found at once
+    with pytest.raises(CapacityExceeded, match="can never fit"):
+        lcm.submit("job-big", "alice", MANIFEST + "learners: 3\n", "")
+
+
+def test_submits_ask_the_engine_for_an_image_once_while_it_is_there(job_store, monkeypatch):
+    lcm = fake_lcm(job_store)
+    engine = lcm.deployers["local"]
+    asked = []
+    present = engine.image_present
+    monkeypatch.setattr(
+        engine, "image_present", lambda image: asked.append(image) or present(image)
+    )
+    for i in range(3):
+        lcm.submit(f"job-{i}", "alice", MANIFEST, "")
+    assert asked == [lcm.settings.learner_image]
+    # Past IMAGE_SEEN_S it is asked again, and a removed image is refused from then on.
+    lcm._images_seen[lcm.settings.learner_image] -= use_cases.IMAGE_SEEN_S
+    engine.missing_images.add(lcm.settings.learner_image)
+    with pytest.raises(ImageUnavailable):
+        lcm.submit("job-gone", "alice", MANIFEST, "")
+    assert len(asked) == 2
 
 
 def test_delete_of_a_running_job_halts_and_removes_it(job_store):
@@ -317,3 +339,31 @@ def test_the_scheduler_never_moves_a_storing_job_but_moves_a_processing_one(job_
         lcm._carry_out(SimpleNamespace(job_id=job_id, cause="test", allocations=[], action=action))
     assert lcm.keeper.get("job-st").status == Status.STORING
     assert lcm.keeper.get("job-run").status == Status.QUEUED
+
+
+def test_a_burst_of_wakes_runs_few_rounds_and_a_lone_one_runs_at_once(job_store, monkeypatch):
+    lcm = fake_lcm(job_store)
+    rounds: list[float] = []
+    monkeypatch.setattr(lcm, "place_round", lambda: rounds.append(time.monotonic()))
+    lcm._leading.set()
+    lcm.start()
+    try:
+        deadline = time.monotonic() + 2
+        while not rounds:  # the first round (the reconcile's) has run
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.6)  # past a poll: the loop is quiet
+        woken = time.monotonic()
+        lcm.wake()
+        while rounds[-1] < woken:
+            assert time.monotonic() < deadline + 1
+            time.sleep(0.005)
+        assert rounds[-1] - woken < 0.05  # a lone event: placed at once
+        before = len(rounds)
+        started = time.monotonic()
+        while time.monotonic() - started < 0.5:  # a submit every 5 ms (100 in 0.5 s)
+            lcm.wake()
+            time.sleep(0.005)
+        assert len(rounds) - before <= 0.5 / BURST_ROUND_GAP_S + 2
+    finally:
+        lcm.stop()

@@ -206,6 +206,29 @@ def test_a_job_placed_on_a_node_without_an_engine_here_is_left_alone(world):
     assert world.status("job-elsewhere") == Status.DOWNLOADING
 
 
+def test_a_submitted_job_never_placed_costs_no_engine_or_store_call(world, monkeypatch):
+    world.store.create(JobRecord("job-new", "alice", "fast", manifest(1), world.now))
+    world.repo.create("job-new")
+    asked = []
+    engine = world.engines["local"]
+    monkeypatch.setattr(engine, "job_containers", lambda job_id: asked.append(job_id) or [])
+    monkeypatch.setattr(world.store, "get", lambda job_id: asked.append(job_id))
+    assert world.monitor.reconcile_job("job-new") is None
+    assert asked == [] and world.status("job-new") == Status.QUEUED
+    # The periodic resync does not even read its status again: it knows it from the list.
+    get = world.repo.get
+    monkeypatch.setattr(world.repo, "get", lambda job_id: asked.append(job_id) or get(job_id))
+    world.monitor.reconcile_all()
+    assert asked == []
+    # Requeued (placed once, so its old run's containers may be around): looked at.
+    world.repo.transition("job-new", Status.PENDING, "placed")
+    world.repo.transition("job-new", Status.QUEUED, "preempted")
+    monkeypatch.undo()
+    monkeypatch.setattr(engine, "job_containers", lambda job_id: asked.append(job_id) or [])
+    world.monitor.reconcile_job("job-new")
+    assert asked == ["job-new"]
+
+
 def test_the_leftovers_of_a_deleted_job_are_removed(world):
     engine = world.engines["local"]
     world.running_job("job-gone")
