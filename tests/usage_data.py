@@ -12,7 +12,7 @@ from dlaas.adapters.store.base import JobRecord
 from dlaas.config import ApiSettings
 from dlaas.domain.accounts import Team, TokenRecord, User, token_hash
 from dlaas.domain.status import Status, Transition
-from dlaas.domain.usage import ALLOCATIONS_INFO
+from dlaas.domain.usage import ALLOCATIONS_INFO, MEASURED_INFO
 from services.api.app import create_app
 
 ADMIN, ALICE, BOB = "tok-admin", "tok-alice", "tok-bob"
@@ -33,8 +33,9 @@ class Unused:
         raise AssertionError(f"usage asked the {name} of a platform service")
 
 
-def ran(store, job_id, user, team, hours, learners):
-    """A job placed at noon yesterday with `learners`, ended `hours` later."""
+def ran(store, job_id, user, team, hours, learners, used=None):
+    """A job placed at noon yesterday with `learners`, ended `hours` later; `used`: what
+    its learners used, as the monitor records it ({learner: {"cpu_s", "memory_peak_mib"}})."""
     steps = [(Status.QUEUED, NOON - 60), (Status.PENDING, NOON), (Status.PROCESSING, NOON + 1)]
     steps.append((Status.COMPLETED, NOON + hours * H))
     history = [Transition(s, at, "r") for s, at in steps]
@@ -42,6 +43,8 @@ def ran(store, job_id, user, team, hours, learners):
     for seq, t in enumerate(history[1:], start=1):
         store.record_transition(job_id, seq, t)
     store.update_info(job_id, {ALLOCATIONS_INFO: {"1": learners}})
+    if used is not None:  # the run queued at seq 0
+        store.update_info(job_id, {MEASURED_INFO: {"0": used}})
 
 
 def usage_app(store, tmp_path):

@@ -3,8 +3,9 @@
 A user sees their own jobs' usage; with the admin token (`dlaas --admin usage`) every
 user's and team's. `--by team|user|job` sets the rows; the range is the last 30 days unless
 `--since`/`--until` say otherwise; `--csv` prints the rows for a spreadsheet, in full
-precision. The hours are allocated (what the jobs held), not measured use
-(docs/accounting.md).
+precision. The hours are allocated (what the jobs held); beside them the CPU-hours the
+jobs' containers used and their memory at its peak x the hours held, where measured (runs
+whose learners ended by themselves; docs/accounting.md).
 """
 
 from __future__ import annotations
@@ -18,14 +19,24 @@ from rich.table import Table
 
 from dlaas.clients.cli_app import _json, app, console, reports_errors
 
-COLUMNS = ("day", "team", "user", "job_id", "gpu_hours", "cpu_hours", "memory_gib_hours")
+COLUMNS = (
+    "day",
+    "team",
+    "user",
+    "job_id",
+    "gpu_hours",
+    "cpu_hours",
+    "memory_gib_hours",
+    "cpu_used_hours",
+    "memory_peak_gib_hours",
+)
 
 
 def usage_table(body: dict) -> Table:
     """The rows and each team's total (pure: from GET /v1/usage's answer)."""
     by = body["by"]
     keys = {"team": ["team"], "user": ["team", "user"], "job": ["team", "user", "job_id"]}[by]
-    table = Table("day", *keys, "GPU-h", "CPU-h", "memory GiB-h")
+    table = Table("day", *keys, "GPU-h", "CPU-h", "memory GiB-h", "CPU-h used", "peak GiB-h")
     for r in body["rows"]:
         table.add_row(r["day"], *(r[k] for k in keys), *_hours(r))
     for t in body["teams"]:
@@ -33,8 +44,9 @@ def usage_table(body: dict) -> Table:
     return table
 
 
-def _hours(r: dict) -> tuple[str, str, str]:
-    return f"{r['gpu_hours']:.3f}", f"{r['cpu_hours']:.3f}", f"{r['memory_gib_hours']:.3f}"
+def _hours(r: dict) -> tuple[str, ...]:
+    # (the measured columns: 0 from a server that does not report them)
+    return tuple(f"{r.get(k, 0.0):.3f}" for k in COLUMNS[4:])
 
 
 @app.command("usage")
@@ -59,7 +71,7 @@ def usage(
         out = csv.writer(sys.stdout, lineterminator="\n")
         out.writerow(COLUMNS)
         for r in body["rows"]:
-            out.writerow([r[c] for c in COLUMNS])
+            out.writerow([r.get(c, 0.0) for c in COLUMNS])
         return
     if not body["rows"]:
         console.print(f"no usage from {body['since']} to {body['until']}", markup=False)

@@ -44,6 +44,9 @@ EVENT_ERROR = "error"  # {"code": ..., "message": ...} before a non-zero exit
 # disk sizes (services/learner_helper/diskwatch.py); the monitor fails the job disk_full.
 EVENT_DISK_FULL = "disk_full"
 EVENT_CHECKPOINT_SYNCED = "checkpoint_synced"  # {"files": n, "at": unix time} after each sync
+# {"learners": {"<id>": {"cpu_s": CPU-seconds, "memory_peak_mib": MiB}}}: what this node's
+# learners' containers used (dlaas.learner.usage), before `stored`; for usage accounting.
+EVENT_USAGE = "usage"
 
 # Helper exit codes, so the monitor can say why a job failed.
 HELPER_EXIT_OK = 0

@@ -1,4 +1,5 @@
-"""Usage accounting: the GPU-, CPU- and memory-hours each job held, by UTC day. Pure.
+"""Usage accounting: the GPU-, CPU- and memory-hours each job held (and, where measured,
+the CPU-hours it used and its memory at its peak), by UTC day. Pure.
 
 What a job is charged for is its allocation, read off its status history in the job store:
 it holds its learners from its placement (the history's first DEPLOYED entry, PENDING) to
@@ -10,8 +11,17 @@ sequence number, in the job's info (`ALLOCATIONS_INFO`); a placement it did not 
 (a job placed before the record existed) counts the manifest's learners. Per learner the
 job holds its manifest's `gpus`, `cpus` and `memory`.
 
-Measured use (the CPU and memory the containers really used) is not accounted: the LCM
-samples it per node, not per job, and only while someone looks (services/lcm/utilization.py).
+Measured use comes from the learners' containers themselves: each learner wrapper reads
+its cgroup's CPU counter and memory high-water mark when its command ends, the helper
+reports them, and the job monitor records them per run in the job's info
+(`MEASURED_INFO`: {"<seq of the run's QUEUED entry>": {"<learner>": {"cpu_s",
+"memory_peak_mib"}}}; services/jobmonitor/measured.py). A run's measured figures belong
+to the allocation interval that opens right after that QUEUED entry: its CPU-seconds are
+spread over the interval's days in proportion to its time in each (`cpu_used_hours`), and
+the sum of its learners' peaks is charged for the whole interval, like an allocation
+(`memory_peak_gib_hours`: an upper bound of the memory-hours used). Only runs whose
+learners ended by themselves (completed, failed) are measured; one ended from outside
+(preempted, resized, halted, its node lost) counts its allocation only.
 
 Arithmetic is exact: instants are rounded to the millisecond, CPUs to the millicore and
 memory is in MiB, so each job's usage is integer resource-milliseconds, and a sum in any
@@ -22,9 +32,10 @@ split at midnight UTC.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 from dlaas.domain.errors import InvalidRequest
@@ -33,6 +44,10 @@ from dlaas.domain.stored import stored_manifest_or_none
 
 # The job info key the LCM records its placements under: {"<seq of PENDING>": learners}.
 ALLOCATIONS_INFO = "allocations"
+# The job info key the monitor records measured use under, and how many runs it keeps.
+MEASURED_INFO = "measured_use"
+MAX_MEASURED_RUNS = 100
+US_PER_S = 1_000_000  # a CPU-second in millicore-milliseconds
 MS_PER_HOUR = 3_600_000
 DAY_MS = 86_400_000
 MILLI = 1000
@@ -47,11 +62,13 @@ GROUPINGS: tuple[Grouping, ...] = ("team", "user", "job")
 
 @dataclass(frozen=True)
 class Interval:
-    """Learners held from `start_ms` to `end_ms` (ms since the epoch, end excluded)."""
+    """Learners held from `start_ms` to `end_ms` (ms since the epoch, end excluded); `seq`:
+    the history entry that opened it (the run's QUEUED entry is the one before)."""
 
     start_ms: int
     end_ms: int
     learners: int
+    seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -61,12 +78,17 @@ class Usage:
     gpu_ms: int = 0
     millicpu_ms: int = 0
     memory_mib_ms: int = 0
+    # measured (MEASURED_INFO): CPU used, and the learners' peak memory for the time held
+    used_millicpu_ms: int = 0
+    peak_memory_mib_ms: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.gpu_ms + other.gpu_ms,
             self.millicpu_ms + other.millicpu_ms,
             self.memory_mib_ms + other.memory_mib_ms,
+            self.used_millicpu_ms + other.used_millicpu_ms,
+            self.peak_memory_mib_ms + other.peak_memory_mib_ms,
         )
 
     @property
@@ -86,6 +108,8 @@ class Usage:
             "gpu_hours": self.gpu_hours,
             "cpu_hours": self.cpu_hours,
             "memory_gib_hours": self.memory_gib_hours,
+            "cpu_used_hours": self.used_millicpu_ms / (MILLI * MS_PER_HOUR),
+            "memory_peak_gib_hours": self.peak_memory_mib_ms / (MIB_PER_GIB * MS_PER_HOUR),
         }
 
 
@@ -143,18 +167,18 @@ def intervals(
     and closes at the next entry outside DEPLOYED; one still open closes at `now`.
     """
     out: list[Interval] = []
-    opened: tuple[int, int] | None = None  # (start ms, learners)
+    opened: tuple[int, int, int] | None = None  # (start ms, learners, seq)
     for seq, t in enumerate(history):
         holding = t.status in DEPLOYED
         if holding and opened is None:
             recorded = allocations.get(str(seq))
             learners = recorded if isinstance(recorded, int) and recorded > 0 else default_learners
-            opened = (to_ms(t.at), learners)
+            opened = (to_ms(t.at), learners, seq)
         elif not holding and opened is not None:
-            out.append(Interval(opened[0], max(opened[0], to_ms(t.at)), opened[1]))
+            out.append(Interval(opened[0], max(opened[0], to_ms(t.at)), opened[1], opened[2]))
             opened = None
     if opened is not None:
-        out.append(Interval(opened[0], max(opened[0], to_ms(now)), opened[1]))
+        out.append(Interval(opened[0], max(opened[0], to_ms(now)), opened[1], opened[2]))
     return out
 
 
@@ -174,12 +198,59 @@ def split_days(interval: Interval) -> list[tuple[str, int]]:
     return out
 
 
-def daily(spans: Iterable[Interval], shape: Shape) -> dict[str, Usage]:
-    """Usage by UTC day of the intervals, for learners of `shape`."""
+@dataclass(frozen=True)
+class Measured:
+    """What one run's learners used: CPU in millicore-ms, the sum of their peaks in MiB."""
+
+    used_millicpu_ms: int
+    peak_memory_mib: int
+
+
+def measured_runs(recorded: Mapping[str, Any]) -> dict[int, Measured]:
+    """MEASURED_INFO read defensively, by the seq of each run's QUEUED entry."""
+    out: dict[int, Measured] = {}
+    for run, learners in recorded.items():
+        if not (isinstance(run, str) and run.isdigit() and isinstance(learners, dict)):
+            continue
+        cpu, peak = 0, 0
+        for fig in learners.values():
+            c = fig.get("cpu_s") if isinstance(fig, dict) else None
+            p = fig.get("memory_peak_mib") if isinstance(fig, dict) else None
+            if isinstance(c, int | float) and 0 <= c < math.inf:
+                cpu += round(c * US_PER_S)
+            if isinstance(p, int) and p >= 0:
+                peak += p
+        out[int(run)] = Measured(cpu, peak)
+    return out
+
+
+def spread(total: int, pieces: Sequence[int]) -> list[int]:
+    """`total` split in proportion to `pieces`, exactly (the remainder in the last piece)."""
+    whole = sum(pieces)
+    if whole <= 0:
+        return [total] + [0] * (len(pieces) - 1) if pieces else []
+    shares = [total * p // whole for p in pieces]
+    shares[-1] += total - sum(shares)
+    return shares
+
+
+def daily(
+    spans: Iterable[Interval], shape: Shape, measured: Mapping[int, Measured] | None = None
+) -> dict[str, Usage]:
+    """Usage by UTC day of the intervals, for learners of `shape`; a span whose run was
+    measured (by the seq of its QUEUED entry, `span.seq - 1`) adds what it used."""
     out: dict[str, Usage] = {}
     for span in spans:
-        for day, ms in split_days(span):
-            out[day] = out.get(day, Usage()) + shape.held(span.learners, ms)
+        days = split_days(span)
+        m = (measured or {}).get(span.seq - 1)
+        used = spread(m.used_millicpu_ms, [ms for _, ms in days]) if m else [0] * len(days)
+        for (day, ms), cpu in zip(days, used, strict=True):
+            held = shape.held(span.learners, ms)
+            if m is not None:
+                held = replace(
+                    held, used_millicpu_ms=cpu, peak_memory_mib_ms=m.peak_memory_mib * ms
+                )
+            out[day] = out.get(day, Usage()) + held
     return out
 
 
@@ -193,15 +264,26 @@ def job_usage(record: Accountable, now: float) -> list[UsageRow]:
     recorded = record.info.get(ALLOCATIONS_INFO)
     allocations = recorded if isinstance(recorded, dict) else {}
     spans = intervals(record.history, allocations, m.learners, now)
+    kept = record.info.get(MEASURED_INFO)
+    measured = measured_runs(kept) if isinstance(kept, dict) else {}
     return [
         UsageRow(day, record.team, record.user, record.job_id, u)
-        for day, u in sorted(daily(spans, shape).items())
+        for day, u in sorted(daily(spans, shape, measured).items())
     ]
 
 
 def holds_now(record: Accountable) -> bool:
     """Whether the job's last entry holds an allocation (its usage still grows)."""
     return bool(record.history) and record.history[-1].status in DEPLOYED
+
+
+def _measured_count(record: Accountable) -> int:
+    """How many learners' figures the job's info holds (the monitor may add some after the
+    job's last status change: its cached rows are then stale)."""
+    kept = record.info.get(MEASURED_INFO)
+    if not isinstance(kept, dict):
+        return 0
+    return sum(len(v) for v in kept.values() if isinstance(v, dict))
 
 
 class UsageCache:
@@ -211,12 +293,12 @@ class UsageCache:
 
     def __init__(self, size: int = 50_000):
         self.size = size
-        self._rows: OrderedDict[str, tuple[int, list[UsageRow]]] = OrderedDict()
+        self._rows: OrderedDict[str, tuple[tuple[int, int], list[UsageRow]]] = OrderedDict()
 
     def rows(self, record: Accountable, now: float) -> list[UsageRow]:
         if holds_now(record):
             return job_usage(record, now)
-        seq = len(record.history)
+        seq = (len(record.history), _measured_count(record))
         kept = self._rows.get(record.job_id)
         if kept is not None and kept[0] == seq:
             self._rows.move_to_end(record.job_id)

@@ -58,6 +58,11 @@ class JobPaths:
         """Written by the wrapper when the learner's command ended: its exit code."""
         return self.log_dir / f"learner-{learner_id}.exit"
 
+    def learner_usage(self, learner_id: str | int) -> Path:
+        """Written by the wrapper before its exit code: what its container used (JSON,
+        dlaas.learner.usage), which the helper reports. Hidden: no sync uploads it."""
+        return self.log_dir / f".learner-{learner_id}.usage"
+
     def learner_alive(self, learner_id: str | int) -> Path:
         """Locked (flock) by the wrapper for as long as it lives: the kernel drops the lock
         however it ends, SIGKILL included, when it can leave no exit code. Hidden (a dot):

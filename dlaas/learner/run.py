@@ -11,7 +11,9 @@ The LCM starts every learner container with this as its command. It
    platform can stream logs live) and to LOG_DIR/learner-<LEARNER_ID>.log, which the
    helper uploads when the job ends,
 5. forwards SIGTERM/SIGINT to the command's process group, and
-6. exits with the command's exit code (killed by signal n -> 128+n).
+6. leaves what its container used (CPU-seconds, peak memory: dlaas.learner.usage) in
+   LOG_DIR for the helper to report, and
+7. exits with the command's exit code (killed by signal n -> 128+n).
 
 Paths come from dlaas.learner.paths (the env the platform sets, jobspec defaults;
 DLAAS_JOB_DIR lets tests run the wrapper outside a container).
@@ -30,7 +32,7 @@ import time
 from pathlib import Path
 
 from dlaas.domain import launch
-from dlaas.learner import mpi
+from dlaas.learner import mpi, usage
 from dlaas.learner.paths import JobPaths
 
 POLL_S = 0.05
@@ -98,6 +100,8 @@ def run(command: str, env: dict[str, str], out=None) -> int:
         code = _run(command, env, paths, learner_id, out or sys.stdout.buffer)
         try:
             paths.log_dir.mkdir(parents=True, exist_ok=True)
+            # (before the exit code: a helper that sees the exit code finds the usage too)
+            usage.record(paths.learner_usage(learner_id))
             paths.learner_exit(learner_id).write_text(f"{code}\n")
         except OSError as exc:  # the volume is gone or full: the exit code still counts
             print(f"learner: cannot record the exit code: {exc}", file=sys.stderr)

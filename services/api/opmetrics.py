@@ -68,12 +68,16 @@ NODE_USED_CPUS = "dlaas_node_used_cpus"
 NODE_USED_MEMORY = "dlaas_node_used_memory_bytes"
 NODE_CONTAINERS = "dlaas_node_job_containers"
 SOURCE_UP = "dlaas_metrics_source_up"
-# Allocated resource-hours per team (dlaas.domain.usage), exposed with "_total".
+# Resource-hours per team (dlaas.domain.usage), exposed with "_total": allocated, and the
+# CPU used and peak memory where measured.
 USAGE = {
     "gpu_hours": "dlaas_team_gpu_hours",
     "cpu_hours": "dlaas_team_cpu_hours",
     "memory_gib_hours": "dlaas_team_memory_gib_hours",
+    "cpu_used_hours": "dlaas_team_cpu_used_hours",
+    "memory_peak_gib_hours": "dlaas_team_memory_peak_gib_hours",
 }
+MEASURED = ("cpu_used_hours", "memory_peak_gib_hours")  # the rest are allocated
 RESOURCES = ("cpus", "gpus", "memory_bytes")
 
 
@@ -228,7 +232,8 @@ class PlatformCollector:
         for what, name in USAGE.items():
             family = CounterMetricFamily(
                 name,
-                f"{what.replace('_', ' ')} allocated to the team's jobs",
+                f"{what.replace('_', ' ')} of the team's jobs "
+                f"({'measured' if what in MEASURED else 'allocated'})",
                 labels=["replica", "team"],
             )
             for team, u in sorted(by_team.items()):

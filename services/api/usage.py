@@ -1,4 +1,5 @@
-"""The REST API's usage route: GPU-, CPU- and memory-hours allocated, by UTC day.
+"""The REST API's usage route: GPU-, CPU- and memory-hours allocated (and CPU-hours used,
+memory at its peak, where measured), by UTC day.
 
 `GET /v1/usage?since=&until=&team=&user=&by=` sums what dlaas.domain.usage reads off the
 jobs' histories in the job store, computed on demand: every job the caller may see is
@@ -36,6 +37,13 @@ class Hours(BaseModel):
     gpu_hours: float = Field(description="GPUs held x hours")
     cpu_hours: float = Field(description="CPU cores held x hours")
     memory_gib_hours: float = Field(description="GiB of memory held x hours")
+    cpu_used_hours: float = Field(
+        description="CPU-hours the jobs' containers used, where measured (runs whose learners "
+        "ended by themselves; 0 for the others)"
+    )
+    memory_peak_gib_hours: float = Field(
+        description="the learners' peak memory, GiB, x the hours held, where measured"
+    )
 
 
 class UsageRowPublic(Hours):
@@ -89,8 +97,8 @@ def get_usage(
     user: Annotated[str, Query(max_length=64, description="only this user's jobs")] = "",
     by: Annotated[str, Query(max_length=8, description="rows per team, user or job")] = "user",
 ) -> UsageReply:
-    """GPU-, CPU- and memory-hours allocated by UTC day (default the last 30 days): yours,
-    or anyone's for an administrator."""
+    """GPU-, CPU- and memory-hours allocated (CPU used and peak memory where measured) by
+    UTC day (default the last 30 days): yours, or anyone's for an administrator."""
     now = time.time()
     today = dt.datetime.fromtimestamp(now, dt.UTC).date()
     q = usage.make_query(since, until, team, user, by, today)

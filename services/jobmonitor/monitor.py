@@ -38,6 +38,7 @@ from dlaas.domain.ports import EngineUnreachable, JobContainers, StatusRepo
 from services.jobmonitor import decide as d
 from services.jobmonitor.act import Actor, Requeue
 from services.jobmonitor.activity import Limits
+from services.jobmonitor.measured import record_measured
 from services.jobmonitor.observe import NoStatus, Observer, Seen, never_placed
 from services.jobmonitor.watchers import RECONNECT_MAX_S, Reachability, Watchers
 from services.jobmonitor.workqueue import WorkQueue
@@ -135,6 +136,7 @@ class JobMonitor:
             return None
         if not isinstance(seen, Seen):
             return None  # left alone this time (see Observer.observe)
+        record_measured(self.observer.store, job_id, seen)  # (before act cleans up)
         decision = d.decide(seen.view)
         self.actor.apply(job_id, decision, seen)
         return decision

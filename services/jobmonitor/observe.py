@@ -137,13 +137,15 @@ def fold_helpers(helpers: list[Container]) -> Container:
 
 def fold_events(per_helper: list[list[dict]]) -> list[dict]:
     """The events of every node's helper as one stream (pure): the job's helper's, with
-    `data_ready` only once every helper printed it, and every helper's errors."""
+    `data_ready` only once every helper printed it, and every helper's errors and usage."""
     if len(per_helper) <= 1:
         return list(per_helper[0]) if per_helper else []
     ready = all(any(e.get("event") == EVENT_DATA_READY for e in evs) for evs in per_helper)
     events = [e for e in per_helper[0] if ready or e.get("event") != EVENT_DATA_READY]
     for evs in per_helper[1:]:
-        events += [e for e in evs if e.get("event") in (EVENT_ERROR, EVENT_DISK_FULL)]
+        events += [
+            e for e in evs if e.get("event") in (EVENT_ERROR, EVENT_DISK_FULL, jobspec.EVENT_USAGE)
+        ]
     return events
 
 

@@ -80,12 +80,14 @@ from dlaas.domain.jobspec import (
     EVENT_DATA_READY,
     EVENT_ERROR,
     EVENT_STORED,
+    EVENT_USAGE,
     HELPER_EXIT_BAD_ARCHIVE,
     HELPER_EXIT_CONNECTION_UNREACHABLE,
     HELPER_EXIT_OK,
     format_event,
     results_prefix,
 )
+from dlaas.learner import usage
 from dlaas.learner.paths import JobPaths
 from services.learner_helper import diskwatch, probe, resume, store
 from services.learner_helper.archive import UnsafeArchive, safe_extract
@@ -295,6 +297,14 @@ def sync_metrics(metrics: MetricFiles) -> bool:
         return False
 
 
+def report_usage(paths: JobPaths, learners: tuple[int, ...]) -> None:
+    """The `usage` event: what this node's learners' containers used, as their wrappers
+    left it (none for a learner killed from outside: it left nothing)."""
+    used = {str(i): u for i in learners if (u := usage.read(paths.learner_usage(i)))}
+    if used:
+        emit(EVENT_USAGE, learners=used)
+
+
 def finish(
     cfg: HelperConfig,
     client,
@@ -405,6 +415,7 @@ def run(
         # A gang before this one on the same volume left its exit codes.
         for i in cfg.learners:
             paths.learner_exit(i).unlink(missing_ok=True)
+            paths.learner_usage(i).unlink(missing_ok=True)
     if not resumed:  # else fast_start did both
         paths.ready_mark.touch()
         say(f"data ready {steps.summary()}")
@@ -435,6 +446,7 @@ def run(
         if logs_due:
             next_logs = now + interval
     say("finish signal received: storing checkpoints, results and logs")
+    report_usage(paths, cfg.learners)
     return finish(cfg, client, paths, ckpt, logs, metrics)
 
 

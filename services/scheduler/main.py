@@ -26,7 +26,8 @@ class SchedulerSettings(BaseSettings):
     policy: str = DEFAULT_POLICY
     # Elastic growth without thrash (PolicyConfig, docs/scheduling.md): no job grown within
     # this many seconds of its (re)start or last resize (0: off); a resize's restart pause in
-    # seconds; how many times its restarts a loan of idle learners must pay back (0: off).
+    # seconds until pauses are measured (restarts.py); how many times its restarts a loan of
+    # idle learners must pay back (0: off).
     resize_interval_s: float = Field(DEFAULT_CONFIG.resize_interval_s, ge=0, le=86_400)
     restart_s: float = Field(DEFAULT_CONFIG.restart_s, ge=0, le=3_600)
     grow_payback: float = Field(DEFAULT_CONFIG.grow_payback, ge=0, le=100)

@@ -30,7 +30,9 @@ Modelling choices (all stated, none hidden):
   `auto_grow`: min half its learners, max twice them, its target the trace's size. A job runs at
   speed (learners now / target); every resize (a grow, a shrink) pauses it for a checkpoint
   save and a restore, and costs each learner before the save and after the restore those
-  seconds: the `resize_learner_s` reported, beside the resizes per elastic job-hour;
+  seconds: the `resize_learner_s` reported, beside the resizes per elastic job-hour. The
+  grow rule reads that pause as the live service reads its measured ones (policy.restarts;
+  every job's is the same here, so the platform's figure is each job's);
 - the policy never sees durations; the ETA, predicted once at submission, learns run times only
   from the jobs that finished before then (the last `DURATION_WINDOW` of them) and conditions each
   running job's remaining time on how long it has run so far, as the live service would.
@@ -61,6 +63,7 @@ from services.scheduler.policy import (
     schedule,
 )
 from services.scheduler.policy.elastic import IdleForecast
+from services.scheduler.policy.restarts import RestartTimes
 from services.scheduler.trace import TraceJob, equal_quotas, team_of
 
 _FINISH, _SUBMIT, _TICK = 0, 1, 2
@@ -233,6 +236,7 @@ def simulate(
     preemptions = 0
     resizes, resize_learner_s = 0, 0.0
     forecast = IdleForecast()  # the grow rule's pace of arrivals and finishes
+    restarts = RestartTimes(cfg.restart_s)  # and what its restarts cost, as simulated
     busy_gpu_s = 0.0
     last_t = None
     tick_pending = False
@@ -344,7 +348,7 @@ def simulate(
         if not queue and not growable():
             continue
         snap = Snapshot(cluster, run_jobs, list(queue.values()), quotas)
-        round_cfg = forecast.config(cfg, t) if elastic > 0 else cfg
+        round_cfg = restarts.config(forecast.config(cfg, t)) if elastic > 0 else cfg
         decisions = schedule(snap, t, policy, round_cfg, include_waits=False)
         preempted_now = False
         for d in decisions:
@@ -380,6 +384,7 @@ def simulate(
                 finish_at(st)
                 resizes += 1
                 resize_learner_s += save_s * before + restore_s * st.cur
+                restarts.add(d.job_id, save_s + restore_s)
             elif d.action == "start":
                 del queue[d.job_id]
                 if team_quotas:

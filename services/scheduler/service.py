@@ -48,6 +48,7 @@ from services.scheduler.policy import (
     team_usage,
 )
 from services.scheduler.policy.elastic import IdleForecast
+from services.scheduler.restarts import RestartWatch
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class SchedulerState:
 
     def __init__(self, etcd: pyetcd.Etcd3Client, prefix: str = "/dlaas"):
         self.etcd = etcd
-        keys = EtcdKeys(prefix)
+        self.keys = keys = EtcdKeys(prefix)
         self.queue_prefix = keys.sched_queue
         self.running_prefix = keys.sched_running
         self.nodes_prefix = keys.nodes
@@ -320,6 +321,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         # The pace of arrivals and finishes, for the grow rule (policy.elastic): from what this
         # service saw since it started (unknown until then: growth as without the rule).
         self.forecast = IdleForecast()
+        # What a resize's restart costs, measured from the resized jobs' statuses (restarts.py)
+        self.restarts = RestartWatch(state.etcd, state.keys, config.restart_s)
         # One round at a time: rounds read, decide and write; etcd guards against other writers.
         self._lock = threading.Lock()
 
@@ -412,10 +415,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     def Schedule(self, request, context):
         with self._lock:
             now = self.clock()
-            snapshot = self._snapshot(now)
+            cfg = self.forecast.config(learned_config(self.gpu_seconds, self.config), now)
+            snapshot, cfg = self.restarts.round(self._snapshot(now), cfg, now)
             queue = {j.job_id: j for j in snapshot.queue}
             out = []
-            cfg = self.forecast.config(learned_config(self.gpu_seconds, self.config), now)
             for d in schedule(snapshot, now, policy=self.policy, config=cfg):
                 if d.action == "wait":
                     continue

@@ -102,9 +102,9 @@ monitor.run(threading.Event())
 """
 
 
-def manifest(learners: int) -> str:
+def manifest(learners: int, cpus: float = 1.0) -> str:
     return (
-        f"name: monitor-test\nlearners: {learners}\n"
+        f"name: monitor-test\nlearners: {learners}\ncpus: {cpus}\n"
         "framework: {name: python, version: '3', command: python3 train.py}\n"
     )
 
@@ -165,17 +165,26 @@ class Harness:
         assert state is not None
         return state.status
 
-    def new_job(self, learners: int) -> str:
+    def new_job(self, learners: int, cpus: float = 1.0) -> str:
         job_id = f"{SCOPE}{uuid.uuid4().hex[:10]}"
         self.jobs.append(job_id)
         self.store.create(
-            JobRecord(job_id, "alice", "monitor-test", manifest(learners), time.time())
+            JobRecord(job_id, "alice", "monitor-test", manifest(learners, cpus), time.time())
         )
         self.keeper.create(job_id)
         self.keeper.transition(job_id, Status.PENDING, "placed on local")
         return job_id
 
-    def deploy(self, job_id: str, helper: str, learners: list[str], mem_limit: str | None = None):
+    def deploy(
+        self,
+        job_id: str,
+        helper: str,
+        learners: list[str] | list[list[str]],
+        mem_limit: str | None = None,
+        nano_cpus: int | None = None,
+    ):
+        """A learner is a script for `python3 -c`, or a whole command (the wrapper's, say);
+        `nano_cpus` limits the learners as the LCM does (the manifest's cpus)."""
         labels = {jobspec.LABEL_MANAGED: PLATFORM, jobspec.LABEL_JOB: job_id}
         self.docker.networks.create(jobspec.network_name(job_id), labels=labels)
         self.docker.volumes.create(jobspec.volume_name(job_id), labels=labels)
@@ -192,7 +201,7 @@ class Harness:
             created.append(
                 self.docker.containers.create(
                     self.image,
-                    ["python3", "-u", "-c", script],
+                    script if isinstance(script, list) else ["python3", "-u", "-c", script],
                     name=name,
                     labels=lab,
                     init=True,
@@ -200,6 +209,8 @@ class Harness:
                     volumes={jobspec.volume_name(job_id): {"bind": jobspec.JOB_MOUNT}},
                     mem_limit=mem,
                     memswap_limit=mem,
+                    nano_cpus=nano_cpus if role == jobspec.ROLE_LEARNER else None,
+                    environment={"LEARNER_ID": str(index)} if index is not None else None,
                 )
             )
         for c in created:
@@ -336,6 +347,60 @@ def test_happy_path_completes_with_full_history_and_leaves_nothing(harness):
     ]
     assert learners[1]["container"] == jobspec.learner_name(job, 1)
     assert record.info.get("logs_incomplete") is None
+
+
+# The helper stand-in for measured use: data ready (the mark the wrapper waits for), then at
+# the finish signal the real helper's report of what the learners' wrappers left, and stored.
+HELPER_REPORTS_USAGE = """
+import os, signal, time
+from dlaas.learner.paths import JobPaths
+from services.learner_helper.main import report_usage
+paths = JobPaths.from_env(dict(os.environ))
+done = []
+signal.signal(signal.SIGUSR1, lambda *a: done.append(1))
+signal.signal(signal.SIGTERM, lambda *a: done.append(1))
+paths.ready_mark.parent.mkdir(parents=True, exist_ok=True)
+paths.ready_mark.touch()
+print('DLAAS-EVENT {"event": "data_ready"}', flush=True)
+while not done:
+    time.sleep(0.05)
+report_usage(paths, (0, 1))
+print('DLAAS-EVENT {"event": "stored"}', flush=True)
+"""
+
+# Burns CPU for 2 s of wall time (at most 1 CPU-s under a 0.5 CPU limit).
+BUSY = "python3 -c 'import time; t = time.time(); any(time.time() - t > 2 for _ in iter(int, 1))'"
+
+
+def test_what_the_learners_used_is_recorded_and_at_most_what_they_held(harness):
+    from dlaas.domain.usage import MEASURED_INFO, job_usage
+
+    job = harness.new_job(learners=2, cpus=0.5)
+    harness.start_monitor()
+    wrapper = ["python3", "-m", "dlaas.learner.run", "--", BUSY]
+    harness.deploy(
+        job, HELPER_REPORTS_USAGE, [wrapper, wrapper], nano_cpus=500_000_000
+    )  # as the LCM limits them: the manifest's cpus
+
+    record = harness.wait_cleaned(job)
+    assert record.status == Status.COMPLETED
+    used = record.info[MEASURED_INFO]["0"]  # the run queued at seq 0
+    assert sorted(used) == ["0", "1"]
+    for figures in used.values():
+        # the container's own cgroup: the busy loop, under its 0.5 CPU limit for 2 s
+        assert 0.1 < figures["cpu_s"] <= 1.5 and figures["memory_peak_mib"] >= 5
+    (row,) = job_usage(record, now=time.time())
+    assert 0 < row.usage.used_millicpu_ms <= row.usage.millicpu_ms
+    assert row.usage.hours()["cpu_used_hours"] == pytest.approx(
+        sum(f["cpu_s"] for f in used.values()) / 3600
+    )
+    print(
+        "measured",
+        {k: v["cpu_s"] for k, v in used.items()},
+        "CPU-s used of",
+        row.usage.millicpu_ms / 1e6,
+        "held",
+    )
 
 
 def test_learner_exit_3_fails_with_its_code_and_last_log_lines(harness):

@@ -1,9 +1,13 @@
 """The scheduler service on a real etcd: gangs start whole, nothing is lost or doubled on restart."""
 
+import json
+
 import pyetcd
 import pytest
 
 from dlaas.adapters.nodes import NodeSpec
+from dlaas.domain.keys import EtcdKeys
+from dlaas.domain.status import JobState, Status
 from dlaas.v1 import scheduler_pb2
 from services.scheduler.policy import DEFAULT_CONFIG, Allocation, QueuedJob
 from services.scheduler.service import SchedulerService, SchedulerState
@@ -400,3 +404,41 @@ def test_the_queue_request_names_running_jobs_time_left(etcd):
     assert guessed != known
     bad = eta_of_b(scheduler_pb2.QueueRequest(remaining_s={"a": float("nan")}))
     assert bad == guessed  # not a time: ignored
+
+
+@pytest.mark.parametrize(("pause", "grows"), [(2.0, True), (60.0, False), (None, False)])
+def test_a_loan_pays_for_the_restart_time_measured_not_the_prior(etcd, pause, grows):
+    """The grow rule reads the pauses the job's resizes took (its status from the resize to
+    PROCESSING again), the configured 50 s until one is measured: with short jobs arriving
+    every 14 s (41 s between arrivals) a job that restarts in 2 s is lent an idle CPU, one
+    that takes 60 s or was never measured is not."""
+    clock = Clock()
+    svc = SchedulerService(SchedulerState(etcd, "/t-sched"), [NODE], "default", clock)
+    interval = DEFAULT_CONFIG.resize_interval_s
+
+    def running_again():  # what the LCM and the monitor write once the gang runs again
+        if pause is not None:
+            state = JobState(Status.PROCESSING, clock.now + pause, "learners training", seq=4)
+            etcd.put(EtcdKeys("/t-sched").status("el"), json.dumps(state.to_dict()))
+
+    svc.Enqueue(prio_gang("el", 0, learners=1, lo=1, hi=2), Ctx())
+    started(svc)
+    clock.now += interval  # one arrival in 300 s: the loan pays even at 50 s a restart
+    assert started(svc)["el"].action == "grow"
+    running_again()
+    clock.now += interval
+    svc.Enqueue(prio_gang("w", 0, learners=1, submit_time=clock.now), Ctx())
+    assert started(svc)["el"].action == "shrink"  # the loan goes back to w
+    resized_at = clock.now
+    assert svc.restarts.times.of("el") == pause  # the grow's restart, measured
+    running_again()
+    clock.now += 10
+    svc.Release(scheduler_pb2.JobId(job_id="w", ended=True), Ctx())
+    for i in range(20):  # short jobs, each gone before the next
+        clock.now += 14
+        svc.Enqueue(prio_gang(f"s{i}", 0, learners=1, submit_time=clock.now), Ctx())
+        assert started(svc)[f"s{i}"].action == "start"
+        svc.Release(scheduler_pb2.JobId(job_id=f"s{i}", ended=True), Ctx())
+    clock.now = resized_at + interval  # the shrink is an interval old: el may grow again
+    assert ("el" in started(svc)) is grows
+    assert svc.restarts.times.platform() == (50.0 if pause is None else pause)

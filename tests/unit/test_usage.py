@@ -11,6 +11,7 @@ from dlaas.domain.errors import InvalidRequest
 from dlaas.domain.status import Status, Transition
 from dlaas.domain.usage import (
     ALLOCATIONS_INFO,
+    MEASURED_INFO,
     Interval,
     Shape,
     Usage,
@@ -74,11 +75,11 @@ def test_intervals_follow_preemptions_resizes_restarts_and_halts():
     ms = round(DAY0 * 1000)
     hour = 3_600_000
     assert spans == [
-        Interval(ms + 1 * hour, ms + 2 * hour, 3),
-        Interval(ms + 3 * hour, ms + 4 * hour, 2),
-        Interval(ms + 4 * hour + hour // 2, ms + 5 * hour, 2),
+        Interval(ms + 1 * hour, ms + 2 * hour, 3, seq=1),
+        Interval(ms + 3 * hour, ms + 4 * hour, 2, seq=5),
+        Interval(ms + 4 * hour + hour // 2, ms + 5 * hour, 2, seq=8),
         # STORING still holds the allocation: the interval ends at COMPLETED.
-        Interval(ms + 7 * hour, ms + 8 * hour + 500, 1),
+        Interval(ms + 7 * hour, ms + 8 * hour + 500, 1, seq=12),
     ]
 
 
@@ -188,4 +189,67 @@ def test_shape_holds_per_learner():
         "gpu_hours": 2.0,
         "cpu_hours": 1.0,
         "memory_gib_hours": 2.0,
+        "cpu_used_hours": 0.0,  # measured use: none here
+        "memory_peak_gib_hours": 0.0,
     }
+
+
+def measured_record(job_id, steps, allocations, measured):
+    r = record(job_id, steps, allocations)
+    r.info[MEASURED_INFO] = measured
+    return r
+
+
+def test_measured_use_is_charged_to_the_run_it_was_measured_in():
+    # The run queued at seq 7 (placed at seq 8, 2 learners x 0.5 CPU for 30 min: 1,800
+    # CPU-s held) used 900 CPU-s and peaked at 300 + 212 MiB; the others were not measured
+    # (preempted, halted: ended from outside) but for the last run, queued at seq 11.
+    used = {
+        "7": {"0": {"cpu_s": 500.25, "memory_peak_mib": 300}, "1": {"cpu_s": 399.75, "memory_peak_mib": 212}},
+        "11": {"0": {"cpu_s": 1800.0, "memory_peak_mib": 1024}},
+    }  # fmt: skip
+    (row,) = job_usage(measured_record("m", LIFE, ALLOCATED, used), now=DAY0 + 99 * H)
+    u = row.usage
+    assert u.used_millicpu_ms == (900 + 1800) * 1_000_000  # exact: CPU-s x 10^6
+    assert u.hours()["cpu_used_hours"] == pytest.approx((900 + 1800) / 3600)
+    # peaks x the time each run held its allocation: 512 MiB x 30 min + 1 GiB x 1 h 0.5 s
+    assert u.peak_memory_mib_ms == 512 * 1_800_000 + 1024 * 3_600_500
+    # next to what the runs held (the last: 1 learner x 0.5 CPU x 1 h = the 1,800 CPU-s used)
+    assert u.cpu_hours == pytest.approx(0.5 * (3 + 2 + 1 + 1 + 0.5 / H))
+
+
+def test_measured_cpu_is_spread_over_the_days_of_its_run_exactly():
+    # placed at 23:00, done at 02:00 the next day: a third of the CPU on the first day
+    steps = ((S.QUEUED, 0), (S.PENDING, 23 * H), (S.PROCESSING, 23 * H + 1), (S.COMPLETED, 26 * H))
+    used = {"0": {"0": {"cpu_s": 100.000001, "memory_peak_mib": 10}}}
+    rows = job_usage(measured_record("d", steps, {"1": 1}, used), now=DAY0 + 99 * H)
+    assert [r.day for r in rows] == ["2026-11-25", "2026-11-26"]
+    first, second = (r.usage.used_millicpu_ms for r in rows)
+    assert first + second == 100_000_001  # the remainder is not lost
+    assert first == 100_000_001 // 3
+    assert [r.usage.peak_memory_mib_ms for r in rows] == [10 * 3_600_000, 10 * 7_200_000]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not a dict",
+        {"x": {"0": {"cpu_s": 1.0, "memory_peak_mib": 1}}},  # not a run's seq
+        {"0": "not learners"},
+        {"0": {"0": {"cpu_s": -1.0, "memory_peak_mib": -5}}},
+        {"0": {"0": {"cpu_s": float("nan"), "memory_peak_mib": 1.5}}},
+    ],
+)
+def test_a_bad_measured_record_counts_nothing_measured(bad):
+    steps = ((S.QUEUED, 0), (S.PENDING, H), (S.COMPLETED, 2 * H))
+    (row,) = job_usage(measured_record("b", steps, {"1": 1}, bad), now=DAY0 + 99 * H)
+    assert (row.usage.used_millicpu_ms, row.usage.gpu_ms) == (0, 2 * 3_600_000)
+
+
+def test_the_cache_sees_measured_use_recorded_after_the_jobs_end():
+    steps = ((S.QUEUED, 0), (S.PENDING, H), (S.COMPLETED, 2 * H))
+    r = record("late", steps, {"1": 1})
+    cache = UsageCache()
+    assert cache.rows(r, now=DAY0 + 3 * H)[0].usage.used_millicpu_ms == 0
+    r.info[MEASURED_INFO] = {"0": {"0": {"cpu_s": 2.0, "memory_peak_mib": 1}}}
+    assert cache.rows(r, now=DAY0 + 3 * H)[0].usage.used_millicpu_ms == 2_000_000

@@ -21,7 +21,12 @@ def client(module_job_store, tmp_path_factory):
     app = usage_app(job_store, tmp_path_factory.mktemp("usage"))
     ran(job_store, "job-a1", "alice", "ateam", hours=1, learners=2)
     ran(job_store, "job-a2", "alice", "ateam", hours=0.5, learners=1)
-    ran(job_store, "job-b1", "bob", "bteam", hours=3, learners=2)
+    # bob's learners used 1.5 h and 1 h of CPU (of the 2 x 2 CPUs x 3 h held), 512 MiB each
+    used = {
+        "0": {"cpu_s": 5400.0, "memory_peak_mib": 512},
+        "1": {"cpu_s": 3600.0, "memory_peak_mib": 512},
+    }
+    ran(job_store, "job-b1", "bob", "bteam", hours=3, learners=2, used=used)
     with TestClient(app) as c:
         yield c
 
@@ -38,7 +43,14 @@ def test_a_user_sees_their_own_usage_by_day(client):
         (YESTERDAY.isoformat(), "ateam", "alice")
     ]
     # 2 learners x 1 h + 1 learner x 0.5 h, each learner 1 GPU, 2 CPUs, 1 GiB.
-    assert body["total"] == {"gpu_hours": 2.5, "cpu_hours": 5.0, "memory_gib_hours": 2.5}
+    # Nothing of alice's was measured: 0 used (not "used nothing": see docs/accounting.md).
+    assert body["total"] == {
+        "gpu_hours": 2.5,
+        "cpu_hours": 5.0,
+        "memory_gib_hours": 2.5,
+        "cpu_used_hours": 0.0,
+        "memory_peak_gib_hours": 0.0,
+    }
     assert [u["user"] for u in body["users"]] == ["alice"]
     assert "bob" not in str(body) and "bteam" not in str(body)
     # Asking for another user's usage finds none of it.
@@ -81,6 +93,9 @@ def test_metrics_count_each_teams_hours(client):
     assert found[("dlaas_team_gpu_hours", "bteam")] == 6.0
     assert found[("dlaas_team_cpu_hours", "bteam")] == 12.0
     assert found[("dlaas_team_memory_gib_hours", "ateam")] == 2.5
+    assert found[("dlaas_team_cpu_used_hours", "bteam")] == 2.5  # measured, beside the 12
+    assert found[("dlaas_team_memory_peak_gib_hours", "bteam")] == 3.0  # 1 GiB x 3 h
+    assert found[("dlaas_team_cpu_used_hours", "ateam")] == 0.0
 
 
 def test_the_cli_prints_the_routes_rows_as_csv_and_a_table(client, monkeypatch, tmp_path):
@@ -88,6 +103,7 @@ def test_the_cli_prints_the_routes_rows_as_csv_and_a_table(client, monkeypatch, 
 
     from dlaas.clients import cli_app
     from dlaas.clients.cli import app
+    from dlaas.clients.cli_usage import COLUMNS
 
     asked = {}
 
@@ -102,10 +118,12 @@ def test_the_cli_prints_the_routes_rows_as_csv_and_a_table(client, monkeypatch, 
     out = runner.invoke(app, [*home, "usage", "--by", "job", "--team", "bteam", "--csv"])
     assert out.exit_code == 0, out.output
     assert asked["by"] == "job" and asked["team"] == "bteam"
+    assert COLUMNS[-2:] == ("cpu_used_hours", "memory_peak_gib_hours")
     assert out.output.splitlines() == [
-        "day,team,user,job_id,gpu_hours,cpu_hours,memory_gib_hours",
-        f"{YESTERDAY},bteam,bob,job-b1,6.0,12.0,6.0",
+        ",".join(COLUMNS),
+        f"{YESTERDAY},bteam,bob,job-b1,6.0,12.0,6.0,2.5,3.0",
     ]
     out = runner.invoke(app, [*home, "usage", "--by", "team"])
     assert out.exit_code == 0, out.output
     assert "ateam" in out.output and "2.500" in out.output and "6.000" in out.output
+    assert "CPU-h used" in out.output and "3.000" in out.output  # bteam's peak GiB-h

@@ -184,7 +184,9 @@ class PolicyConfig:
     #     lent x expected_idle_s >= grow_payback x restart_s x (learners after it + target),
     # the restarts of the grow and of the give-back that ends the loan, all learners counted.
     # `restart_s` is the pause of one resize (checkpoint save + restore: the simulator's
-    # 20 + 30 s). `expected_idle_s` is how long the idle capacity should stay unwanted: the
+    # 20 + 30 s), a PRIOR: the live scheduler and the simulator replace it each round with the
+    # median of the pauses measured (policy.restarts; a job resized before: its own).
+    # `expected_idle_s` is how long the idle capacity should stay unwanted: the
     # mean gap between recent arrivals and, while a gang waits for capacity to free up, between
     # recent finishes (`arrival_gap_s` / `finish_gap_s`, learned by the caller from what it saw,
     # `elastic.IdleForecast`; None: not known yet, the loan is made as before). 0 turns the

@@ -16,7 +16,8 @@ back to just any queued job), and `auto_grow` lends learners only
 when the idle capacity is expected to stay idle long enough to pay for the restarts of the loan
 (its grow and its give-back; `PolicyConfig.grow_payback`). How long capacity stays idle is read
 from the recent gaps between arrivals and between finishes, which the caller learns with
-`IdleForecast` (the round itself reads no clock and keeps no history).
+`IdleForecast`, and what a restart costs from the pauses measured, `restarts.RestartTimes`
+(the round itself reads no clock and keeps no history).
 """
 
 from __future__ import annotations
@@ -76,14 +77,16 @@ def min_lent_that_pays(r: RunningJob, idle_s: float | None, cfg: PolicyConfig) -
     Lending `lent` learners for `idle_s` gains lent x idle_s learner-seconds and costs
     `restart_s` for every learner of two restarts, the grow (base + lent learners) and the
     give-back that ends the loan (down to the target), base = max(learners now, target):
-    lent x idle_s >= k x restart_s x (base + lent + target), solved for lent."""
+    lent x idle_s >= k x restart_s x (base + lent + target), solved for lent. `restart_s` is
+    the job's own measured pause if it was resized before, else the platform's (restarts.py)."""
     k = cfg.grow_payback
     if k <= 0 or idle_s is None:
         return 0.0
-    rate = idle_s - k * cfg.restart_s
+    restart_s = r.restart_s if r.restart_s is not None else cfg.restart_s
+    rate = idle_s - k * restart_s
     if rate <= 0:
         return math.inf
-    return k * cfg.restart_s * (max(r.learners, r.target) + r.target) / rate
+    return k * restart_s * (max(r.learners, r.target) + r.target) / rate
 
 
 def grow_cause(r: RunningJob, added: int) -> str:

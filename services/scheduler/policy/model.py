@@ -142,6 +142,9 @@ class RunningJob:
     # the simulator knows it from the trace); None: unknown, the ETA's DurationModel guesses.
     remaining_s: float | None = None
     name: str = ""  # as QueuedJob.name
+    # Seconds one resize of THIS job pauses it, measured from its earlier resizes
+    # (policy.restarts); None: never measured, the grow rule reads PolicyConfig.restart_s.
+    restart_s: float | None = None
 
     @property
     def learners(self) -> int:
