@@ -76,7 +76,9 @@ print(f"rank {rank} blocked_at={time.time():.3f}", flush=True)
 dist.all_reduce(torch.ones(4))  # waits for rank 1
 print("never", flush=True)
 """
-COLLECTIVE_TIMEOUT_S = 15
+# Waited out whole by the test: short, yet above the skew of two workers' first collectives
+# (they start together after torchrun's rendezvous), loaded machine included.
+COLLECTIVE_TIMEOUT_S = 10
 
 
 @pytest.mark.timeout(900)
@@ -101,7 +103,10 @@ def test_a_hung_learner_ends_the_gang_within_the_collective_timeout_naming_it(
     ended = job["history"][-1]
     reason = ended["reason"]
     assert reason.startswith("learner 1 stopped answering the gang's collectives"), reason
-    assert "collective_timeout" in reason and "Timed out waiting 15000ms" in reason, reason
+    assert (
+        "collective_timeout" in reason
+        and f"Timed out waiting {COLLECTIVE_TIMEOUT_S * 1000}ms" in reason
+    ), reason
     took = ended["at"] - blocked
     print(f"blocked -> {ended['status']} in {took:.1f} s (timeout {COLLECTIVE_TIMEOUT_S} s)")
     assert COLLECTIVE_TIMEOUT_S <= took < COLLECTIVE_TIMEOUT_S + 12, job["history"]
