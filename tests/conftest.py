@@ -10,6 +10,7 @@ The session also sets the garbage collector's thresholds (pytest_configure, belo
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import secrets
@@ -261,11 +262,10 @@ def _sweep_ram_dirs() -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def ram_path(tmp_path_factory) -> Iterator[Path]:
-    """A fresh directory in memory for a module whose swarm lab's nodes hold copies of the
-    job images (see RAM_ROOT), removed afterwards; a temporary directory on disk where
-    /dev/shm is missing, mounted nodev/noexec or short of room."""
+@contextlib.contextmanager
+def _ram_dir(tmp_path_factory) -> Iterator[Path]:
+    """A fresh directory in memory (see RAM_ROOT), removed afterwards; a temporary directory
+    on disk where /dev/shm is missing, mounted nodev/noexec or short of room."""
     if not _ram_usable():
         yield tmp_path_factory.mktemp("lab")
         return
@@ -275,3 +275,18 @@ def ram_path(tmp_path_factory) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ram_path(tmp_path_factory) -> Iterator[Path]:
+    """A module's directory in memory, for a swarm lab whose nodes hold copies of the job
+    images."""
+    with _ram_dir(tmp_path_factory) as path:
+        yield path
+
+
+@pytest.fixture(scope="session")
+def session_ram_path(tmp_path_factory) -> Iterator[Path]:
+    """The session's directory in memory, for the integration tests' shared swarm lab."""
+    with _ram_dir(tmp_path_factory) as path:
+        yield path

@@ -80,7 +80,7 @@ def lcm(lcm_factory):
 
 
 @pytest.fixture(scope="session")
-def swarm_lab(tmp_path_factory, learner_image):
+def swarm_lab(session_ram_path, learner_image):
     """A running 2-node swarm (SwarmLab, already up) shared by the session; down at the end.
 
     `swarm_lab.info()` gives the manager's socket (a Docker base URL), the node names
@@ -96,7 +96,7 @@ def swarm_lab(tmp_path_factory, learner_image):
     except SwarmLabError as e:
         pytest.skip(str(e))
     lab = SwarmLab(
-        tmp_path_factory.mktemp("swarm"),
+        session_ram_path / "swarm",  # in memory: tests/conftest.py's RAM_ROOT says why
         nodes=2,
         labels={"node-1": {"rack": "r1", "area": "a1"}, "node-2": {"rack": "r2", "area": "a1"}},
         images=[learner_image],
