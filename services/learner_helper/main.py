@@ -312,8 +312,10 @@ def finish(
     ckpt: CheckpointSync,
     logs: LearnerLogs,
     metrics: MetricFiles | None = None,
+    ran: tuple[int, ...] = (),
 ) -> int:
-    """The last checkpoint sync, then results and learner logs into the results bucket.
+    """The last checkpoint sync, what the learners that `ran` used, then results and learner
+    logs into the results bucket.
 
     A failed checkpoint sync does not stop the results and logs from being stored; the
     helper then exits with its error.
@@ -324,6 +326,7 @@ def finish(
     except store.StoreError as exc:
         say(f"the last checkpoint sync failed: {exc.message}")
         first_error = exc
+    report_usage(paths, ran)
     prefix = results_prefix(cfg.job_id)
     try:
         store.ensure_bucket(client, cfg.results_bucket)
@@ -446,8 +449,7 @@ def run(
         if logs_due:
             next_logs = now + interval
     say("finish signal received: storing checkpoints, results and logs")
-    report_usage(paths, cfg.learners)
-    return finish(cfg, client, paths, ckpt, logs, metrics)
+    return finish(cfg, client, paths, ckpt, logs, metrics, ran=cfg.learners)
 
 
 def main() -> int:

@@ -204,13 +204,17 @@ def test_data_and_code_in_learner_runs_results_and_logs_stored(job, s3_client, s
     helper.kill(signal=jobspec.HELPER_FINISH_SIGNAL)
     assert wait_exit(helper) == jobspec.HELPER_EXIT_OK, helper.logs().decode()
     helper_logs = helper.logs().decode()
-    # the learner's checkpoints (the library keeps the last 3) are mirrored before the results
+    # the learner's checkpoints (the library keeps the last 3) are mirrored before the results,
+    # and what its container used (its wrapper's cgroup reading) is reported before them
     assert [e["event"] for e in events(helper_logs)] == [
         "data_ready",
         "checkpoint_synced",
+        "usage",
         "stored",
     ]
     assert events(helper_logs)[1]["files"] == 3
+    used = events(helper_logs)[2]["learners"]
+    assert list(used) == ["0"] and used["0"]["cpu_s"] > 0 and used["0"]["memory_peak_mib"] > 0
     assert s3_server.secret_key not in helper_logs
 
     keys = {o["Key"] for o in s3_client.list_objects_v2(Bucket=results).get("Contents", [])}

@@ -1,8 +1,8 @@
 // The dashboard's usage page (#/usage): GPU-, CPU- and memory-hours allocated by UTC day,
-// one chart per team, from GET /v1/usage (a user's own jobs; an administrator's token sees
-// every team). app.js registers the page; this module reads the API with the same token,
-// kept in the tab's sessionStorage under the key app.js uses, and logs out on a 401 as
-// app.js does.
+// the CPU used and peak memory where measured in the totals, one chart per team, from
+// GET /v1/usage (a user's own jobs; an administrator's token sees every team). app.js
+// registers the page; this module reads the API with the same token, kept in the tab's
+// sessionStorage under the key app.js uses, and logs out on a 401 as app.js does.
 import { html, uPlot, useEffect, useRef, useState } from "./vendor/vendor.min.js";
 
 const TOKEN_KEY = "dlaas.token";
@@ -86,15 +86,16 @@ export function UsagePage() {
   const fmt = (v) => v.toFixed(2);
   return html`<section>
     <h2>Usage</h2>
-    <p class="muted">What the jobs held (allocated, not measured use), by UTC day: yours, or every team's for an administrator.
+    <p class="muted">What the jobs held (allocated), by UTC day, and beside the totals what their containers used where measured (runs whose learners ended by themselves): yours, or every team's for an administrator.
       <label> last <select value=${days} onChange=${(e) => setDays(Number(e.target.value))}>
         ${[7, 30, 90, 365].map((d) => html`<option value=${d}>${d} days</option>`)}</select></label></p>
     ${error ? html`<div class="error" role="alert">${error.message}</div>` : ""}
     ${body && !body.rows.length ? html`<p class="muted">No usage in this range.</p>` : ""}
     <table class="usage">
-      <thead><tr><th>team</th><th>GPU-hours</th><th>CPU-hours</th><th>memory GiB-hours</th></tr></thead>
+      <thead><tr><th>team</th><th>GPU-hours</th><th>CPU-hours</th><th>memory GiB-hours</th><th>CPU-hours used</th><th>peak memory GiB-hours</th></tr></thead>
       <tbody>${(body?.teams || []).map((t) => html`<tr key=${t.team}><td>${t.team}</td><td>${fmt(t.gpu_hours)}</td>
-        <td>${fmt(t.cpu_hours)}</td><td>${fmt(t.memory_gib_hours)}</td></tr>`)}</tbody>
+        <td>${fmt(t.cpu_hours)}</td><td>${fmt(t.memory_gib_hours)}</td>
+        <td>${fmt(t.cpu_used_hours ?? 0)}</td><td>${fmt(t.memory_peak_gib_hours ?? 0)}</td></tr>`)}</tbody>
     </table>
     <div class="charts">${Object.entries(series).map(([team, data]) => html`<${TeamChart} key=${team} team=${team} data=${data} />`)}</div>
   </section>`;
