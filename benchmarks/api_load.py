@@ -17,7 +17,7 @@ load generator is not the bottleneck. The API's own time per request (its
 client's latency: the difference is time spent waiting to be served (accept queue, event
 loop, thread pool), not in the route. Each read phase also gives where the two cores went:
 the API replicas' CPU per request (their /proc CPU time over the requests served), every
-platform process's CPU share, how many requests each replica served (SO_REUSEPORT spreads
+platform process's CPU share (and the Docker daemon's), how many requests each replica served (SO_REUSEPORT spreads
 the connections, not the requests), and the load average at its end (other work on a
 shared machine makes the p99 noisy: compare runs at a similar load).
 
