@@ -79,37 +79,28 @@ class Probe:
         self.n = 0
 
     def pair(self, network: str, nodes: tuple[int, int], cpus: float = 1.0, **env) -> float:
-        self.n += 1
-        names = [f"ar{self.n}-{rank}" for rank in (0, 1)]
-        made = []
-        try:
-            for rank, node in enumerate(nodes):
-                made.append(self.nodes[node].containers.run(
-                    IMAGE, ["python", "/w/ar.py"], detach=True, network=network, name=names[rank],
-                    environment={"MASTER_ADDR": names[0], "MASTER_PORT": "29500", "RANK": rank,
-                                 "WORLD_SIZE": 2, "OMP_NUM_THREADS": 1, "ITERS": self.iters, **env},
-                    volumes={str(self.work): {"bind": "/w", "mode": "ro"}},
-                    nano_cpus=int(cpus * 1e9) if cpus else None,
-                ))  # fmt: skip
-            return result(made[0])
-        finally:
-            for c in made:
-                c.remove(force=True)
+        names = [f"ar{self.n + 1}-{rank}" for rank in (0, 1)]
+        clients = [self.nodes[node] for node in nodes]
+        return self._ranks(clients, names[0], "29500", cpus, env, network=network)
 
     def underlay(self, cpus: float = 1.0) -> float:
         """One container per node on the node's network namespace, rank 0 at node 1's address."""
+        env = {"GLOO_SOCKET_IFNAME": "eth0"}
+        return self._ranks(self.nodes, self.addresses[0], "29512", cpus, env, network_mode="host")
+
+    def _ranks(self, clients, master: str, port: str, cpus: float, env: dict, **net) -> float:
+        """Rank r in a container of clients[r] (named ar<n>-<r>), on `net`; rank 0's figure."""
         self.n += 1
         made = []
         try:
-            for rank, node in enumerate(self.nodes):
-                made.append(node.containers.run(
-                    IMAGE, ["python", "/w/ar.py"], detach=True, network_mode="host",
-                    name=f"ar{self.n}-{rank}",
-                    environment={"MASTER_ADDR": self.addresses[0], "MASTER_PORT": "29512",
-                                 "RANK": rank, "WORLD_SIZE": 2, "OMP_NUM_THREADS": 1,
-                                 "ITERS": self.iters, "GLOO_SOCKET_IFNAME": "eth0"},
+            for rank, client in enumerate(clients):
+                made.append(client.containers.run(
+                    IMAGE, ["python", "/w/ar.py"], detach=True, name=f"ar{self.n}-{rank}",
+                    environment={"MASTER_ADDR": master, "MASTER_PORT": port, "RANK": rank,
+                                 "WORLD_SIZE": 2, "OMP_NUM_THREADS": 1, "ITERS": self.iters, **env},
                     volumes={str(self.work): {"bind": "/w", "mode": "ro"}},
                     nano_cpus=int(cpus * 1e9) if cpus else None,
+                    **net,
                 ))  # fmt: skip
             return result(made[0])
         finally:
