@@ -143,7 +143,9 @@ class Chaos:
             thread.join()
 
     def _done(self, what: str, seconds: float | None, **detail) -> None:
-        self.recovery[what] = seconds
+        # A kind killed more than once (`--kills learner,learner`) counts its slowest recovery.
+        prev = self.recovery.get(what, seconds)
+        self.recovery[what] = None if seconds is None or prev is None else max(seconds, prev)
         shown = f"{seconds:.2f} s" if seconds is not None else f"NOT within {self.wait_s:.0f} s"
         extra = "".join(f", {k}={v}" for k, v in detail.items())
         log(f"  {what}: recovered in {shown}{extra}")
