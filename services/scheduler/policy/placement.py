@@ -121,9 +121,17 @@ class FreeIndex:
             return
         after = len(nf.free)
         t = nf.node.gpu_type
-        self._unlink(t, before, nf)
+        # _unlink inlined: every start, and every victim a preemption tries, comes here
+        b = self.buckets[t]
+        bucket = b[before]
+        del bucket[nf]
+        holes = self._holes[t]
+        holes[before] += 1
+        if holes[before] > 32 and holes[before] > len(bucket):
+            b[before] = dict(bucket)
+            holes[before] = 0
         # to the end of its bucket, even when the count stayed the same
-        self.buckets[t][after][nf] = None
+        b[after][nf] = None
         self.free_gpus[t] += after - before
         self.free_total += after - before
 
@@ -181,7 +189,7 @@ class FreeIndex:
         if g <= 0:
             return 1 << 30
         if g == 1:  # one learner per free GPU: the free count, kept as the buckets change
-            return self.total_free_gpus(gpu_type)
+            return self.free_gpus.get(gpu_type, 0) if gpu_type else self.free_total
         hit = self._cap_cache.get((g, gpu_type))
         if hit is not None and hit[0] == self.version:
             return hit[1]
@@ -267,7 +275,10 @@ class FreeIndex:
             return None
         if len(plan) == 1 and learners == 1:  # the common case, kept cheap
             nf = plan[0][0]
-            ix = tuple(sorted(nf.free)[:g]) if g else ()
+            if g == 1:
+                ix: tuple[int, ...] = (min(nf.free),)
+            else:
+                ix = tuple(sorted(nf.free)[:g]) if g else ()
             return [Allocation(first_learner, nf.node.name, ix, c, m)]
         allocs: list[Allocation] = []
         i = first_learner
@@ -323,7 +334,7 @@ class FreeIndex:
                     if own:
                         return [(min(own, key=lambda nf: len(nf.free)), learners)]
                 best = None
-                for t in self._types(gpu_type):
+                for t in (gpu_type,) if gpu_type else self._all_types:
                     b = self.buckets.get(t)
                     if b is not None:
                         top = len(b) if best is None else min(len(b), len(best.free))

@@ -45,7 +45,16 @@ class Round(FairShare, Elastic, Preemption, Reservation):
     """
 
     def try_start(self, j: QueuedJob) -> list[Allocation] | None:
-        allocs = self.place(j, j.learners)
+        # self.place, inlined: a round tries this for every job it starts
+        allocs = self.idx.place(
+            j.job_id,
+            j.learners,
+            j.gpus_per_learner,
+            j.cpus_per_learner,
+            j.memory_mb_per_learner,
+            j.gpu_type,
+            j.placement,
+        )
         if allocs is None and j.min_gang < j.learners:
             # Elastic: the largest count that fits now, never below min (it grows back later).
             for n in range(j.learners - 1, j.min_gang - 1, -1):
@@ -256,8 +265,12 @@ class Round(FairShare, Elastic, Preemption, Reservation):
             for _, j in queue:
                 self.wait(j, "")
         else:
-            self.waiting.extend(map(itemgetter(1), queue))
+            # only grow() asks who waits, and only when a job may grow: listed then
+            self._unseen = queue
         self.grow()
+        # the walk's generator refers back to the round: left here, the round and its index
+        # would wait for the cyclic collector instead of going when the caller drops them
+        self._unseen = None
         return self.decisions
 
 
