@@ -102,11 +102,11 @@ class Round(FairShare, Elastic, Preemption, Reservation):
         eps = qt.EPS
         limits = {t: (g + eps, c + eps, m + eps) for t, (g, c, m) in self._limits.items()}
         used_by, zero = self.used, qt.ZERO
-        for k, j in self._policy_order(self.snapshot.queue):
-            team = j.team
-            lim = limits.get(team)
+        for pair in self._policy_order(self.snapshot.queue):  # (the pair is passed on as is)
+            j = pair[1]
+            lim = limits.get(j.team)
             if lim is not None:
-                used = used_by.get(team, zero)
+                used = used_by.get(j.team, zero)
                 n = j.learners
                 if (
                     used[0] + n * j.gpus_per_learner <= lim[0]
@@ -114,9 +114,9 @@ class Round(FairShare, Elastic, Preemption, Reservation):
                     and used[2] + n * j.memory_mb_per_learner <= lim[2]
                 ):
                     self.in_guarantee = True
-                    yield k, j
+                    yield pair
                     continue
-            deferred.append((k, j))
+            deferred.append(pair)
         self.in_guarantee = False
         if self.policy.drf:  # DRF's order depends on the starts so far: build it again
             yield from self._policy_order([j for _, j in deferred])
