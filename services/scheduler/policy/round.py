@@ -197,9 +197,8 @@ class Round(FairShare, Elastic, Preemption, Reservation):
             ):
                 self.wait(j, "")
                 continue
-            g = j.gpus_per_learner
-            fits_gpus = g == 0 or self.idx.upper_capacity(g, j.gpu_type) >= j.min_gang
-            allocs = self.try_start(j) if fits_gpus or self.reserved_for == j.job_id else None
+            # (a gang whose GPUs cannot fit is answered at once, by FreeIndex.place's bound)
+            allocs = self.try_start(j)
             if (
                 (allocs is None or len(allocs) < j.learners)
                 and self._lenders()
