@@ -219,7 +219,8 @@ class FreeIndex:
         out: list[tuple[NodeFree, int]] = []
         have = 0
         if job_id is not None:  # nodes reserved for this very job are usable by it
-            for nf in (self.nodes[x] for x in self.reserved.get(job_id, ())):
+            # (map, not a generator over self: that would make self a closure cell here)
+            for nf in map(self.nodes.__getitem__, self.reserved.get(job_id, ())):
                 if not gpu_type or nf.node.gpu_type == gpu_type:
                     k = nf.fit(g, c, m, cap)
                     if k > 0:
@@ -321,18 +322,16 @@ class FreeIndex:
         return None
 
     def _plan(self, job_id, learners, g, c, m, gpu_type, mode):
+        # (no comprehension or lambda in here: one would make its arguments closure cells,
+        # paid on every call, and a round places every job it starts through here)
         # Fast path: one node takes the whole gang (PACK/topology), best fit = fewest spare GPUs.
         if mode != "spread" or learners == 1:
             if g > 0:
                 held = self.reserved.get(job_id)
                 if held:
-                    own = [
-                        nf
-                        for nf in map(self.nodes.__getitem__, held)
-                        if nf.fit(g, c, m, learners) >= learners
-                    ]
-                    if own:
-                        return [(min(own, key=lambda nf: len(nf.free)), learners)]
+                    own = self._own_node(held, g, c, m, learners)
+                    if own is not None:
+                        return [(own, learners)]
                 best = None
                 for t in (gpu_type,) if gpu_type else self._all_types:
                     b = self.buckets.get(t)
@@ -342,16 +341,35 @@ class FreeIndex:
                 if best is not None:
                     return [(best, learners)]
             else:
-                cands = [
-                    (nf, f)
-                    for nf, f in self._candidates(g, c, m, gpu_type, job_id, learners)
-                    if f >= learners
-                ]
-                if cands:  # best fit by CPUs left over
-                    nf = min(cands, key=lambda x: (x[0].cpus - learners * c, x[0].node.name))[0]
+                nf = self._cpu_only_node(job_id, learners, g, c, m, gpu_type)
+                if nf is not None:
                     return [(nf, learners)]
             if learners == 1 or mode == "node":
                 return None
+        return self._multi_node_plan(job_id, learners, g, c, m, gpu_type, mode)
+
+    def _own_node(self, held, g, c, m, learners):
+        """Of the nodes reserved for the job, the one with the fewest free GPUs that holds the
+        whole gang; None if none does."""
+        own = [
+            nf for nf in map(self.nodes.__getitem__, held) if nf.fit(g, c, m, learners) >= learners
+        ]
+        return min(own, key=lambda nf: len(nf.free)) if own else None
+
+    def _cpu_only_node(self, job_id, learners, g, c, m, gpu_type):
+        """The node that holds a whole GPU-less gang with the fewest CPUs left over."""
+        cands = [
+            (nf, f)
+            for nf, f in self._candidates(g, c, m, gpu_type, job_id, learners)
+            if f >= learners
+        ]
+        if not cands:
+            return None
+        return min(cands, key=lambda x: (x[0].cpus - learners * c, x[0].node.name))[0]
+
+    def _multi_node_plan(self, job_id, learners, g, c, m, gpu_type, mode):
+        """The gang over several nodes: spread as wide as it can, or packed into the smallest
+        topology domain (rack, then area) that holds it, fewest nodes first."""
         cands = self._candidates(g, c, m, gpu_type, job_id, learners)
         if sum(f for _, f in cands) < learners:
             return None
