@@ -50,7 +50,7 @@ class Preemption(RoundState):
                         service = policy.service(service, gpus, self.cfg)
                     lvl = bisect_right(th, service)  # = las_level (thresholds ascend)
                     cls: tuple = (-r.priority, lvl)
-                    key = (r.priority, -lvl, *victim_key(r, gpus))
+                    key = (r.priority, -lvl) + victim_key(r, gpus)
                 else:
                     cls = policy.running_class(r, self.cfg)
                     key = (*(-x for x in cls), *victim_key(r, gpus))
