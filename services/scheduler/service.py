@@ -419,9 +419,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             snapshot, cfg = self.restarts.round(self._snapshot(now), cfg, now)
             queue = {j.job_id: j for j in snapshot.queue}
             out = []
-            for d in schedule(snapshot, now, policy=self.policy, config=cfg):
-                if d.action == "wait":
-                    continue
+            # no "wait" decisions: nothing here reports them (a queued job's reason is the Queue
+            # report's), and they cost a Decision, some a cause, for every job left queued
+            for d in schedule(snapshot, now, policy=self.policy, config=cfg, include_waits=False):
                 # A decision that lost its etcd guard (released meanwhile) is not reported.
                 allocations = self._apply(d, queue, now)
                 if allocations is None:

@@ -186,7 +186,7 @@ class Elastic(RoundState):
         learners would be given back). None if neither pace is known."""
         cfg = self.cfg
         gaps = [cfg.arrival_gap_s]
-        if any(j.gpus_per_learner for j in self.waiting):
+        if any(j.gpus_per_learner for j in self.waiting_jobs()):
             gaps.append(cfg.finish_gap_s)
         known = [g for g in gaps if g is not None]
         return min(known) if known else None
@@ -199,7 +199,7 @@ class Elastic(RoundState):
             r.max_learners is not None and r.learners < r.grow_limit for r in self.snapshot.running
         ):
             return
-        for j in self.waiting:
+        for j in self.waiting_jobs():
             # A waiting job that could use idle GPUs has them first.
             if (
                 j.gpus_per_learner == 0

@@ -4,6 +4,12 @@ Everything here is an immutable value object with no I/O. The live scheduler ser
 `Snapshot` from etcd and the simulator builds one from its event queue; both hand it to the same
 `schedule()` function (rule 7 of the house style) and get `Decision`s back.
 
+`Allocation` and `Decision` are immutable by convention only (nothing assigns to one after it is
+made), not frozen dataclasses: a round makes thousands, and a frozen dataclass's `__init__` sets
+each field through `object.__setattr__`, several times the cost of a plain one; that was a tenth
+of a 10,000-job round (benchmarks/scheduler_round.py). They still compare, and an Allocation
+hashes, by value.
+
 Units: GPUs are whole devices addressed by index (a node with `gpus=4` has GPUs 0..3), CPUs are
 fractional cores, memory is MiB, times are seconds on whatever clock the caller uses (unix time
 live, seconds since the trace start in the simulator). Attained service is GPU-seconds (for
@@ -46,7 +52,7 @@ class Node:
         return self.labels.get("area", "")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # (not frozen: see the module docstring)
 class Allocation:
     """One learner's share of one node."""
 
@@ -216,7 +222,7 @@ class Snapshot:
     quotas: Mapping[str, TeamQuota] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: see the module docstring)
 class Decision:
     """One thing the caller must carry out, with the reason why.
 

@@ -121,9 +121,17 @@ class FreeIndex:
             return
         after = len(nf.free)
         t = nf.node.gpu_type
-        self._unlink(t, before, nf)
+        # _unlink inlined: every start, and every victim a preemption tries, comes here
+        b = self.buckets[t]
+        bucket = b[before]
+        del bucket[nf]
+        holes = self._holes[t]
+        holes[before] += 1
+        if holes[before] > 32 and holes[before] > len(bucket):
+            b[before] = dict(bucket)
+            holes[before] = 0
         # to the end of its bucket, even when the count stayed the same
-        self.buckets[t][after][nf] = None
+        b[after][nf] = None
         self.free_gpus[t] += after - before
         self.free_total += after - before
 
@@ -181,7 +189,7 @@ class FreeIndex:
         if g <= 0:
             return 1 << 30
         if g == 1:  # one learner per free GPU: the free count, kept as the buckets change
-            return self.total_free_gpus(gpu_type)
+            return self.free_gpus.get(gpu_type, 0) if gpu_type else self.free_total
         hit = self._cap_cache.get((g, gpu_type))
         if hit is not None and hit[0] == self.version:
             return hit[1]
@@ -211,7 +219,8 @@ class FreeIndex:
         out: list[tuple[NodeFree, int]] = []
         have = 0
         if job_id is not None:  # nodes reserved for this very job are usable by it
-            for nf in (self.nodes[x] for x in self.reserved.get(job_id, ())):
+            # (map, not a generator over self: that would make self a closure cell here)
+            for nf in map(self.nodes.__getitem__, self.reserved.get(job_id, ())):
                 if not gpu_type or nf.node.gpu_type == gpu_type:
                     k = nf.fit(g, c, m, cap)
                     if k > 0:
@@ -267,7 +276,10 @@ class FreeIndex:
             return None
         if len(plan) == 1 and learners == 1:  # the common case, kept cheap
             nf = plan[0][0]
-            ix = tuple(sorted(nf.free)[:g]) if g else ()
+            if g == 1:
+                ix: tuple[int, ...] = (min(nf.free),)
+            else:
+                ix = tuple(sorted(nf.free)[:g]) if g else ()
             return [Allocation(first_learner, nf.node.name, ix, c, m)]
         allocs: list[Allocation] = []
         i = first_learner
@@ -310,20 +322,18 @@ class FreeIndex:
         return None
 
     def _plan(self, job_id, learners, g, c, m, gpu_type, mode):
+        # (no comprehension or lambda in here: one would make its arguments closure cells,
+        # paid on every call, and a round places every job it starts through here)
         # Fast path: one node takes the whole gang (PACK/topology), best fit = fewest spare GPUs.
         if mode != "spread" or learners == 1:
             if g > 0:
                 held = self.reserved.get(job_id)
                 if held:
-                    own = [
-                        nf
-                        for nf in map(self.nodes.__getitem__, held)
-                        if nf.fit(g, c, m, learners) >= learners
-                    ]
-                    if own:
-                        return [(min(own, key=lambda nf: len(nf.free)), learners)]
+                    own = self._own_node(held, g, c, m, learners)
+                    if own is not None:
+                        return [(own, learners)]
                 best = None
-                for t in self._types(gpu_type):
+                for t in (gpu_type,) if gpu_type else self._all_types:
                     b = self.buckets.get(t)
                     if b is not None:
                         top = len(b) if best is None else min(len(b), len(best.free))
@@ -331,16 +341,35 @@ class FreeIndex:
                 if best is not None:
                     return [(best, learners)]
             else:
-                cands = [
-                    (nf, f)
-                    for nf, f in self._candidates(g, c, m, gpu_type, job_id, learners)
-                    if f >= learners
-                ]
-                if cands:  # best fit by CPUs left over
-                    nf = min(cands, key=lambda x: (x[0].cpus - learners * c, x[0].node.name))[0]
+                nf = self._cpu_only_node(job_id, learners, g, c, m, gpu_type)
+                if nf is not None:
                     return [(nf, learners)]
             if learners == 1 or mode == "node":
                 return None
+        return self._multi_node_plan(job_id, learners, g, c, m, gpu_type, mode)
+
+    def _own_node(self, held, g, c, m, learners):
+        """Of the nodes reserved for the job, the one with the fewest free GPUs that holds the
+        whole gang; None if none does."""
+        own = [
+            nf for nf in map(self.nodes.__getitem__, held) if nf.fit(g, c, m, learners) >= learners
+        ]
+        return min(own, key=lambda nf: len(nf.free)) if own else None
+
+    def _cpu_only_node(self, job_id, learners, g, c, m, gpu_type):
+        """The node that holds a whole GPU-less gang with the fewest CPUs left over."""
+        cands = [
+            (nf, f)
+            for nf, f in self._candidates(g, c, m, gpu_type, job_id, learners)
+            if f >= learners
+        ]
+        if not cands:
+            return None
+        return min(cands, key=lambda x: (x[0].cpus - learners * c, x[0].node.name))[0]
+
+    def _multi_node_plan(self, job_id, learners, g, c, m, gpu_type, mode):
+        """The gang over several nodes: spread as wide as it can, or packed into the smallest
+        topology domain (rack, then area) that holds it, fewest nodes first."""
         cands = self._candidates(g, c, m, gpu_type, job_id, learners)
         if sum(f for _, f in cands) < learners:
             return None

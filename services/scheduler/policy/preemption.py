@@ -50,13 +50,13 @@ class Preemption(RoundState):
                         service = policy.service(service, gpus, self.cfg)
                     lvl = bisect_right(th, service)  # = las_level (thresholds ascend)
                     cls: tuple = (-r.priority, lvl)
-                    key = (r.priority, -lvl, *victim_key(r, gpus))
+                    key = (r.priority, -lvl) + victim_key(r, gpus)
                 else:
                     cls = policy.running_class(r, self.cfg)
                     key = (*(-x for x in cls), *victim_key(r, gpus))
-                rows.append((key, cls, r))
+                rows.append((key, (cls, r)))
             rows.sort(key=itemgetter(0))
-            self._ranked_cache = [(cls, r) for _, cls, r in rows]
+            self._ranked_cache = list(map(itemgetter(1), rows))
             # (no min_learners: min is its size, nothing to shrink; the cheap test first)
             self._elastic = [
                 x

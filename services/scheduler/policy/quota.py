@@ -134,18 +134,25 @@ def round_usage(
     used: dict[str, list[float]] = {}
     used_b: dict[str, list[float]] = {}
     per_team: dict[str, list[tuple[float, str, float, float, float]]] = {}
+    # (a round starts with this for every running job: no list made only to be thrown away)
     for r in running:
         g = c = m = 0.0
         for a in r.allocations:
             g += len(a.gpu_indices)
             c += a.cpus
             m += a.memory_mb
-        u = used.setdefault(r.team, [0.0, 0.0, 0.0])
+        team = r.team
+        u = used.get(team)
+        if u is None:
+            u = used[team] = [0.0, 0.0, 0.0]
         u[0] += g
         u[1] += c
         u[2] += m
-        if r.team and r.team in quotas:
-            per_team.setdefault(r.team, []).append((r.start_time, r.job_id, g, c, m))
+        if team and team in quotas:
+            mine = per_team.get(team)
+            if mine is None:
+                mine = per_team[team] = []
+            mine.append((r.start_time, r.job_id, g, c, m))
         else:
             borrowed.add(r.job_id)  # no team, or a team without a quota: nothing is guaranteed
             b = used_b.setdefault(r.team, [0.0, 0.0, 0.0])

@@ -45,7 +45,16 @@ class Round(FairShare, Elastic, Preemption, Reservation):
     """
 
     def try_start(self, j: QueuedJob) -> list[Allocation] | None:
-        allocs = self.place(j, j.learners)
+        # self.place, inlined: a round tries this for every job it starts
+        allocs = self.idx.place(
+            j.job_id,
+            j.learners,
+            j.gpus_per_learner,
+            j.cpus_per_learner,
+            j.memory_mb_per_learner,
+            j.gpu_type,
+            j.placement,
+        )
         if allocs is None and j.min_gang < j.learners:
             # Elastic: the largest count that fits now, never below min (it grows back later).
             for n in range(j.learners - 1, j.min_gang - 1, -1):
@@ -93,11 +102,11 @@ class Round(FairShare, Elastic, Preemption, Reservation):
         eps = qt.EPS
         limits = {t: (g + eps, c + eps, m + eps) for t, (g, c, m) in self._limits.items()}
         used_by, zero = self.used, qt.ZERO
-        for k, j in self._policy_order(self.snapshot.queue):
-            team = j.team
-            lim = limits.get(team)
+        for pair in self._policy_order(self.snapshot.queue):  # (the pair is passed on as is)
+            j = pair[1]
+            lim = limits.get(j.team)
             if lim is not None:
-                used = used_by.get(team, zero)
+                used = used_by.get(j.team, zero)
                 n = j.learners
                 if (
                     used[0] + n * j.gpus_per_learner <= lim[0]
@@ -105,9 +114,9 @@ class Round(FairShare, Elastic, Preemption, Reservation):
                     and used[2] + n * j.memory_mb_per_learner <= lim[2]
                 ):
                     self.in_guarantee = True
-                    yield k, j
+                    yield pair
                     continue
-            deferred.append((k, j))
+            deferred.append(pair)
         self.in_guarantee = False
         if self.policy.drf:  # DRF's order depends on the starts so far: build it again
             yield from self._policy_order([j for _, j in deferred])
@@ -188,9 +197,8 @@ class Round(FairShare, Elastic, Preemption, Reservation):
             ):
                 self.wait(j, "")
                 continue
-            g = j.gpus_per_learner
-            fits_gpus = g == 0 or self.idx.upper_capacity(g, j.gpu_type) >= j.min_gang
-            allocs = self.try_start(j) if fits_gpus or self.reserved_for == j.job_id else None
+            # (a gang whose GPUs cannot fit is answered at once, by FreeIndex.place's bound)
+            allocs = self.try_start(j)
             if (
                 (allocs is None or len(allocs) < j.learners)
                 and self._lenders()
@@ -256,8 +264,12 @@ class Round(FairShare, Elastic, Preemption, Reservation):
             for _, j in queue:
                 self.wait(j, "")
         else:
-            self.waiting.extend(map(itemgetter(1), queue))
+            # only grow() asks who waits, and only when a job may grow: listed then
+            self._unseen = queue
         self.grow()
+        # the walk's generator refers back to the round: left here, the round and its index
+        # would wait for the cyclic collector instead of going when the caller drops them
+        self._unseen = None
         return self.decisions
 
 

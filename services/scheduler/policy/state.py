@@ -32,7 +32,9 @@ class RoundState:
     touched: set[str] = field(default_factory=set)  # running jobs already acted on
     reserved_for: str | None = None
     promoted: set[str] = field(default_factory=set)  # sorted ahead of their preemption class
-    waiting: list[QueuedJob] = field(default_factory=list)
+    waiting: list[QueuedJob] = field(default_factory=list)  # see waiting_jobs()
+    # (sort key, job) of the jobs the walk stopped before (without "wait" decisions only)
+    _unseen: Iterator[tuple[tuple, QueuedJob]] | None = None
     _ranked_cache: list | None = None
     _elastic: list = field(default_factory=list)
     _ranked_start: int = 0
@@ -145,6 +147,14 @@ class RoundState:
         if self.quotas:
             self._account(j.team, allocs, 1.0, not self.in_guarantee)
         self.decisions.append(Decision(j.job_id, "start", cause, allocs))
+
+    def waiting_jobs(self) -> list[QueuedJob]:
+        """Every job that waits this round, in the order the round walked the queue; the jobs
+        a stop left unlooked-at are listed on the first call."""
+        if self._unseen is not None:
+            self.waiting.extend(j for _, j in self._unseen)
+            self._unseen = None
+        return self.waiting
 
     # -- defined by fairshare.FairShare (first in Round's bases), used by the other steps --
     def _account(self, team: str, allocs: Iterable[Allocation], sign: float, borrowed: bool):
