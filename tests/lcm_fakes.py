@@ -152,6 +152,7 @@ class FakeEngine(ContainerEngine):
         self.plans: list[DeploymentPlan] = []
         self.containers_of: dict[str, list[str]] = {}
         self.removed: list[str] = []
+        self.runs_removed: list[str] = []  # remove_run: a run of a job that goes on
         self.stopped: list[str] = []
         self.boxes: dict[str, Container] = {}
         self.output: dict[str, bytes] = {}
@@ -235,6 +236,10 @@ class FakeEngine(ContainerEngine):
 
     def wait_helper(self, job_id: str, timeout_s: float) -> bool:
         return True
+
+    def remove_run(self, job_id: str) -> None:
+        self.runs_removed.append(job_id)
+        self.remove_job(job_id)
 
     def remove_job(self, job_id: str) -> None:
         if self.containers_of.pop(job_id, None) is not None:

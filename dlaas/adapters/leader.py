@@ -2,8 +2,11 @@
 
 The leader holds a key bound to a short lease and refreshes the lease; a replica that
 dies (even by SIGKILL) stops refreshing, the lease expires after `ttl` seconds and the
-key vanishes, and a standby that campaigns every `poll_s` takes it with a
-create-if-absent transaction. A leader that cannot refresh in time steps down at once
+key vanishes, and a standby that looks every `poll_s` takes it with a
+create-if-absent transaction. A standby campaigns only when it finds the key gone: a
+campaign writes (a lease granted, the transaction, the lease revoked when it lost), and two
+standbys campaigning five times a second were 30 etcd requests a second, 20 of them raft
+writes, for as long as the platform ran. A leader that cannot refresh in time steps down at once
 (it may have lost the key), so two replicas never both believe they lead for longer
 than one refresh interval.
 """
@@ -76,6 +79,9 @@ class LeaderElection:
                 log.info("could not revoke the leadership lease: %s", exc)
 
     def _campaign(self) -> bool:
+        # A read first: while someone leads (nearly always), looking costs no write.
+        if self.etcd.get(self.key)[0] is not None:
+            return False
         self._lease = self.etcd.lease(self.ttl)
         tx = self.etcd.transactions
         ok, _ = self.etcd.transaction(

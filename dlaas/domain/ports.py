@@ -296,6 +296,12 @@ class ContainerEngine(JobContainers):
     def remove_job(self, job_id: str) -> None:
         """Remove every container, the network and the volume of a job (missing is fine)."""
 
+    def remove_run(self, job_id: str) -> None:
+        """Remove one run of a job that goes on (restarted, requeued, resized): its
+        containers go; what its next run would make again may stay (missing is fine). By
+        default everything goes, as `remove_job`."""
+        self.remove_job(job_id)
+
     def remove_job_here(self, job_id: str) -> None:
         """Remove only what the job has on this node (missing is fine): a node that comes
         back is cleared of a job that moved on, whose new run may already be elsewhere. An

@@ -259,10 +259,12 @@ class Deployment:
             return list(dict.fromkeys(found))
         return list(dict.fromkeys(healthy.values()))
 
-    def _teardown(self, job_id: str, wait_helper: bool = True) -> None:
-        """Stop the gang, let the helper store checkpoints and logs, remove everything."""
+    def _teardown(self, job_id: str, deleted: bool = False) -> None:
+        """Stop the gang, let the helper store checkpoints and logs, remove the run (the
+        engine may keep what the job's next run reuses: its swarm network). A `deleted`
+        job's helper is not waited for, and everything of the job goes."""
         self._hold_deploys(job_id)
-        self._teardown_held(job_id, wait_helper)
+        self._teardown_held(job_id, deleted)
 
     def _teardown_later(self, job_id: str) -> None:
         """`_teardown` on a thread of its own; deploys of the job wait for it from now on."""
@@ -273,14 +275,17 @@ class Deployment:
         with self._teardowns_lock:
             self._teardowns[job_id] = self._teardowns.get(job_id, 0) + 1
 
-    def _teardown_held(self, job_id: str, wait_helper: bool = True) -> None:
+    def _teardown_held(self, job_id: str, deleted: bool = False) -> None:
         try:
             for d in self._deployers_of(job_id):
-                if wait_helper and d.containers(job_id):
+                if deleted:
+                    d.remove_job(job_id)
+                    continue
+                if d.containers(job_id):
                     d.stop_learners(job_id)
                     d.signal_helper(job_id)
                     d.wait_helper(job_id, HELPER_FINISH_TIMEOUT_S)
-                d.remove_job(job_id)
+                d.remove_run(job_id)
             self._revoke(job_id)
         finally:
             with self._teardowns_lock:

@@ -265,7 +265,7 @@ class JobUseCases:
         state = self.keeper.get(job_id)
         if state is not None and not state.final:
             self.keeper.transition(job_id, Status.HALTED, "deleted by the user")
-        self._teardown(job_id, wait_helper=False)
+        self._teardown(job_id, deleted=True)
         self.scheduler.release(job_id)
         self.keeper.delete(job_id)
         self.store.delete(job_id)

@@ -182,6 +182,28 @@ def test_credentials_are_a_secret_file_and_the_helper_finishes_after_its_learner
         _wait(lambda: view.remove_job(job) or cleaned(), 30, "the network and secret to go")
 
 
+def test_a_run_removed_for_a_restart_leaves_the_network_to_the_next_run(swarm):
+    """`remove_run` (a restart's teardown) removes the services and keeps the job's overlay
+    network, which the next run's deploy uses as it is; `remove_job` takes it at the end."""
+    engine, info = swarm
+    n1 = info.nodes[0]
+    job = "job-rerun"
+    label = {"label": f"{jobspec.LABEL_JOB}={job}"}
+    view = engine.node(n1)
+    view.deploy(_plan(engine.platform_id, job, [STOPPABLE], [n1]))
+    [network] = engine.api.networks(filters=label)
+    view.remove_run(job)
+    assert engine.services(job) == []
+    assert [n["Id"] for n in engine.api.networks(filters=label)] == [network["Id"]]
+
+    view.deploy(_plan(engine.platform_id, job, [STOPPABLE], [n1]))
+    _wait(lambda: any(c.running for c in view.containers(job, jobspec.ROLE_LEARNER)), 60,
+          "the next run's learner to run")  # fmt: skip
+    assert [n["Id"] for n in engine.api.networks(filters=label)] == [network["Id"]]
+    _wait(lambda: view.remove_job(job) or not engine.api.networks(filters=label), 30,
+          "the network to go with the job")  # fmt: skip
+
+
 def test_a_plan_naming_an_unknown_node_creates_nothing(swarm):
     engine, info = swarm
     plan = _plan(engine.platform_id, "job-nowhere", ["true", "true"], [info.nodes[0], "no-such"])

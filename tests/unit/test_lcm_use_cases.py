@@ -289,6 +289,17 @@ def test_delete_of_a_running_job_halts_and_removes_it(job_store):
     lcm.delete("job-d", "alice")
     assert lcm.keeper.get("job-d") is None and lcm.keeper.placement("job-d") == []
     assert lcm.deployers["local"].removed == ["job-d"] and "job-d" in lcm.scheduler.released
+    assert lcm.deployers["local"].runs_removed == []  # the whole job, network included
+
+
+def test_a_restart_removes_only_the_run_so_the_engine_may_keep_the_jobs_network(job_store):
+    lcm = fake_lcm(job_store)
+    lcm._leading.set()
+    lcm.submit("job-n", "alice", MANIFEST + "max_restarts: 1\n", "")
+    _placed(lcm, "job-n")
+    lcm.requeue("job-n", "learner 0 was killed", is_restart=True)
+    _wait_due(lcm, "job-n")
+    assert lcm.deployers["local"].runs_removed == ["job-n"]
 
 
 def test_a_placement_decision_deploys_the_plan(job_store):

@@ -282,7 +282,7 @@ class SwarmEngine:
                 return False
             time.sleep(STOPPED_POLL_S)
 
-    def remove_job(self, job_id: str) -> None:
+    def remove_job(self, job_id: str, keep_network: bool = False) -> None:
         t0 = time.monotonic()
         for s in self.services(job_id):
             self._quiet(self.api.remove_service, s["ID"])
@@ -293,7 +293,7 @@ class SwarmEngine:
                 self.api.remove_secret(sec["ID"])
             except docker.errors.APIError as exc:  # still in use by a task being removed
                 log.info("secret of %s stays until its tasks are gone: %s", job_id, exc)
-        for net in self.api.networks(filters=label):
+        for net in [] if keep_network else self.api.networks(filters=label):
             try:
                 self.api.remove_network(net["Id"])
             except docker.errors.APIError as exc:  # tasks still detaching: the next resync
