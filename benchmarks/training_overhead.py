@@ -72,6 +72,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.cpu_watch import CpuWatch
 from dlaas.clients.client import pack_code
 from dlaas.domain.jobspec import LABEL_JOB, LABEL_ROLE, ROLE_HELPER, ROLE_LEARNER
 from dlaas.local import platform
@@ -178,10 +179,11 @@ def read_cpu(cgroups: dict[str, tuple[str, Path]], seen: dict[str, float]) -> No
 
 
 def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
-                cpus: float, interval: int | None) -> dict:  # fmt: skip
+                cpus: float, interval: int | None, nodes: list[dict] = ()) -> dict:  # fmt: skip
     """One job: rank 0's seconds per epoch, submit -> first line, the learners' throttling,
     and the CPU seconds of its helpers and learners (`engines`: the Docker engines that run
-    its containers, whose cgroups the host's cgroup v1 cpuacct hierarchy holds)."""
+    its containers, whose cgroups the host's cgroup v1 cpuacct hierarchy holds), and where
+    the machine's CPU went meanwhile (`nodes`: the swarm lab's, to name their engines)."""
     code, name = pack_code(EXAMPLE)
     files = {
         "manifest": (
@@ -191,6 +193,8 @@ def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
         ),
         "code": (name, code, "application/gzip"),
     }
+    watch = CpuWatch(nodes)
+    watch.start()
     started = time.monotonic()
     reply = http.post("/v1/jobs", files=files)
     reply.raise_for_status()
@@ -211,6 +215,7 @@ def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
         # Once training runs, a look a second: the benchmark's own requests (the API, the
         # log tails it reads from the engine) take the CPU the job's learners measure on.
         time.sleep(0.2 if first_line is None else 1.0)
+    by_process = watch.stop({cid: role for cid, (role, _) in cgroups.items()})
     logs = [
         http.get(f"/v1/jobs/{job_id}/logs", params={"learner": k}).text.splitlines()
         for k in range(learners)
@@ -225,7 +230,7 @@ def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
     return {"epoch_s": epoch_seconds(logs[0], epochs), "first_line_s": round(first_line or 0.0, 2),
             "nodes": sorted({e.get("node", "") for e in job.get("learners") or []}),
             "throttled": {k: sum(s[k] for s in stats) for k in stats[0]},
-            "cpu_s": by_role}  # fmt: skip
+            "cpu_s": by_role, "cpu_by_process": by_process}  # fmt: skip
 
 
 def export_image(root: Path) -> tuple[Path, dict[str, str]]:
@@ -276,6 +281,8 @@ def bare(image: tuple[Path, dict[str, str]], data: bytes, learners: int, epochs:
     shutil.copy(EXAMPLE / "train.py", work / "train.py")
     port = str(free_port())
     procs = []
+    watch = CpuWatch(nodes or ())
+    watch.start()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_before = before.ru_utime + before.ru_stime
     for rank in range(learners):
@@ -297,11 +304,13 @@ def bare(image: tuple[Path, dict[str, str]], data: bytes, learners: int, epochs:
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))  # fmt: skip
     outputs = [p.communicate(timeout=900)[0] for p in procs]
+    by_process = watch.stop()
     if any(p.returncode for p in procs):
         raise RuntimeError(f"bare run failed:\n{outputs[0][-2000:]}")
     cpu_s = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = cpu_s.ru_utime + cpu_s.ru_stime - cpu_before
-    return {"epoch_s": epoch_seconds(outputs[0].splitlines(), epochs), "cpu_s": round(cpu_s, 2)}
+    return {"epoch_s": epoch_seconds(outputs[0].splitlines(), epochs), "cpu_s": round(cpu_s, 2),
+            "cpu_by_process": by_process}  # fmt: skip
 
 
 def load_average() -> float:
@@ -311,6 +320,14 @@ def load_average() -> float:
 def spread(values: list[float]) -> float:
     """(max - min) / median: how far apart one side's runs were."""
     return round((max(values) - min(values)) / statistics.median(values), 3)
+
+
+def by_process(runs: list[dict]) -> dict[str, float]:
+    """CPU seconds of a run by process kind (benchmarks.cpu_watch), the median over runs (a
+    kind missing from a run counts 0 there), largest first."""
+    labels = {label for r in runs for label in r["cpu_by_process"]}
+    medians = {k: statistics.median(r["cpu_by_process"].get(k, 0.0) for r in runs) for k in labels}
+    return {k: round(v, 2) for k, v in sorted(medians.items(), key=lambda kv: -kv[1]) if v}
 
 
 def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares: dict) -> dict:
@@ -353,6 +370,9 @@ def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares:
             "helpers": round(statistics.median(o["cpu_s"][ROLE_HELPER] for o in ons), 2),
             "bare": round(statistics.median(b["cpu_s"] for b in got[base]), 2),
         },
+        # The same by process, the whole machine's (benchmarks.cpu_watch): what the platform's
+        # processes spend beside the learners, against the same processes in the bare runs.
+        "cpu_by_process": {"platform": by_process(ons), "bare": by_process(got[base])},
         "load": load,
         "wall_s": round(time.monotonic() - began, 1),
         "platform_runs": [round(v, 4) for v in on_runs],
@@ -423,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
                 engines = [docker.DockerClient(base_url=f"unix://{n['socket']}") for n in nodes]
                 shapes.append(shape(
                     "swarm-2-nodes", 2, epochs, args.runs,
-                    lambda: on_platform(http, engines, 2, epochs, 1.0, interval),
+                    lambda: on_platform(http, engines, 2, epochs, 1.0, interval, nodes),
                     {"underlay": lambda: bare(image, data, 2, epochs, nodes),
                      "loopback": lambda: bare(image, data, 2, epochs)},
                 ))  # fmt: skip
