@@ -13,7 +13,8 @@ gets a label once, when first seen:
 - dockerd, containerd and containerd-shim: "<name> (node-K)" when the command line names a
   lab node's exec root or socket, else "<name> (host)" (the machine's engine, which other
   work shares);
-- this script's descendants: "platform <service>" for `python -m services.<service>.main`,
+- this script's descendants: "platform <service>" for `python -m services.<service>.main`
+  (and other `python -m` modules: the supervisor),
   "bare learners" for the bare runs' `train.py`, else the program's name (etcd, weed, ...);
 - "benchmark" for this script itself, "kernel threads", and "other" for the rest of the
   machine (other people's work: it takes CPU from both sides alike).
@@ -30,7 +31,7 @@ from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
 CONTAINER = re.compile(r"^\d+:[^:]*cpuacct[^:]*:/docker/([0-9a-f]{64})", re.MULTILINE)
-SERVICE = re.compile(r"-m services\.([a-z_]+)\.main")
+MODULE = re.compile(r"-m ([\w.]+)")
 ENGINE = ("dockerd", "containerd", "containerd-shim")
 
 
@@ -116,8 +117,9 @@ class CpuWatch:
             return f"{engine} ({node})"
         if not self.descends(pid, parents):
             return "other"
-        if found := SERVICE.search(cmdline):
-            return f"platform {found.group(1)}"
+        if found := MODULE.search(cmdline):
+            module = found.group(1)
+            return "platform " + module.removeprefix("services.").removesuffix(".main")
         if "train.py" in cmdline:
             return "bare learners"
         return name
