@@ -1,12 +1,17 @@
 """Where the machine's CPU went during one benchmark run, by process kind (Linux /proc only).
 
     watch = CpuWatch(nodes=lab["nodes"])   # the swarm lab's node records, or none
-    watch.start(); ...the run...; used = watch.stop(containers)   # {"label": seconds}
+    watch.start(); ...the run...; used = watch.stop(containers, training_from=t)
+    used["run"], used["training"]          # {"label": seconds}
 
 A thread reads utime+stime of every process (/proc/<pid>/stat) once every `every_s`
-seconds; a process's share of the run is its last reading less its first (a process that
-started during the run: all of its time). A process that lives less than one look is missed,
-and one that ends loses the time since its last look: the figures are a floor. Each process
+seconds; a process's share of a window is its last reading in it less its last reading
+before it (a process that started within: all of its time). A process that lives less than
+one look is missed, and one that ends loses the time since its last look: the figures are a
+floor. Two windows: "run", the whole watch, and "training", from the first look at or after
+`training_from` (time.monotonic: the job's first line) to the last look that saw one of the
+job's learner processes (without containers, the end): the CPU spent while the learners
+train, which is what can slow them (a submit's or a teardown's work does not). Each process
 gets a label once, when first seen:
 - a process in a Docker container (its cpuacct cgroup /docker/<id>): the role that
   `containers` (id -> role, given at stop) names, else "other containers";
@@ -26,6 +31,7 @@ import contextlib
 import os
 import re
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -58,14 +64,14 @@ class CpuWatch:
         self.marks = {n["name"]: (n["exec_root"], n["socket"]) for n in nodes}
         self.every_s = every_s
         self.me = os.getpid()
-        self.first: dict[tuple[str, int], float] = {}
-        self.last: dict[tuple[str, int], float] = {}
+        # (time.monotonic, process -> CPU seconds) of each look
+        self.looks: list[tuple[float, dict[tuple[str, int], float]]] = []
         self.labels: dict[tuple[str, int], str] = {}
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self.look(first=True)
+        self.look()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
@@ -73,33 +79,60 @@ class CpuWatch:
         while not self.stopping.wait(self.every_s):
             self.look()
 
-    def stop(self, containers: Mapping[str, str] = {}) -> dict[str, float]:
-        """CPU seconds by label over the run; `containers`: container id -> its role."""
+    def stop(
+        self, containers: Mapping[str, str] = {}, training_from: float | None = None
+    ) -> dict[str, dict[str, float]]:
+        """CPU seconds by label in each window; `containers`: container id -> its role."""
         self.stopping.set()
         if self.thread is not None:
             self.thread.join()
         self.look()
-        used: dict[str, float] = {}
-        for key, cpu in self.last.items():
+
+        def name(key: tuple[str, int]) -> str:
             label = self.labels[key]
             if label.startswith("container "):
-                label = containers.get(label.split()[1], "other containers")
-            used[label] = used.get(label, 0.0) + cpu - self.first.get(key, 0.0)
-        return {k: round(v, 2) for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v > 0}
+                return containers.get(label.split()[1], "other containers")
+            return label
 
-    def look(self, first: bool = False) -> None:
+        last = len(self.looks) - 1
+        begin = 0
+        if training_from is not None:
+            begin = next((k for k, (t, _) in enumerate(self.looks) if t >= training_from), last)
+        learning = [
+            k for k, (_, cpu) in enumerate(self.looks) if any(name(p) == "learner" for p in cpu)
+        ]
+        end = learning[-1] if learning else last
+        return {
+            "run": self.used(self.upto(0), self.upto(last), name),
+            "training": self.used(self.upto(begin), self.upto(max(begin, end)), name),
+        }
+
+    def upto(self, index: int) -> dict[tuple[str, int], float]:
+        """Each process's last reading in the looks up to `index` (one gone since keeps it)."""
+        merged: dict[tuple[str, int], float] = {}
+        for _, cpu in self.looks[: index + 1]:
+            merged.update(cpu)
+        return merged
+
+    def used(self, before: dict, after: dict, name) -> dict[str, float]:
+        found: dict[str, float] = {}
+        for key, cpu in after.items():
+            found[name(key)] = found.get(name(key), 0.0) + cpu - before.get(key, 0.0)
+        return {k: round(v, 2) for k, v in sorted(found.items(), key=lambda kv: -kv[1]) if v > 0}
+
+    def look(self) -> None:
         stats = {}
         for pid in os.listdir("/proc"):
             if pid.isdigit() and (st := read_stat(pid)) is not None:
                 stats[pid] = st
         parents = {int(pid): st[0] for pid, st in stats.items()}
+        now: dict[tuple[str, int], float] = {}
         for pid, (ppid, start, name, cpu) in stats.items():
             key = (pid, start)
             if key not in self.labels:
                 self.labels[key] = self.label(int(pid), ppid, name, parents)
-            if first:
-                self.first[key] = cpu
-            self.last[key] = cpu
+            now[key] = cpu
+        self.looks.append((time.monotonic(), now))
 
     def label(self, pid: int, ppid: int, name: str, parents: dict[int, int]) -> str:
         if pid == self.me:

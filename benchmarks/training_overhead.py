@@ -37,7 +37,11 @@ CFS quota's count over every learner container of every run (`nr_periods`,
 `nr_throttled`, `throttled_s`, read from the container's cgroup cpu.stat by the job's
 command once training ended), `cpu_s` the CPU seconds of a run (median) of the job's
 learner containers, of its helper containers (data staging, checkpoint and log shipping)
-and of the bare processes, `load` the 1-minute load average before and after the shape,
+and of the bare processes, `cpu_by_process` the CPU seconds of every process of the machine
+by kind (learners, helpers, each engine's dockerd/containerd/shims, the platform's services,
+etcd, S3, the rest: benchmarks.cpu_watch) while the learners train ("training": from the
+first line to the learners' end) and over the whole run ("run"), for the platform runs and
+the bare ones (the platform is up then too, idle), `load` the 1-minute load average before and after the shape,
 and `wall_s` the shape's seconds (its runs; not the platform's start). While a job trains
 the script looks at it once a second (its requests cost the machine CPU too). The bare
 processes get the image's env (PYTHONPATH=/opt/dlaas: the example then saves its
@@ -199,13 +203,14 @@ def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
     reply = http.post("/v1/jobs", files=files)
     reply.raise_for_status()
     job_id = reply.json()["job_id"]
-    first_line, cgroups, cpu = None, {}, {}
+    first_line, cgroups, cpu, training_from = None, {}, {}, None
     while True:
         job = http.get(f"/v1/jobs/{job_id}").json()
         if first_line is None:
             lines = http.get(f"/v1/jobs/{job_id}/logs", params={"learner": 0}).text.splitlines()
             if any(line.startswith("torch ") for line in lines):
-                first_line = time.monotonic() - started
+                training_from = time.monotonic()
+                first_line = training_from - started
                 cgroups = job_cgroups(engines, job_id)
         read_cpu(cgroups, cpu)
         if job["status"] in ("COMPLETED", "FAILED", "HALTED"):
@@ -215,7 +220,7 @@ def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
         # Once training runs, a look a second: the benchmark's own requests (the API, the
         # log tails it reads from the engine) take the CPU the job's learners measure on.
         time.sleep(0.2 if first_line is None else 1.0)
-    by_process = watch.stop({cid: role for cid, (role, _) in cgroups.items()})
+    by_process = watch.stop({cid: role for cid, (role, _) in cgroups.items()}, training_from)
     logs = [
         http.get(f"/v1/jobs/{job_id}/logs", params={"learner": k}).text.splitlines()
         for k in range(learners)
@@ -322,12 +327,18 @@ def spread(values: list[float]) -> float:
     return round((max(values) - min(values)) / statistics.median(values), 3)
 
 
-def by_process(runs: list[dict]) -> dict[str, float]:
-    """CPU seconds of a run by process kind (benchmarks.cpu_watch), the median over runs (a
-    kind missing from a run counts 0 there), largest first."""
-    labels = {label for r in runs for label in r["cpu_by_process"]}
-    medians = {k: statistics.median(r["cpu_by_process"].get(k, 0.0) for r in runs) for k in labels}
-    return {k: round(v, 2) for k, v in sorted(medians.items(), key=lambda kv: -kv[1]) if v}
+def by_process(runs: list[dict]) -> dict[str, dict[str, float]]:
+    """CPU seconds by process kind (benchmarks.cpu_watch) of each window ("training", "run"),
+    the median over runs (a kind missing from a run counts 0 there), largest first."""
+    out = {}
+    for window in ("training", "run"):
+        used = [r["cpu_by_process"][window] for r in runs]
+        labels = {label for u in used for label in u}
+        medians = {k: statistics.median(u.get(k, 0.0) for u in used) for k in labels}
+        out[window] = {
+            k: round(v, 2) for k, v in sorted(medians.items(), key=lambda kv: -kv[1]) if v
+        }
+    return out
 
 
 def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares: dict) -> dict:
@@ -370,8 +381,9 @@ def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares:
             "helpers": round(statistics.median(o["cpu_s"][ROLE_HELPER] for o in ons), 2),
             "bare": round(statistics.median(b["cpu_s"] for b in got[base]), 2),
         },
-        # The same by process, the whole machine's (benchmarks.cpu_watch): what the platform's
-        # processes spend beside the learners, against the same processes in the bare runs.
+        # The same by process, the whole machine's (benchmarks.cpu_watch), while the learners
+        # train and over the whole run: what the platform's processes spend beside the
+        # learners, against the same processes in the bare runs (whose window is the run).
         "cpu_by_process": {"platform": by_process(ons), "bare": by_process(got[base])},
         "load": load,
         "wall_s": round(time.monotonic() - began, 1),
