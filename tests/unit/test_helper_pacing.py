@@ -1,7 +1,8 @@
 """How often the helper ships checkpoints while the learners train
 (services.learner_helper.main.next_sync_at): paced by the last sync's cost, never later than
 the job's interval. The rule as pure logic, and the helper's whole `run` against an in-memory
-store whose uploads are slow; the same against a real S3 is tests/integration/test_helper.py."""
+store whose uploads are slow; the same against a real S3 is tests/integration/test_helper.py.
+And what a sync asks the store: the bucket once, not before every upload."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from dlaas.learner.paths import JobPaths
 from services.learner_helper import main, store
 from services.learner_helper.main import CHECKPOINT_SCAN_S, SYNC_PACE, next_sync_at
+from services.learner_helper.sync import CheckpointSync, LearnerLogs
 
 
 def test_a_cheap_sync_is_followed_by_the_next_scan():
@@ -51,8 +53,11 @@ class SlowStore:
         self.upload_s = upload_s
         self.objects: dict[str, bytes] = {}
         self.checkpoint_uploads: list[float] = []  # when each began (time.monotonic)
+        self.bucket_heads = 0
+        self.failing = False
 
     def head_bucket(self, Bucket):
+        self.bucket_heads += 1
         return {}
 
     def head_object(self, Bucket, Key):
@@ -73,6 +78,11 @@ class SlowStore:
         return Pages()
 
     def upload_file(self, path, bucket, key, ExtraArgs=None):
+        if self.failing:
+            raise botocore.exceptions.ClientError(
+                {"Error": {"Code": "InternalError"}, "ResponseMetadata": {"HTTPStatusCode": 500}},
+                "PutObject",
+            )
         if "/checkpoints/" in key:
             self.checkpoint_uploads.append(time.monotonic())
         time.sleep(self.upload_s)
@@ -132,3 +142,25 @@ def test_a_learner_that_checkpoints_often_gets_paced_syncs_and_its_last_checkpoi
     gaps = [b - a for a, b in itertools.pairwise(during)]
     assert min(gaps) >= SYNC_PACE * 0.05 * 0.9, gaps
     assert fake.objects["job-1/checkpoints/ckpt.pt"] == f"step {step}".encode()
+
+
+def test_a_sync_asks_for_the_bucket_once_and_again_after_a_failed_upload(tmp_path):
+    fake = SlowStore(upload_s=0.0)
+    ckpt = CheckpointSync(fake, "results", "job-1/checkpoints", tmp_path / "ck")
+    logs = LearnerLogs(fake, "results", "job-1", tmp_path / "logs")
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "logs").mkdir()
+    for step in range(3):
+        (tmp_path / "ck" / "ckpt.pt").write_text(f"step {step}")
+        (tmp_path / "logs" / "learner-0.log").write_text(f"line {step}\n")
+        assert logs.upload_changed() == [0]
+        assert ckpt.sync().uploaded == 1
+    assert fake.bucket_heads == 2  # one for each; 6 before
+    fake.failing = True
+    (tmp_path / "ck" / "ckpt.pt").write_text("step 3")
+    with pytest.raises(store.StoreError):
+        ckpt.sync()
+    fake.failing = False
+    assert ckpt.sync().uploaded == 1
+    assert fake.bucket_heads == 3  # asked again: the bucket may have gone
+    assert fake.objects["job-1/checkpoints/ckpt.pt"] == b"step 3"
