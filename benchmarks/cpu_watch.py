@@ -38,7 +38,9 @@ from pathlib import Path
 TICK = os.sysconf("SC_CLK_TCK")
 CONTAINER = re.compile(r"^\d+:[^:]*cpuacct[^:]*:/docker/([0-9a-f]{64})", re.MULTILINE)
 MODULE = re.compile(r"-m ([\w.]+)")
-ENGINE = ("dockerd", "containerd", "containerd-shim")
+# The shim first: its name (containerd-shim-runc-v2, cut to 15 characters) starts like
+# containerd's.
+ENGINE = ("containerd-shim", "dockerd", "containerd")
 
 
 def read_stat(pid: str) -> tuple[int, int, str, float] | None:
