@@ -21,8 +21,8 @@ gets a label once, when first seen:
 - this script's descendants: "platform <service>" for `python -m services.<service>.main`
   (and other `python -m` modules: the supervisor),
   "bare learners" for the bare runs' `train.py`, else the program's name (etcd, weed, ...);
-- "benchmark" for this script itself, "kernel threads", and "other" for the rest of the
-  machine (other people's work: it takes CPU from both sides alike).
+- "benchmark" for this script itself, "kernel threads", and "other (<name>)" for the rest
+  of the machine (other people's work: it takes CPU from both sides alike).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ class CpuWatch:
             )
             return f"{engine} ({node})"
         if not self.descends(pid, parents):
-            return "other"
+            return f"other ({name})"
         if found := MODULE.search(cmdline):
             module = found.group(1)
             return "platform " + module.removeprefix("services.").removesuffix(".main")
