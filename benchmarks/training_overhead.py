@@ -37,7 +37,11 @@ CFS quota's count over every learner container of every run (`nr_periods`,
 `nr_throttled`, `throttled_s`, read from the container's cgroup cpu.stat by the job's
 command once training ended), `cpu_s` the CPU seconds of a run (median) of the job's
 learner containers, of its helper containers (data staging, checkpoint and log shipping)
-and of the bare processes, `load` the 1-minute load average before and after the shape,
+and of the bare processes, `cpu_by_process` the CPU seconds of every process of the machine
+by kind (learners, helpers, each engine's dockerd/containerd/shims, the platform's services,
+etcd, S3, the rest: benchmarks.cpu_watch) while the learners train ("training": from the
+first line to the learners' end) and over the whole run ("run"), for the platform runs and
+the bare ones (the platform is up then too, idle), `load` the 1-minute load average before and after the shape,
 and `wall_s` the shape's seconds (its runs; not the platform's start). While a job trains
 the script looks at it once a second (its requests cost the machine CPU too). The bare
 processes get the image's env (PYTHONPATH=/opt/dlaas: the example then saves its
@@ -72,6 +76,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.cpu_watch import CpuWatch
 from dlaas.clients.client import pack_code
 from dlaas.domain.jobspec import LABEL_JOB, LABEL_ROLE, ROLE_HELPER, ROLE_LEARNER
 from dlaas.local import platform
@@ -178,10 +183,11 @@ def read_cpu(cgroups: dict[str, tuple[str, Path]], seen: dict[str, float]) -> No
 
 
 def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
-                cpus: float, interval: int | None) -> dict:  # fmt: skip
+                cpus: float, interval: int | None, nodes: list[dict] = ()) -> dict:  # fmt: skip
     """One job: rank 0's seconds per epoch, submit -> first line, the learners' throttling,
     and the CPU seconds of its helpers and learners (`engines`: the Docker engines that run
-    its containers, whose cgroups the host's cgroup v1 cpuacct hierarchy holds)."""
+    its containers, whose cgroups the host's cgroup v1 cpuacct hierarchy holds), and where
+    the machine's CPU went meanwhile (`nodes`: the swarm lab's, to name their engines)."""
     code, name = pack_code(EXAMPLE)
     files = {
         "manifest": (
@@ -191,17 +197,20 @@ def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
         ),
         "code": (name, code, "application/gzip"),
     }
+    watch = CpuWatch(nodes)
+    watch.start()
     started = time.monotonic()
     reply = http.post("/v1/jobs", files=files)
     reply.raise_for_status()
     job_id = reply.json()["job_id"]
-    first_line, cgroups, cpu = None, {}, {}
+    first_line, cgroups, cpu, training_from = None, {}, {}, None
     while True:
         job = http.get(f"/v1/jobs/{job_id}").json()
         if first_line is None:
             lines = http.get(f"/v1/jobs/{job_id}/logs", params={"learner": 0}).text.splitlines()
             if any(line.startswith("torch ") for line in lines):
-                first_line = time.monotonic() - started
+                training_from = time.monotonic()
+                first_line = training_from - started
                 cgroups = job_cgroups(engines, job_id)
         read_cpu(cgroups, cpu)
         if job["status"] in ("COMPLETED", "FAILED", "HALTED"):
@@ -211,6 +220,7 @@ def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
         # Once training runs, a look a second: the benchmark's own requests (the API, the
         # log tails it reads from the engine) take the CPU the job's learners measure on.
         time.sleep(0.2 if first_line is None else 1.0)
+    by_process = watch.stop({cid: role for cid, (role, _) in cgroups.items()}, training_from)
     logs = [
         http.get(f"/v1/jobs/{job_id}/logs", params={"learner": k}).text.splitlines()
         for k in range(learners)
@@ -225,7 +235,7 @@ def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
     return {"epoch_s": epoch_seconds(logs[0], epochs), "first_line_s": round(first_line or 0.0, 2),
             "nodes": sorted({e.get("node", "") for e in job.get("learners") or []}),
             "throttled": {k: sum(s[k] for s in stats) for k in stats[0]},
-            "cpu_s": by_role}  # fmt: skip
+            "cpu_s": by_role, "cpu_by_process": by_process}  # fmt: skip
 
 
 def export_image(root: Path) -> tuple[Path, dict[str, str]]:
@@ -276,6 +286,8 @@ def bare(image: tuple[Path, dict[str, str]], data: bytes, learners: int, epochs:
     shutil.copy(EXAMPLE / "train.py", work / "train.py")
     port = str(free_port())
     procs = []
+    watch = CpuWatch(nodes or ())
+    watch.start()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_before = before.ru_utime + before.ru_stime
     for rank in range(learners):
@@ -297,11 +309,13 @@ def bare(image: tuple[Path, dict[str, str]], data: bytes, learners: int, epochs:
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))  # fmt: skip
     outputs = [p.communicate(timeout=900)[0] for p in procs]
+    by_process = watch.stop()
     if any(p.returncode for p in procs):
         raise RuntimeError(f"bare run failed:\n{outputs[0][-2000:]}")
     cpu_s = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = cpu_s.ru_utime + cpu_s.ru_stime - cpu_before
-    return {"epoch_s": epoch_seconds(outputs[0].splitlines(), epochs), "cpu_s": round(cpu_s, 2)}
+    return {"epoch_s": epoch_seconds(outputs[0].splitlines(), epochs), "cpu_s": round(cpu_s, 2),
+            "cpu_by_process": by_process}  # fmt: skip
 
 
 def load_average() -> float:
@@ -311,6 +325,20 @@ def load_average() -> float:
 def spread(values: list[float]) -> float:
     """(max - min) / median: how far apart one side's runs were."""
     return round((max(values) - min(values)) / statistics.median(values), 3)
+
+
+def by_process(runs: list[dict]) -> dict[str, dict[str, float]]:
+    """CPU seconds by process kind (benchmarks.cpu_watch) of each window ("training", "run"),
+    the median over runs (a kind missing from a run counts 0 there), largest first."""
+    out = {}
+    for window in ("training", "run"):
+        used = [r["cpu_by_process"][window] for r in runs]
+        labels = {label for u in used for label in u}
+        medians = {k: statistics.median(u.get(k, 0.0) for u in used) for k in labels}
+        out[window] = {
+            k: round(v, 2) for k, v in sorted(medians.items(), key=lambda kv: -kv[1]) if v
+        }
+    return out
 
 
 def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares: dict) -> dict:
@@ -353,6 +381,10 @@ def shape(name: str, learners: int, epochs: int, runs: int, platform_run, bares:
             "helpers": round(statistics.median(o["cpu_s"][ROLE_HELPER] for o in ons), 2),
             "bare": round(statistics.median(b["cpu_s"] for b in got[base]), 2),
         },
+        # The same by process, the whole machine's (benchmarks.cpu_watch), while the learners
+        # train and over the whole run: what the platform's processes spend beside the
+        # learners, against the same processes in the bare runs (whose window is the run).
+        "cpu_by_process": {"platform": by_process(ons), "bare": by_process(got[base])},
         "load": load,
         "wall_s": round(time.monotonic() - began, 1),
         "platform_runs": [round(v, 4) for v in on_runs],
@@ -423,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
                 engines = [docker.DockerClient(base_url=f"unix://{n['socket']}") for n in nodes]
                 shapes.append(shape(
                     "swarm-2-nodes", 2, epochs, args.runs,
-                    lambda: on_platform(http, engines, 2, epochs, 1.0, interval),
+                    lambda: on_platform(http, engines, 2, epochs, 1.0, interval, nodes),
                     {"underlay": lambda: bare(image, data, 2, epochs, nodes),
                      "loopback": lambda: bare(image, data, 2, epochs)},
                 ))  # fmt: skip

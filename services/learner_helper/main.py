@@ -12,9 +12,11 @@ the job volume at /job. It
    CODE_DIR,
 4. touches DATA_READY_MARK (the learner wrappers wait for it) and prints the
    `data_ready` event,
-5. every DLAAS_CHECKPOINT_INTERVAL_S seconds mirrors CHECKPOINT_DIR to the checkpoint
-   prefix (printing `checkpoint_synced` when something changed) and uploads the learner
-   logs that grew; every METRICS_SYNC_S seconds (whatever the interval) uploads the metric
+5. with DLAAS_CHECKPOINT_INTERVAL_S set, mirrors CHECKPOINT_DIR to the checkpoint prefix
+   soon after each new checkpoint (printing `checkpoint_synced` when something changed):
+   a local scan every CHECKPOINT_SCAN_S, but after a sync that shipped, no sooner than
+   SYNC_PACE times its duration, and no later than the interval (next_sync_at); uploads
+   the learner logs that grew every interval and with each new checkpoint; every METRICS_SYNC_S seconds (whatever the interval) uploads the metric
    files the learners write below LOG_DIR that changed (TensorBoard events, JSON lines:
    see services.learner_helper.sync.MetricFiles), so metric charts follow training,
 6. waits for SIGUSR1 (HELPER_FINISH_SIGNAL, sent by the LCM when the learners are done)
@@ -104,6 +106,11 @@ EXIT_BAD_CONFIG = 2
 METRICS_SYNC_S = 1.0
 # How often CHECKPOINT_DIR is scanned for a new checkpoint (a local scan; S3 only on a change).
 CHECKPOINT_SCAN_S = 0.5
+# A periodic sync that shipped something waits this many times its own duration before the
+# next one, so shipping takes at most about a tenth of the time: a job that checkpoints
+# every 0.12 s had its learner share the machine with a sync every 0.5 s (1 learner 6 % over
+# bare, 0.99 with shipping off; docs/benchmarks.md, "Training overhead").
+SYNC_PACE = 10
 # How often a helper that finishes by itself looks whether its learners have ended (a stat
 # and a lock try per learner): a restart's teardown waits for this helper to store, so
 # each look saved is taken off every gang restart (0.5 s cost 0.25 s on average).
@@ -270,6 +277,17 @@ def sync_checkpoints(cfg: HelperConfig, ckpt: CheckpointSync) -> None:
         )
 
 
+def next_sync_at(ended: float, took_s: float, interval_s: float) -> float:
+    """When the next periodic sync may start (time.monotonic), after one that ended at `ended`
+    and took `took_s` seconds: SYNC_PACE times its duration later, so a costly sync (a large
+    checkpoint, a slow or distant store, a busy machine) is paced by its cost; a cheap one (a
+    scan that found nothing new) still after CHECKPOINT_SCAN_S; and never later than the
+    job's interval, so a checkpoint reaches the store within one interval whatever the cost.
+    """
+    pause = max(CHECKPOINT_SCAN_S, SYNC_PACE * took_s)
+    return ended + min(pause, max(interval_s, CHECKPOINT_SCAN_S))
+
+
 def tick(cfg: HelperConfig, ckpt: CheckpointSync, logs: LearnerLogs, with_logs: bool) -> bool:
     """One sync while the learners train; False after a store hiccup (reported).
 
@@ -424,9 +442,10 @@ def run(
         say(f"data ready {steps.summary()}")
         emit(EVENT_DATA_READY)
     interval = cfg.checkpoint_interval_s
-    # A checkpoint goes to S3 as soon as the learner has written it (a local scan every
-    # CHECKPOINT_SCAN_S finds it; an unchanged directory costs no S3 call), so a node that
-    # dies takes only the work done since the learner's last checkpoint. Logs go every
+    # A checkpoint goes to S3 soon after the learner has written it (a local scan every
+    # CHECKPOINT_SCAN_S finds it; an unchanged directory costs no S3 call; a sync that
+    # shipped waits SYNC_PACE times its duration: next_sync_at), so a node that dies takes
+    # little more than the work done since the learner's last checkpoint. Logs go every
     # interval_s.
     next_logs, next_try = time.monotonic() + interval, 0.0
     next_metrics = time.monotonic() + METRICS_SYNC_S
@@ -444,8 +463,9 @@ def run(
             continue
         logs_due = now >= next_logs
         ok = tick(cfg, ckpt, logs, with_logs=logs_due)
-        # S3 down: no retry storm; else the next scan after CHECKPOINT_SCAN_S.
-        next_try = now + (CHECKPOINT_SCAN_S if ok else interval)
+        ended = time.monotonic()
+        # S3 down: no retry storm; else paced by what this sync cost.
+        next_try = next_sync_at(ended, ended - now, interval) if ok else now + interval
         if logs_due:
             next_logs = now + interval
     say("finish signal received: storing checkpoints, results and logs")

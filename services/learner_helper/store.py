@@ -104,7 +104,8 @@ def retry_refusal(response=None, attempts: int = 1, **_kwargs) -> float | None:
     while others were made and deleted; a fresh one in 5 of 40). Read as the job's bad
     credentials, that failed a job in the chaos run; a real refusal ends the same way, later.
     A HEAD's refusal (a bare 403, no error body) is never asked again: `ensure_bucket` takes
-    that answer as "the bucket is there" at every sync.
+    that answer as "the bucket is there" (asked once a helper, and after a failed upload:
+    sync.KnownBucket).
     """
     if not response or attempts > REFUSAL_RETRIES:
         return None

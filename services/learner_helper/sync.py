@@ -69,6 +69,23 @@ def plan_sync(local: dict[str, Stat], synced: dict[str, Stat], owned: set[str]) 
 # --------------------------------------------------------------------------- adapters
 
 
+class KnownBucket:
+    """A bucket made (or found) once, then taken to be there: asking again before every
+    periodic upload cost the store a request per sync (two of a checkpoint sync's five,
+    with the logs taken along). After a failed upload it is asked again (it may be gone)."""
+
+    def __init__(self, client, name: str):
+        self.client, self.name, self.known = client, name, False
+
+    def ensure(self) -> None:
+        if not self.known:
+            store.ensure_bucket(self.client, self.name)
+            self.known = True
+
+    def forget(self) -> None:
+        self.known = False
+
+
 def _stat(path: Path) -> Stat | None:
     try:
         st = path.stat()
@@ -105,6 +122,7 @@ class CheckpointSync:
 
     def __init__(self, client, bucket: str, prefix: str, directory: Path):
         self.client, self.bucket, self.directory = client, bucket, directory
+        self.bucket_made = KnownBucket(client, bucket)
         self.prefix = folder_prefix(prefix)
         self.synced: dict[str, Stat] = {}  # local files known to equal their S3 object
         self.owned: set[str] = set()  # S3 objects this helper may delete
@@ -148,8 +166,15 @@ class CheckpointSync:
     def sync(self) -> SyncResult:
         """Upload new/changed files, delete ours that are gone locally. Raise store.StoreError."""
         plan = plan_sync(scan(self.directory), self.synced, self.owned)
+        try:
+            return self._sync(plan)
+        except store.StoreError:
+            self.bucket_made.forget()
+            raise
+
+    def _sync(self, plan: SyncPlan) -> SyncResult:
         if plan.uploads:
-            store.ensure_bucket(self.client, self.bucket)
+            self.bucket_made.ensure()
         uploaded = 0
         for name in plan.uploads:
             path = self.directory / name
@@ -181,6 +206,7 @@ class LearnerLogs:
 
     def __init__(self, client, bucket: str, job_id: str, log_dir: Path):
         self.client, self.bucket, self.job_id, self.log_dir = client, bucket, job_id, log_dir
+        self.bucket_made = KnownBucket(client, bucket)
         self.run_start: dict[int, int] = {}  # learner -> lines of earlier runs in its log
         self.uploaded: dict[int, Stat] = {}
 
@@ -233,14 +259,18 @@ class LearnerLogs:
     def upload(self, learner: int) -> None:
         path = self.path(learner)
         before = _stat(path)
-        store.ensure_bucket(self.client, self.bucket)
-        store.upload_file(
-            self.client,
-            path,
-            self.bucket,
-            self.key(learner),
-            metadata={RUN_START_META: str(self.run_start.get(learner, 0))},
-        )
+        try:
+            self.bucket_made.ensure()
+            store.upload_file(
+                self.client,
+                path,
+                self.bucket,
+                self.key(learner),
+                metadata={RUN_START_META: str(self.run_start.get(learner, 0))},
+            )
+        except store.StoreError:
+            self.bucket_made.forget()
+            raise
         self.uploaded[learner] = before
 
     def local(self) -> list[int]:
@@ -284,6 +314,7 @@ class MetricFiles:
 
     def __init__(self, client, bucket: str, job_id: str, log_dir: Path, learners: Iterable[int]):
         self.client, self.bucket, self.log_dir = client, bucket, log_dir
+        self.bucket_made = KnownBucket(client, bucket)
         self.prefix = metrics_prefix(job_id)
         self.learners = tuple(learners)
         self.synced: dict[str, Stat] = {}
@@ -293,8 +324,16 @@ class MetricFiles:
         store.StoreError."""
         local = metric_files(scan(self.log_dir), self.learners)
         plan = plan_sync(local, self.synced, owned=set())  # never deletes: see the docstring
+        try:
+            self._upload(plan)
+        except store.StoreError:
+            self.bucket_made.forget()
+            raise
+        return len(plan.uploads)
+
+    def _upload(self, plan: SyncPlan) -> None:
         if plan.uploads:
-            store.ensure_bucket(self.client, self.bucket)
+            self.bucket_made.ensure()
         for rel in plan.uploads:
             path = self.log_dir / rel
             before = _stat(path)
@@ -303,4 +342,3 @@ class MetricFiles:
             store.upload_file(self.client, path, self.bucket, self.prefix + rel)
             if _stat(path) == before:  # still being written: sent again next time
                 self.synced[rel] = before
-        return len(plan.uploads)
