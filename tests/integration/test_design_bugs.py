@@ -49,6 +49,9 @@ class NoEngine:
     def remove_job(self, job_id: str) -> None:
         pass
 
+    def remove_run(self, job_id: str) -> None:  # as the port's default: the whole job
+        self.remove_job(job_id)
+
 
 @pytest.fixture
 def etcd(etcd_server, etcd_prefix):

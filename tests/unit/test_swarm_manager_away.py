@@ -56,7 +56,7 @@ class FakeManager:
         self._answer()
         return {j for j, n in self.placed if node in (None, n)}
 
-    def remove_job(self, job_id: str) -> None:
+    def remove_job(self, job_id: str, keep_network: bool = False) -> None:
         self._answer()
         self.removed.append(job_id)
         self.placed = {(j, n) for j, n in self.placed if j != job_id}
