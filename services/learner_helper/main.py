@@ -16,9 +16,10 @@ the job volume at /job. It
    soon after each new checkpoint (printing `checkpoint_synced` when something changed):
    a local scan every CHECKPOINT_SCAN_S, but after a sync that shipped, no sooner than
    SYNC_PACE times its duration, and no later than the interval (next_sync_at); uploads
-   the learner logs that grew every interval and with each new checkpoint; every METRICS_SYNC_S seconds (whatever the interval) uploads the metric
-   files the learners write below LOG_DIR that changed (TensorBoard events, JSON lines:
-   see services.learner_helper.sync.MetricFiles), so metric charts follow training,
+   the learner logs that grew every interval and with each new checkpoint; every
+   METRICS_SYNC_S seconds (whatever the interval) uploads the metric files the learners
+   write below LOG_DIR that changed (TensorBoard events, JSON lines: see
+   services.learner_helper.sync.MetricFiles), so metric charts follow training,
 6. waits for SIGUSR1 (HELPER_FINISH_SIGNAL, sent by the LCM when the learners are done)
    or SIGTERM (or, with DLAAS_HELPER_FINISH_ON_EXIT=1, on Swarm, until every learner of
    its node has ended: its exit code written, or its wrapper's alive lock dropped by a

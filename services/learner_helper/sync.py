@@ -34,7 +34,8 @@ converges to the same S3 state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,7 +73,8 @@ def plan_sync(local: dict[str, Stat], synced: dict[str, Stat], owned: set[str]) 
 class KnownBucket:
     """A bucket made (or found) once, then taken to be there: asking again before every
     periodic upload cost the store a request per sync (two of a checkpoint sync's five,
-    with the logs taken along). After a failed upload it is asked again (it may be gone)."""
+    with the logs taken along). After a failed upload it is asked again (it may be gone):
+    uploads run inside `uploading()`, which forgets the bucket on a store.StoreError."""
 
     def __init__(self, client, name: str):
         self.client, self.name, self.known = client, name, False
@@ -82,8 +84,13 @@ class KnownBucket:
             store.ensure_bucket(self.client, self.name)
             self.known = True
 
-    def forget(self) -> None:
-        self.known = False
+    @contextlib.contextmanager
+    def uploading(self) -> Iterator[None]:
+        try:
+            yield
+        except store.StoreError:
+            self.known = False
+            raise
 
 
 def _stat(path: Path) -> Stat | None:
@@ -166,11 +173,8 @@ class CheckpointSync:
     def sync(self) -> SyncResult:
         """Upload new/changed files, delete ours that are gone locally. Raise store.StoreError."""
         plan = plan_sync(scan(self.directory), self.synced, self.owned)
-        try:
+        with self.bucket_made.uploading():
             return self._sync(plan)
-        except store.StoreError:
-            self.bucket_made.forget()
-            raise
 
     def _sync(self, plan: SyncPlan) -> SyncResult:
         if plan.uploads:
@@ -259,7 +263,7 @@ class LearnerLogs:
     def upload(self, learner: int) -> None:
         path = self.path(learner)
         before = _stat(path)
-        try:
+        with self.bucket_made.uploading():
             self.bucket_made.ensure()
             store.upload_file(
                 self.client,
@@ -268,9 +272,6 @@ class LearnerLogs:
                 self.key(learner),
                 metadata={RUN_START_META: str(self.run_start.get(learner, 0))},
             )
-        except store.StoreError:
-            self.bucket_made.forget()
-            raise
         self.uploaded[learner] = before
 
     def local(self) -> list[int]:
@@ -324,21 +325,15 @@ class MetricFiles:
         store.StoreError."""
         local = metric_files(scan(self.log_dir), self.learners)
         plan = plan_sync(local, self.synced, owned=set())  # never deletes: see the docstring
-        try:
-            self._upload(plan)
-        except store.StoreError:
-            self.bucket_made.forget()
-            raise
+        with self.bucket_made.uploading():
+            if plan.uploads:
+                self.bucket_made.ensure()
+            for rel in plan.uploads:
+                path = self.log_dir / rel
+                before = _stat(path)
+                if before is None:
+                    continue
+                store.upload_file(self.client, path, self.bucket, self.prefix + rel)
+                if _stat(path) == before:  # still being written: sent again next time
+                    self.synced[rel] = before
         return len(plan.uploads)
-
-    def _upload(self, plan: SyncPlan) -> None:
-        if plan.uploads:
-            self.bucket_made.ensure()
-        for rel in plan.uploads:
-            path = self.log_dir / rel
-            before = _stat(path)
-            if before is None:
-                continue
-            store.upload_file(self.client, path, self.bucket, self.prefix + rel)
-            if _stat(path) == before:  # still being written: sent again next time
-                self.synced[rel] = before

@@ -45,16 +45,7 @@ class Round(FairShare, Elastic, Preemption, Reservation):
     """
 
     def try_start(self, j: QueuedJob) -> list[Allocation] | None:
-        # self.place, inlined: a round tries this for every job it starts
-        allocs = self.idx.place(
-            j.job_id,
-            j.learners,
-            j.gpus_per_learner,
-            j.cpus_per_learner,
-            j.memory_mb_per_learner,
-            j.gpu_type,
-            j.placement,
-        )
+        allocs = self.place(j, j.learners)
         if allocs is None and j.min_gang < j.learners:
             # Elastic: the largest count that fits now, never below min (it grows back later).
             for n in range(j.learners - 1, j.min_gang - 1, -1):
