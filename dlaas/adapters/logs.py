@@ -259,11 +259,12 @@ class LogReader:
 
     def _container_lines(
         self, live: LiveContainer, shared: bool = False, skip: int = 0, complete: bool = False
-    ) -> Iterator[str]:
+    ) -> Iterator[str] | None:
         """The container's log so far, from its line `skip` on (the lines before are skipped
-        as bytes, not decoded: a follow reads the whole log every round). `shared`: a read
-        of the last quarter `poll_s` will do; `complete`: without a last line that has no
-        newline yet (a running learner is still writing it; the next round has it whole)."""
+        as bytes, not decoded: a follow reads the whole log every round); None when it
+        cannot be read (removed, or being removed). `shared`: a read of the last quarter
+        `poll_s` will do; `complete`: without a last line that has no newline yet (a running
+        learner is still writing it; the next round has it whole)."""
         try:
             if shared:
                 raw = self.recent.get(
@@ -272,8 +273,9 @@ class LogReader:
             else:
                 raw = live.engine.logs(live.container)
         except (EngineUnreachable, OSError):
-            return iter(())  # removed while we read: the next round reads S3 from where we are
-        raw = raw or b""
+            return None
+        if raw is None:
+            return None
         if complete:
             raw = raw[: raw.rfind(b"\n") + 1]
         if skip:
@@ -426,6 +428,13 @@ class LogReader:
                     yield from whole_object()
                 skip = 0 if current is None else max(0, cursor.consumed - current[1])
                 lines = self._container_lines(container, shared, skip, follow and running)
+                if lines is None:
+                    # It is being removed (the monitor cleans up after the helper stored
+                    # the log; Docker may still list it with its log file gone): the object
+                    # holds its lines, those this stream already gave skipped.
+                    if not object_read:
+                        yield from whole_object()
+                    lines = iter(())
                 if current is None:
                     first = next(lines, None)
                     if first is not None:
@@ -440,11 +449,6 @@ class LogReader:
                         lines = chain([first], lines)
                 if current is not None:
                     yield from cursor.take(lines, current[1] + skip)
-                elif not object_read:
-                    # It had output, yet none could be read: it is being removed (the
-                    # monitor cleans up after the helper stored the log; Docker may still
-                    # list it with its log file gone). The object holds its lines.
-                    yield from whole_object()
                 done = not running
             if not follow or (final and done):
                 return

@@ -81,6 +81,7 @@ class World:
     container: tuple[str, bool, list[str]] | None = None
     s3: tuple[int, list[str]] | None = None  # (run-start mark, lines)
     final: bool = False
+    log_gone: bool = False  # Docker still lists the container, its log file is gone
 
 
 @dataclass
@@ -113,7 +114,7 @@ class ScriptedReader(LogReader):
         return None if c is None else FakeContainer(c[0], "running" if c[1] else "exited", c[2])
 
     def _container_lines(self, container, shared=False, skip=0, complete=False):
-        return iter(list(container.lines[skip:]))
+        return None if self.now.log_gone else iter(list(container.lines[skip:]))
 
     def _has_output(self, container):
         return bool(container.lines)
@@ -150,8 +151,7 @@ def test_a_container_removed_while_it_is_read_gives_way_to_the_stored_log():
     )
 
     def removed_meanwhile(container, shared=False, skip=0, complete=False):
-        reader.step = 1
-        return iter(())
+        reader.step = 1  # its log is gone: nothing to read (None)
 
     reader._container_lines = removed_meanwhile
     reader._has_output = lambda container: True  # what a vanished container answers
@@ -160,10 +160,19 @@ def test_a_container_removed_while_it_is_read_gives_way_to_the_stored_log():
 
 def test_a_container_still_listed_while_docker_removes_it_gives_way_to_the_stored_log():
     # Docker still finds the learner (status "removing") but its log file is gone already.
-    reader = ScriptedReader([World(("a", False, RUN1), (0, RUN1), final=True)])
-    reader._container_lines = lambda container, *args: iter(())
+    reader = ScriptedReader([World(("a", False, RUN1), (0, RUN1), final=True, log_gone=True)])
     reader._has_output = lambda container: True  # read a moment before
     assert reader.read() == RUN1
+
+
+def test_a_followed_container_removed_at_the_jobs_end_gives_its_last_lines_from_the_store():
+    # The follow was reading the running learner; then the job ended and the monitor began
+    # to remove the container (still listed, its log gone) after the helper stored the log.
+    worlds = [
+        World(("a", True, RUN1[:3])),
+        World(("a", False, RUN1), (0, RUN1), final=True, log_gone=True),
+    ]
+    assert ScriptedReader(worlds).read(follow=True) == RUN1
 
 
 def test_following_across_a_restart_gives_every_line_once():
