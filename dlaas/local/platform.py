@@ -42,6 +42,7 @@ import os
 import secrets
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -191,6 +192,7 @@ def _up(run: UpSteps, nodes: int | None = None, etcd_members: int | None = None)
     }
     # A platform from before the API was replicated ran one "api" on the port, alone.
     run._stop_stale("api", run.state.read_pid("api"))
+    wanted = []
     for name in SERVICES:
         _require_service_module(name)
         own = {"DLAAS_LCM_LISTEN": addresses[name]} if kind_of(name) == "lcm" else {}
@@ -200,7 +202,8 @@ def _up(run: UpSteps, nodes: int | None = None, etcd_members: int | None = None)
             # In its fingerprint: a new retention restarts the worker with it.
             days = os.environ.get("DLAAS_RESULTS_RETENTION_DAYS", "0")
             own = {"DLAAS_RESULTS_RETENTION_DAYS": days}
-        run.service(name, {**env, **own}, addresses[name])
+        wanted.append((name, {**env, **own}, addresses[name]))
+    run.services(wanted)
     run.supervisor()
 
     client_config = state.root / "client.json"
@@ -304,20 +307,17 @@ def down(state_dir: Path | None = None, progress: Progress = print) -> list[str]
     stopped = []
     with state.locked():
         # The supervisor first, or it would restart what is being stopped.
-        for name in ("supervisor", *reversed(SERVICES)):
-            if _stop_recorded(state, name, progress):
-                stopped.append(name)
+        stopped += _stop_all(state, ["supervisor"], progress)
+        stopped += _stop_all(state, list(reversed(SERVICES)), progress)
         stopped += _retire_old_engines(state, progress)
         lab = SwarmLab(state.root / "swarm", progress=lambda line: progress(f"swarm: {line}"))
         with contextlib.suppress(SwarmLabError):
             lab.info()  # raises when no lab is recorded
             lab.down()
             stopped.append("swarm")
-        for name in (*reversed(SERVERS), *EXTRA_ETCD):
-            if _stop_recorded(state, name, progress):
-                stopped.append(name)
-            if name in EXTRA_ETCD:
-                state.forget(name)
+        stopped += _stop_all(state, [*reversed(SERVERS), *EXTRA_ETCD], progress)
+        for name in EXTRA_ETCD:
+            state.forget(name)
         if _stop_engine(state, progress):
             stopped.append("dockerd")
         _remove_firewall(state, progress)
@@ -406,6 +406,19 @@ def _remove_firewall(state: StateDir, progress: Progress) -> None:
             progress("firewall: rules removed")
     except firewall.FirewallError as e:
         progress(f"firewall: {e}")
+
+
+def _stop_all(state: StateDir, names: list[str], progress: Progress) -> list[str]:
+    """Stop components `names` at once, each with its own grace (their lines in the order
+    of `names`); the names of those that were running. One after another, the services'
+    graceful stops took 2.2 s of a 5.6 s `down` (measured 2026-11-27)."""
+    lines: dict[str, list[str]] = {name: [] for name in names}
+    with ThreadPoolExecutor(max(1, len(names)), thread_name_prefix="down") as pool:
+        ran = list(pool.map(lambda name: _stop_recorded(state, name, lines[name].append), names))
+    for name in names:
+        for line in lines[name]:
+            progress(line)
+    return [name for name, running in zip(names, ran, strict=True) if running]
 
 
 def _stop_recorded(state: StateDir, name: str, progress: Progress) -> bool:

@@ -16,6 +16,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from dlaas.adapters.nodes import machine_capacity
 from dlaas.domain import jobspec
@@ -25,6 +27,7 @@ from dlaas.local.dockerd import DEFAULT_DOCKER_HOST, docker_gateway_ip, start_do
 from dlaas.local.etcd import EtcdServer, start_etcd
 from dlaas.local.probes import etcd_ok, grpc_serving, http_json, s3_ok
 from dlaas.local.processes import (
+    ManagedProcess,
     ServerError,
     free_ports,
     keep_or_new_port,
@@ -49,6 +52,18 @@ OLD_ENGINE_PREFIX = "engine-"
 
 class PlatformError(RuntimeError):
     """`up` could not bring a component up; the message names it and points at its log."""
+
+
+@dataclass(frozen=True)
+class _Starting:
+    """A service spawned by this `up`, not yet answering."""
+
+    name: str
+    module: str
+    address: str
+    process: ManagedProcess
+    log: Path
+    started: float  # time.monotonic() at its spawn
 
 
 class UpSteps:
@@ -319,8 +334,19 @@ class UpSteps:
             return previous
         return keep_or_new_port(previous)
 
-    def service(self, name: str, env: dict[str, str], address: str) -> int:
-        """Find service `name` running with this configuration, or (re)start it; its pid."""
+    def services(self, wanted: list[tuple[str, dict[str, str], str]]) -> None:
+        """Each (name, env, address) found running with this configuration, or (re)started.
+
+        Those to start are all spawned first, then waited for: their imports and
+        connections overlap (on 2 cores the nine services of a fresh `up` answer in about
+        half the time they took one after another). A service that does not answer is
+        stopped and raises PlatformError; the others stay recorded (`down` stops them)."""
+        starting = [s for item in wanted if (s := self._spawn_service(*item)) is not None]
+        for start in starting:
+            self._await_service(start)
+
+    def _spawn_service(self, name: str, env: dict[str, str], address: str) -> _Starting | None:
+        """Start service `name` unless it runs with this configuration (None: it does)."""
         fingerprint = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()
         module = f"services.{kind_of(name)}.main"
         record = self.state.read_pid(name)
@@ -330,7 +356,7 @@ class UpSteps:
             and self._answers(name, address, record["pid"])
         ):
             self.progress(f"{name}: running{_where(address)} (pid {record['pid']})")
-            return record["pid"]
+            return None
         if record_alive(record):
             self.progress(f"{name}: restarting (configuration changed or not answering)")
         self._stop_stale(name, record)
@@ -346,20 +372,23 @@ class UpSteps:
         self.state.write_pid(
             name, {"pid": mp.pid, "match": module, "address": address, "config": fingerprint}
         )
+        return _Starting(name, module, address, mp, log, time.monotonic())
+
+    def _await_service(self, start: _Starting) -> None:
+        name, mp = start.name, start.process
         try:
             wait_until(
-                lambda: self._answers(name, address, mp.pid, settle=True),
+                lambda: self._answers(name, start.address, mp.pid, start.started),
                 SERVICE_START_TIMEOUT,
-                f"{name} ({module})",
+                f"{name} ({start.module})",
                 alive=mp.alive,
-                log=log,
+                log=start.log,
             )
         except ServerError as e:
             mp.stop()
             self.state.forget(name)
             raise PlatformError(str(e)) from None
-        self.progress(f"{name}: started{_where(address)} (pid {mp.pid})")
-        return mp.pid
+        self.progress(f"{name}: started{_where(start.address)} (pid {mp.pid})")
 
     def supervisor(self) -> None:
         """The process that restarts any component that dies (`python -m dlaas.local.supervisor`)."""
@@ -380,7 +409,9 @@ class UpSteps:
         )
         self.progress(f"supervisor: started (pid {mp.pid})")
 
-    def _answers(self, name: str, address: str, pid: int, settle: bool = False) -> bool:
+    def _answers(self, name: str, address: str, pid: int, started: float | None = None) -> bool:
+        """Whether service `name` answers; one that serves nothing (the job monitor, the
+        worker) counts once alive JOBMONITOR_SETTLE_S after it was `started` (monotonic)."""
         if kind_of(name) in ("lcm", "scheduler"):
             return grpc_serving(address)
         if kind_of(name) == "api":
@@ -390,8 +421,8 @@ class UpSteps:
             return any(http_json(health).get("replica") == name for _ in range(API_PROBES))
         # The job monitor serves nothing: alive a moment after start means it got past
         # its configuration and connections.
-        if settle:
-            time.sleep(JOBMONITOR_SETTLE_S)
+        if started is not None:
+            time.sleep(max(0.0, started + JOBMONITOR_SETTLE_S - time.monotonic()))
         return pid_alive(pid)
 
     def _stop_stale(self, name: str, record: dict) -> None:
