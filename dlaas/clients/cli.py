@@ -164,7 +164,10 @@ def validate(
     normalized = manifest.normalized()
     if as_json:
         return _json({"valid": True, "warnings": warnings, "manifest": normalized})
-    console.print(f"[green]valid[/green]: {file}")
+    # The path as printed (no markup read in it), on one line however narrow the terminal:
+    # what follows is YAML, read back by scripts below this first line.
+    console.print("[green]valid[/green]: ", end="")
+    console.print(str(file), markup=False, soft_wrap=True)
     for w in warnings:
         err.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
     console.print(yaml.safe_dump(normalized, sort_keys=False), markup=False, end="", soft_wrap=True)

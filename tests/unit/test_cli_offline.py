@@ -52,6 +52,20 @@ def test_validate_prints_yaml_that_reads_back_however_long_its_lines(tmp_path):
     assert printed["description"] == words and printed["learners"] == 2
 
 
+def test_validate_prints_the_path_on_one_line_in_a_narrow_terminal(tmp_path, monkeypatch):
+    # The console takes its width from COLUMNS: a path wider than it was wrapped onto the
+    # next line, which the YAML below then began with.
+    monkeypatch.setenv("COLUMNS", "40")
+    path = tmp_path / ("x" * 60) / "[bold]m.yml"
+    path.parent.mkdir()
+    path.write_text(MANIFEST.format(learners=2, results="r"))
+    r = runner.invoke(app, ["validate", str(path)])
+    assert r.exit_code == 0, r.output
+    first, rest = r.stdout.split("\n", 1)
+    assert first == f"valid: {path}"
+    assert yaml.safe_load(rest)["learners"] == 2
+
+
 def test_table_times_are_short_and_say_the_day_when_it_is_not_today():
     now = datetime(2026, 11, 24, 15, 5, 26).timestamp()  # local time, as the CLI prints
     assert _when_short(now - 60, now) == "15:04:26"
