@@ -108,10 +108,13 @@ METRICS_SYNC_S = 1.0
 # How often CHECKPOINT_DIR is scanned for a new checkpoint (a local scan; S3 only on a change).
 CHECKPOINT_SCAN_S = 0.5
 # A periodic sync that shipped something waits this many times its own duration before the
-# next one, so shipping takes at most about a tenth of the time: a job that checkpoints
-# every 0.12 s had its learner share the machine with a sync every 0.5 s (1 learner 6 % over
-# bare, 0.99 with shipping off; docs/benchmarks.md, "Training overhead").
-SYNC_PACE = 10
+# next one, so shipping takes at most about a thirtieth of the time. A job that checkpoints
+# every 0.1 s (the DDP example) had, at 10, a sync every 0.5 s beside its learner: 1 learner
+# 1.028-1.064 over bare in three runs; at 30, 1.005; with shipping off, 0.989 (2026-11-27,
+# docs/benchmarks.md "Training overhead"). The checkpoint in S3 is then at most 30 syncs'
+# time older than the learner's last (about 1.5 s for a small one), and never more than the
+# job's interval.
+SYNC_PACE = 30
 # How often a helper that finishes by itself looks whether its learners have ended (a stat
 # and a lock try per learner): a restart's teardown waits for this helper to store, so
 # each look saved is taken off every gang restart (0.5 s cost 0.25 s on average).

@@ -109,10 +109,11 @@ def _env(tmp_path) -> dict[str, str]:
 def test_a_learner_that_checkpoints_often_gets_paced_syncs_and_its_last_checkpoint_stored(
     tmp_path, monkeypatch
 ):
-    # A scan every 0.05 s and uploads of 0.05 s: unpaced, a sync every ~0.1 s; paced, one
-    # every SYNC_PACE x 0.05 = 0.5 s at the soonest.
+    # A scan every 0.05 s and uploads of 0.5 / SYNC_PACE s: unpaced, a sync about every
+    # 0.05-0.1 s; paced, one every SYNC_PACE x upload = 0.5 s at the soonest.
+    upload_s = 0.5 / SYNC_PACE
     monkeypatch.setattr(main, "CHECKPOINT_SCAN_S", 0.05)
-    fake = SlowStore(upload_s=0.05)
+    fake = SlowStore(upload_s=upload_s)
     monkeypatch.setattr(store, "make_client", lambda *a, **k: fake)
     stop = threading.Event()
     codes: list[int] = []
@@ -140,7 +141,7 @@ def test_a_learner_that_checkpoints_often_gets_paced_syncs_and_its_last_checkpoi
     ]  # the final sync at finish is never paced
     assert len(during) >= 2
     gaps = [b - a for a, b in itertools.pairwise(during)]
-    assert min(gaps) >= SYNC_PACE * 0.05 * 0.9, gaps
+    assert min(gaps) >= SYNC_PACE * upload_s * 0.9, gaps
     assert fake.objects["job-1/checkpoints/ckpt.pt"] == f"step {step}".encode()
 
 
