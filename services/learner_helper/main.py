@@ -100,7 +100,7 @@ from services.learner_helper.config import (
     folder_prefix,
     with_secret_file,
 )
-from services.learner_helper.sync import CheckpointSync, LearnerLogs, MetricFiles
+from services.learner_helper.sync import CheckpointSync, LearnerLogs, MetricFiles, SyncPlan
 
 EXIT_BAD_CONFIG = 2
 # How often metric files below LOG_DIR are looked at (a local scan; S3 only on a change).
@@ -262,7 +262,7 @@ def restore(
         say(f"restored {fetched} checkpoint files into {paths.checkpoint_dir}")
 
 
-def sync_checkpoints(cfg: HelperConfig, ckpt: CheckpointSync) -> None:
+def sync_checkpoints(cfg: HelperConfig, ckpt: CheckpointSync, plan: SyncPlan | None = None) -> None:
     """One mirror of CHECKPOINT_DIR; the event only when S3 changed. Raise store.StoreError.
 
     Only the job's helper mirrors: the mirror deletes what the volume lacks, so the helpers
@@ -270,7 +270,7 @@ def sync_checkpoints(cfg: HelperConfig, ckpt: CheckpointSync) -> None:
     """
     if not cfg.primary:
         return
-    done = ckpt.sync()
+    done = ckpt.sync(plan)
     if done.uploaded or done.deleted:
         emit(
             EVENT_CHECKPOINT_SYNCED,
@@ -297,12 +297,15 @@ def tick(cfg: HelperConfig, ckpt: CheckpointSync, logs: LearnerLogs, with_logs: 
 
     A new checkpoint takes the logs along, uploaded first: a gang restarted from a
     checkpoint must find every line the learners printed before it, or its log stream
-    would have a hole.
+    would have a hole. So the checkpoints to ship are chosen before the logs are read: one
+    saved while they upload (its line perhaps not in them) waits for the next tick.
     """
     try:
-        if with_logs or (cfg.primary and ckpt.pending()):
+        plan = ckpt.plan() if cfg.primary else None
+        if with_logs or (plan is not None and plan.changes):
             logs.upload_changed()
-        sync_checkpoints(cfg, ckpt)
+        if plan is not None:
+            sync_checkpoints(cfg, ckpt, plan)
         return True
     except store.StoreError as exc:
         say(f"periodic sync failed, trying again in {cfg.checkpoint_interval_s:g} s: {exc.message}")

@@ -58,13 +58,18 @@ from services.learner_helper.volume import Stat, count_lines, hidden, scan
 class SyncPlan:
     uploads: list[str]
     deletes: list[str]
+    seen: dict[str, Stat]  # each upload as the scan saw it
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.uploads or self.deletes)
 
 
 def plan_sync(local: dict[str, Stat], synced: dict[str, Stat], owned: set[str]) -> SyncPlan:
     """What to upload (new or changed since last seen in S3) and delete (ours, gone locally)."""
     uploads = sorted(name for name, stat in local.items() if synced.get(name) != stat)
     deletes = sorted(owned - local.keys())
-    return SyncPlan(uploads, deletes)
+    return SyncPlan(uploads, deletes, {name: local[name] for name in uploads})
 
 
 # --------------------------------------------------------------------------- adapters
@@ -165,16 +170,19 @@ class CheckpointSync:
         self.owned = set(remote)
         self.synced = {n: s for n, s in local.items() if remote.get(n) == s[0]}
 
-    def pending(self) -> bool:
-        """Whether the directory changed since it was last mirrored (a local scan only)."""
-        plan = plan_sync(scan(self.directory), self.synced, self.owned)
-        return bool(plan.uploads or plan.deletes)
+    def plan(self) -> SyncPlan:
+        """What the directory holds that S3 does not, and the reverse (a local scan only)."""
+        return plan_sync(scan(self.directory), self.synced, self.owned)
 
-    def sync(self) -> SyncResult:
-        """Upload new/changed files, delete ours that are gone locally. Raise store.StoreError."""
-        plan = plan_sync(scan(self.directory), self.synced, self.owned)
+    def sync(self, plan: SyncPlan | None = None) -> SyncResult:
+        """Upload new/changed files, delete ours that are gone locally. Raise store.StoreError.
+
+        Given a `plan` taken earlier, only the files as that scan saw them are shipped: one
+        written or changed since waits for the next sync (see main.tick, which uploads the
+        logs between the two).
+        """
         with self.bucket_made.uploading():
-            return self._sync(plan)
+            return self._sync(plan or self.plan())
 
     def _sync(self, plan: SyncPlan) -> SyncResult:
         if plan.uploads:
@@ -185,6 +193,8 @@ class CheckpointSync:
             before = _stat(path)
             if before is None:
                 continue  # deleted since the scan: the next sync deletes it remotely
+            if before != plan.seen[name]:
+                continue  # changed since the scan: the next sync sends it, after its log lines
             try:
                 store.upload_file(self.client, path, self.bucket, self.prefix + name)
             except store.StoreError:

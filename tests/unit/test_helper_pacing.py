@@ -2,17 +2,20 @@
 (services.learner_helper.main.next_sync_at): paced by the last sync's cost, never later than
 the job's interval. The rule as pure logic, and the helper's whole `run` against an in-memory
 store whose uploads are slow; the same against a real S3 is tests/integration/test_helper.py.
-And what a sync asks the store: the bucket once, not before every upload."""
+And what a sync asks the store: the bucket once, not before every upload; and what one tick
+ships together: no checkpoint without the log lines printed before it."""
 
 from __future__ import annotations
 
 import itertools
 import threading
 import time
+from types import SimpleNamespace
 
 import botocore.exceptions
 import pytest
 
+from dlaas.domain.jobspec import log_object_key
 from dlaas.learner.paths import JobPaths
 from services.learner_helper import main, store
 from services.learner_helper.main import CHECKPOINT_SCAN_S, SYNC_PACE, next_sync_at
@@ -165,3 +168,54 @@ def test_a_sync_asks_for_the_bucket_once_and_again_after_a_failed_upload(tmp_pat
     assert ckpt.sync().uploaded == 1
     assert fake.bucket_heads == 3  # asked again: the bucket may have gone
     assert fake.objects["job-1/checkpoints/ckpt.pt"] == b"step 3"
+
+
+def test_a_checkpoint_saved_while_the_logs_upload_waits_for_the_next_tick(tmp_path):
+    # The learner prints "epoch N", then saves its checkpoint. Saved while the helper reads
+    # and uploads the log (after the log's read), a checkpoint shipped in the same tick would
+    # be in S3 without its line: a gang resumed from it (its node killed meanwhile) never
+    # shows that line. Found by the chaos benchmark, 2026-11-23 and 2026-11-27.
+    fake = SlowStore(upload_s=0.0)
+    ck, log_dir = tmp_path / "ck", tmp_path / "logs"
+    ck.mkdir()
+    log_dir.mkdir()
+    ckpt = CheckpointSync(fake, "results", "job-1/checkpoints", ck)
+    logs = LearnerLogs(fake, "results", "job-1", log_dir)
+    cfg = SimpleNamespace(primary=True, checkpoint_interval_s=60)
+    log = log_dir / "learner-0.log"
+
+    def train(epoch: int) -> None:
+        with open(log, "a") as f:
+            f.write(f"epoch {epoch}\n")
+        (ck / f"ckpt-{epoch}.pt").write_text(f"epoch {epoch}")
+        (ck / "model.pt").write_text(f"weights of epoch {epoch}")  # overwritten each epoch
+
+    upload_logs = logs.upload_changed
+
+    def upload_while_the_learner_trains() -> list[int]:
+        uploaded = upload_logs()
+        train(3)
+        return uploaded
+
+    def shipped() -> tuple[set[str], bytes, bytes]:
+        names = {k.rsplit("/", 1)[1] for k in fake.objects if "/checkpoints/" in k}
+        model = fake.objects["job-1/checkpoints/model.pt"]
+        return names, fake.objects[log_object_key("job-1", 0)], model
+
+    train(1)
+    assert main.tick(cfg, ckpt, logs, with_logs=False)
+    train(2)
+    logs.upload_changed = upload_while_the_learner_trains  # type: ignore[method-assign]
+    assert main.tick(cfg, ckpt, logs, with_logs=False)
+    names, log_text, model = shipped()
+    assert names == {"ckpt-1.pt", "ckpt-2.pt", "model.pt"}
+    assert log_text == b"epoch 1\nepoch 2\n"
+    # Overwritten since the scan: the weights of epoch 3 wait for their line.
+    assert model == b"weights of epoch 1"
+
+    logs.upload_changed = upload_logs  # type: ignore[method-assign]
+    assert main.tick(cfg, ckpt, logs, with_logs=False)
+    names, log_text, model = shipped()
+    assert names == {"ckpt-1.pt", "ckpt-2.pt", "ckpt-3.pt", "model.pt"}
+    assert log_text == b"epoch 1\nepoch 2\nepoch 3\n"
+    assert model == b"weights of epoch 3"
