@@ -3,7 +3,7 @@
 Each learner wrapper leaves its container's CPU-seconds and peak memory (its cgroup's
 counters, dlaas.learner.usage) on the job volume when its command ends; the helper of
 each node reports its learners' in one `usage` event before it stores the results (all
-nodes' helpers' events reach the view: observe.fold_events). This module records them in
+nodes' helpers' events reach the view: fold.fold_events). This module records them in
 the job's info under `dlaas.domain.usage.MEASURED_INFO`, per run (the seq of the run's
 QUEUED entry: the allocation interval that opens right after it), where usage accounting
 reads them beside the allocation. A run ended from outside (preempted, resized, halted,

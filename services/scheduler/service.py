@@ -83,10 +83,6 @@ def quota_from(request) -> tuple[str, TeamQuota]:
     return request.team, TeamQuota(request.gpus, request.cpus, request.memory_mb)
 
 
-def _queued_from(data: dict) -> QueuedJob:
-    return QueuedJob(**data)
-
-
 def _running_from(data: dict) -> RunningJob:
     data = dict(data)
     data["allocations"] = tuple(
@@ -132,11 +128,11 @@ class SchedulerState:
         }
 
     def queue(self) -> list[QueuedJob]:
-        return [_queued_from(d) for d in self._all(self.queue_prefix).values()]
+        return [QueuedJob(**d) for d in self._all(self.queue_prefix).values()]
 
     def running_entries(self) -> dict[str, tuple[RunningJob, QueuedJob]]:
         return {
-            job_id: (_running_from(d["running"]), _queued_from(d["request"]))
+            job_id: (_running_from(d["running"]), QueuedJob(**d["request"]))
             for job_id, d in self._all(self.running_prefix).items()
         }
 

@@ -11,7 +11,8 @@ import tarfile
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from dlaas.adapters.engines.docker_engine import Deployer, secret_files_tar
+from dlaas.adapters.engines.docker_engine import Deployer
+from dlaas.adapters.engines.secret_files import secret_files_tar
 from dlaas.adapters.engines.swarm_spec import file_secret_name, service_spec
 from dlaas.domain import launch
 from dlaas.domain.errors import InvalidManifest

@@ -15,8 +15,8 @@ from dlaas.domain.status import Status
 from dlaas.domain.usage import MAX_MEASURED_RUNS, MEASURED_INFO
 from dlaas.learner import usage
 from dlaas.learner.paths import JobPaths
+from services.jobmonitor.fold import fold_events
 from services.jobmonitor.measured import record_measured, usage_in
-from services.jobmonitor.observe import fold_events
 
 
 def test_cgroup_v2_gives_the_cpu_counter_and_the_peak(tmp_path):

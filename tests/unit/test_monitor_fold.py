@@ -1,7 +1,7 @@
 """A gang spanning nodes has a helper per node; the monitor judges them as one (pure)."""
 
 from dlaas.domain.ports import Container
-from services.jobmonitor.observe import fold_events, fold_helpers
+from services.jobmonitor.fold import fold_events, fold_helpers
 
 
 def helper(name, state, exit_code=None, finished_at=None):

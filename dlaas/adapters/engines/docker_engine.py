@@ -30,13 +30,10 @@ no Docker or requests error, so that no caller imports either to classify it.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import re
-import tarfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import PurePosixPath
 
 import docker
 import docker.errors
@@ -45,6 +42,7 @@ from docker.types import DeviceRequest
 
 from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet
 from dlaas.adapters.engines.reports import epoch, redact
+from dlaas.adapters.engines.secret_files import secret_files_tar
 from dlaas.domain import jobspec
 from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError, temporary_on
 from dlaas.domain.plan import ContainerSpec, DeploymentPlan
@@ -98,23 +96,6 @@ def refusal(exc: docker.errors.APIError) -> bool:
         and bool(_RUNTIME_REFUSED.search(explanation))
         and not _NODE_TROUBLE.search(explanation)
     )
-
-
-def secret_files_tar(files: tuple[tuple[str, bytes], ...]) -> bytes:
-    """A tar of the secret files (mode 0400, root's) and their folders, to unpack at /."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        folders = sorted({str(parent) for path, _ in files for parent in PurePosixPath(path).parents}
-                         - {"/"})  # fmt: skip
-        for folder in folders:
-            info = tarfile.TarInfo(folder.lstrip("/"))
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
-            tar.addfile(info)
-        for path, content in files:
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode = len(content), 0o400
-            tar.addfile(info, io.BytesIO(content))
-    return buf.getvalue()
 
 
 def container_of(c, node: str = "") -> Container:
