@@ -38,7 +38,9 @@ def test_submit_place_deploy_and_redeploy_leave_exactly_one_set(lcm, docker_clie
         and env["NUM_LEARNERS"] == "2"
         and env["MASTER_ADDR"] == "learner-0"
     )
-    assert learner.attrs["HostConfig"]["NanoCpus"] == 500_000_000
+    # Half a CPU over each second (plans.cfs_limit), not Docker's 50 ms of every 100 ms.
+    host = learner.attrs["HostConfig"]
+    assert (host["CpuPeriod"], host["CpuQuota"], host["NanoCpus"]) == (1_000_000, 500_000, 0)
     # Learners weigh less than the helper: a saturated node still runs the helper at once.
     assert learner.attrs["HostConfig"]["CpuShares"] == jobspec.LEARNER_CPU_SHARES
     helper = docker_client.containers.get(jobspec.helper_name(job))

@@ -112,7 +112,8 @@ def test_every_container_has_a_process_limit(deployed):
 
 def test_the_helper_has_cpu_and_memory_limits(deployed):
     _, _, helper = deployed
-    assert helper["HostConfig"]["NanoCpus"] == plans.HELPER_NANO_CPUS
+    host = helper["HostConfig"]
+    assert host["CpuQuota"] / host["CpuPeriod"] == plans.HELPER_NANO_CPUS / 1e9
     assert helper["HostConfig"]["Memory"] == plans.HELPER_MEMORY_MB * 2**20
 
 

@@ -3,6 +3,7 @@
 import pytest
 
 from dlaas.domain import jobspec
+from dlaas.domain import plan as plans
 from dlaas.domain.errors import ImageUnavailable
 from dlaas.domain.frameworks import resolve_image
 from dlaas.domain.locations import S3Location
@@ -127,3 +128,13 @@ def test_the_helper_is_told_when_its_store_is_the_jobs_own_and_which_field_named
         code=None,
     ).helper
     assert platform.env[jobspec.ENV_STORE_FIELD] == ""
+
+
+@pytest.mark.parametrize("cpus", [0.01, 0.5, 1, 4, 1024])
+def test_a_cpu_limit_holds_over_a_second_so_a_learner_behind_its_gang_can_catch_up(cpus):
+    # Docker's nano_cpus enforces over 100 ms: a gang of 0.5-CPU learners waited at every
+    # step for the one that had used its 50 ms. Over 1 s the same share, in bursts.
+    period, quota = plans.cfs_limit(int(cpus * 1e9))
+    assert period == 1_000_000
+    assert quota / period == pytest.approx(cpus)
+    assert quota >= 1_000  # the kernel's least quota, even at the manifest's least cpus

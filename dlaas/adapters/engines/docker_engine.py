@@ -45,7 +45,7 @@ from dlaas.adapters.engines.reports import epoch, redact
 from dlaas.adapters.engines.secret_files import secret_files_tar
 from dlaas.domain import jobspec
 from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError, temporary_on
-from dlaas.domain.plan import ContainerSpec, DeploymentPlan
+from dlaas.domain.plan import ContainerSpec, DeploymentPlan, cfs_limit
 from dlaas.domain.ports import (
     EXITED_STATES,
     Container,
@@ -333,13 +333,15 @@ class Deployer(ContainerEngine):
 
     def _create(self, spec: ContainerSpec, plan: DeploymentPlan):
         api = self.client.api
+        period, quota = cfs_limit(spec.nano_cpus) if spec.nano_cpus else (None, None)
         host_config = api.create_host_config(
             # The job volume is the only mount: nothing of the host (no bind of a host
             # path, no Docker socket).
             binds={plan.volume: {"bind": jobspec.JOB_MOUNT, "mode": "rw"}},
             network_mode=plan.network,
             init=True,
-            nano_cpus=spec.nano_cpus or None,
+            cpu_period=period,
+            cpu_quota=quota,
             cpu_shares=spec.cpu_shares or None,
             mem_limit=f"{spec.mem_limit_mb}m" if spec.mem_limit_mb else None,
             device_requests=self._gpus(spec),
