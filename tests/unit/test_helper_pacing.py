@@ -112,9 +112,9 @@ def _env(tmp_path) -> dict[str, str]:
 def test_a_learner_that_checkpoints_often_gets_paced_syncs_and_its_last_checkpoint_stored(
     tmp_path, monkeypatch
 ):
-    # A scan every 0.05 s and uploads of 0.5 / SYNC_PACE s: unpaced, a sync about every
-    # 0.05-0.1 s; paced, one every SYNC_PACE x upload = 0.5 s at the soonest.
-    upload_s = 0.5 / SYNC_PACE
+    # A scan every 0.05 s and uploads of 0.3 / SYNC_PACE s: unpaced, a sync about every
+    # 0.05-0.1 s; paced, one every SYNC_PACE x upload = 0.3 s at the soonest.
+    upload_s = 0.3 / SYNC_PACE
     monkeypatch.setattr(main, "CHECKPOINT_SCAN_S", 0.05)
     fake = SlowStore(upload_s=upload_s)
     monkeypatch.setattr(store, "make_client", lambda *a, **k: fake)
@@ -130,7 +130,7 @@ def test_a_learner_that_checkpoints_often_gets_paced_syncs_and_its_last_checkpoi
         assert time.monotonic() < deadline, "the helper never got ready"
         time.sleep(0.01)
     step = 0
-    until = time.monotonic() + 1.6
+    until = time.monotonic() + 0.9
     while time.monotonic() < until:  # a checkpoint every 0.02 s
         step += 1
         (checkpoints / "ckpt.pt").write_text(f"step {step}")
