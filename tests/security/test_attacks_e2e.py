@@ -335,6 +335,15 @@ def world(home, docker_client, tmp_path_factory):
         yield w
     finally:
         w.alice.post(f"/v1/jobs/{w.listener}/halt")
+        # The platform goes down right after this module: its monitor removes the halted
+        # job's containers first, else they are left on the shared engine.
+        deadline = time.monotonic() + 30
+        label = {"label": f"{jobspec.LABEL_JOB}={w.listener}"}
+        while docker_client.containers.list(all=True, filters=label):
+            if time.monotonic() > deadline:
+                lap("the halted listener's containers are still there after 30 s")
+                break
+            time.sleep(0.2)
         w.close()
 
 
