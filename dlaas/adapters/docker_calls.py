@@ -26,3 +26,25 @@ def quiet(fn, *args, **kwargs):
         if exc.status_code in (304, 404, 409):
             return None
         raise
+
+
+# How long a removal another caller has under way is waited for (the engine's own force
+# removal: a kill and the layer's deletion, seconds even on a loaded node).
+REMOVAL_WAIT_S = 60
+
+
+def remove_container(api, container_id: str) -> None:
+    """Remove a container (forced); gone already is fine. When another caller is removing
+    it (the engine's 409, e.g. the LCM deleting a job the monitor cleans up), wait until it
+    is gone: what goes next, its network and volume, must not find it still attached."""
+    try:
+        api.remove_container(container_id, force=True)
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409:
+            raise
+        try:
+            api.wait(container_id, timeout=REMOVAL_WAIT_S, condition="removed")
+        except docker.errors.NotFound:  # gone before the wait began
+            pass

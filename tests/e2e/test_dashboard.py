@@ -236,7 +236,13 @@ def test_halt_and_delete_buttons_and_nodes_allocation(browser, creds, shots):
         )
         assert page.is_enabled("#resume")
         page.screenshot(path=shots / "07-job-halted.png", full_page=True)
-        page.click("#delete")
+        # The DELETE's answer, so a failure says what the API answered (or that none came).
+        with page.expect_response(
+            lambda r: r.request.method == "DELETE" and r.url.endswith(f"/v1/jobs/{job_id}"),
+            timeout=60_000,
+        ) as deleted:
+            page.click("#delete")
+        assert deleted.value.status == 200, (deleted.value.status, deleted.value.text())
         page.wait_for_url(lambda url: url.endswith("#/jobs"))
         with _api(creds) as http:
             assert http.get(f"/v1/jobs/{job_id}").status_code == 404

@@ -243,6 +243,29 @@ def test_a_gang_is_deployed_once_listed_and_removed(side):
     side.engine.remove_job(new_job_id())
 
 
+def test_a_gang_removed_by_the_lcm_and_the_monitor_at_once_is_gone_without_errors(side):
+    # A user deletes a job just halted while the monitor cleans it up: both remove the same
+    # containers, network and volume at once. Neither may fail on the other's removal in
+    # progress (the engine's 409 for a container, 403 for a network still attached), and
+    # nothing may be left. Several gangs, as the race is a matter of timing.
+    from concurrent.futures import ThreadPoolExecutor
+
+    plans = [side.plan(learners=3) for _ in range(6)]
+    for plan in plans:
+        side.engine.deploy(plan)
+    with ThreadPoolExecutor(8) as pool:
+        calls = [
+            pool.submit(remove, plan.job_id)
+            for plan in plans
+            for remove in (side.engine.remove_job, side.engine.remove_resources)
+        ]
+        for call in calls:
+            call.result()  # raises what either removal raised
+    for plan in plans:
+        assert not side.engine.containers(plan.job_id)
+        assert plan.job_id not in side.engine.jobs_with_resources()
+
+
 def test_stopping_the_learners_leaves_the_helper_running(side):
     plan = side.plan(learners=2)
     side.engine.deploy(plan)

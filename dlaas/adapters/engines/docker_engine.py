@@ -40,7 +40,7 @@ import docker.errors
 import requests.exceptions
 from docker.types import DeviceRequest
 
-from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet
+from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet, remove_container
 from dlaas.adapters.engines.reports import epoch, redact
 from dlaas.adapters.engines.secret_files import secret_files_tar
 from dlaas.domain import jobspec
@@ -255,12 +255,20 @@ class Deployer(ContainerEngine):
     def remove_resources(self, job_id: str) -> None:
         label = {"label": [f"{jobspec.LABEL_JOB}={job_id}", self._managed]}
         with self._answering():
-            found = self.client.containers.list(all=True, filters=label, sparse=True)
-            list(self._pool.map(lambda c: quiet(c.remove, force=True), found))
-            for n in self.client.networks.list(filters=label):
-                quiet(n.remove)
-            for v in self.client.volumes.list(filters=label):
-                quiet(v.remove, force=True)
+            self._remove(
+                self.client.containers.list(all=True, filters=label, sparse=True),
+                self.client.networks.list(filters=label),
+                self.client.volumes.list(filters=label),
+            )
+
+    def _remove(self, containers: list, networks: list, volumes: list) -> None:
+        """Remove containers, then the networks and volumes they used (missing is fine).
+        Containers another caller removes at the same time are waited for first."""
+        list(self._pool.map(lambda c: remove_container(self.client.api, c.id), containers))
+        for n in networks:
+            quiet(n.remove)
+        for v in volumes:
+            quiet(v.remove, force=True)
 
     # ---- the LCM's own (ContainerEngine) ----------------------------------------------
 
@@ -439,8 +447,7 @@ class Deployer(ContainerEngine):
 
     def _remove_ids(self, ids: list[str]) -> None:
         for cid in ids:
-            with contextlib.suppress(docker.errors.NotFound):
-                self.client.api.remove_container(cid, force=True)
+            remove_container(self.client.api, cid)
 
     @engine_outage
     def containers(self, job_id: str, role: str | None = None) -> list:
@@ -480,8 +487,10 @@ class Deployer(ContainerEngine):
     @engine_outage
     def remove_job(self, job_id: str) -> None:
         """Remove every container, the network and the volume of a job (missing ones are fine)."""
-        list(self._pool.map(lambda c: quiet(c.remove, force=True), self.containers(job_id)))
-        for n in self.client.networks.list(names=[jobspec.network_name(job_id)]):
-            quiet(n.remove)
-        with contextlib.suppress(docker.errors.NotFound):
-            quiet(self.client.volumes.get(jobspec.volume_name(job_id)).remove, force=True)
+        # The engine's name filters match parts of names: only the job's own go.
+        network, volume = jobspec.network_name(job_id), jobspec.volume_name(job_id)
+        self._remove(
+            self.containers(job_id),
+            [n for n in self.client.networks.list(names=[network]) if n.name == network],
+            [v for v in self.client.volumes.list(filters={"name": volume}) if v.name == volume],
+        )
