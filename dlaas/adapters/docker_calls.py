@@ -3,6 +3,8 @@ and what a call raises when the engine itself does not answer."""
 
 from __future__ import annotations
 
+import contextlib
+
 import docker.errors
 import requests.exceptions
 
@@ -44,7 +46,5 @@ def remove_container(api, container_id: str) -> None:
     except docker.errors.APIError as exc:
         if exc.status_code != 409:
             raise
-        try:
+        with contextlib.suppress(docker.errors.NotFound):  # gone before the wait began
             api.wait(container_id, timeout=REMOVAL_WAIT_S, condition="removed")
-        except docker.errors.NotFound:  # gone before the wait began
-            pass
