@@ -417,7 +417,9 @@ def inside(world):
         w.scoped_keys[job_id] = helper_secret(w.docker, job_id)
     j = wait_status(w.bob, job_id, FINAL, timeout=180)
     lines = logs(w.bob, job_id)
-    lap(f"bob's attack job {j['status']}")
+    t0 = j["history"][0]["at"]
+    steps = " ".join(f"{h['status']}+{h['at'] - t0:.1f}" for h in j["history"])
+    lap(f"bob's attack job {j['status']}: {steps}")
     print("\n".join(lines))  # shown with -s, and in the report of a failure
     found: dict[str, tuple[str, str]] = {}
     for line in lines:
