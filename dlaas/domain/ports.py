@@ -164,6 +164,25 @@ class EngineUnreachable(Exception):
         self.node = node
 
 
+@dataclass(frozen=True)
+class ContainerStats:
+    """One running job container's counters, as one read of its engine gave them."""
+
+    id: str
+    cpu_ns: int  # CPU time used since the container started
+    read_at: float  # when the engine read the counters (seconds, the engine's clock)
+    memory_bytes: int | None  # in use, page cache left out; None: the engine did not say
+
+
+class UsageSource(ABC):
+    """One node's running job containers and their counters (the LCM's utilization
+    sampler reads it; the Docker adapter is dlaas.adapters.engines.docker_usage)."""
+
+    @abstractmethod
+    def read(self) -> list[ContainerStats]:
+        """The platform's running containers on the node; raise EngineUnreachable."""
+
+
 class EventStream(ABC):
     """The job ids an engine reports changes for, as they happen; `close()` ends it."""
 

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dlaas.adapters.engines.connect import engines_for_nodes
 from dlaas.adapters.engines.docker_engine import Deployer
+from dlaas.adapters.engines.docker_usage import DockerUsage
 from dlaas.adapters.etcd_status import StatusKeeper, connect
 from dlaas.adapters.grpc_server import configure_logging, start_server, wait_for_termination
 from dlaas.adapters.leader import LeaderElection
@@ -25,11 +26,11 @@ from dlaas.clients.sdk import SchedulerClient
 from dlaas.config import PlatformSettings
 from dlaas.domain.errors import PermanentError
 from dlaas.domain.keys import EtcdKeys
+from dlaas.domain.ports import UsageSource
 from dlaas.v1 import lcm_pb2_grpc
 from services.lcm.grpc_api import LcmServicer
 from services.lcm.service import Lcm
-from services.lcm.usage_docker import DockerUsage
-from services.lcm.utilization import UsageSource, UtilizationSampler
+from services.lcm.utilization import UtilizationSampler
 
 
 class LcmSettings(BaseSettings):

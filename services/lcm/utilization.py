@@ -2,8 +2,8 @@
 
 The capacity page (GET /v1/nodes), `/metrics` and `dlaas nodes` show what jobs hold of
 a node (their allocation, from their manifests); this is what they really use. The LCM
-reads each node's container counters through a `UsageSource` (the Docker adapter is
-usage_docker.py) every few seconds in a thread of its own, and its `Cluster` call hands
+reads each node's container counters through a `UsageSource` (dlaas.domain.ports; the
+Docker adapter is dlaas.adapters.engines.docker_usage) every few seconds in a thread of its own, and its `Cluster` call hands
 out the last result (grpc_api.py): a listing never waits for the engine, and no HTTP
 request causes an engine call.
 
@@ -26,25 +26,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dlaas.domain.ports import EngineUnreachable
+from dlaas.domain.ports import ContainerStats, EngineUnreachable, UsageSource
 
 log = logging.getLogger(__name__)
 
 MIB = 2**20
-
-
-@dataclass(frozen=True)
-class ContainerStats:
-    """One running job container's counters, as one read of its engine gave them."""
-
-    id: str
-    cpu_ns: int  # CPU time used since the container started
-    read_at: float  # when the engine read the counters (seconds, the engine's clock)
-    memory_bytes: int | None  # in use, page cache left out; None: the engine did not say
 
 
 @dataclass(frozen=True)
@@ -93,14 +82,6 @@ def node_utilization(previous: NodeSample | None, current: NodeSample) -> Utiliz
         containers=len(now),
         sampled_at=current.at,
     )
-
-
-class UsageSource(ABC):
-    """One node's running job containers and their counters (an engine adapter)."""
-
-    @abstractmethod
-    def read(self) -> list[ContainerStats]:
-        """The platform's running containers on the node; raise EngineUnreachable."""
 
 
 class UtilizationSampler:

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from lcm_fakes import fake_lcm
 from prometheus_client.parser import text_string_to_metric_families
 
+from dlaas.adapters.engines.docker_usage import DockerUsage
 from dlaas.adapters.grpc_server import start_server
 from dlaas.clients.sdk import LcmClient
 from dlaas.config import ApiSettings, PlatformSettings
@@ -25,7 +26,6 @@ from dlaas.local.processes import free_port
 from dlaas.v1 import lcm_pb2_grpc
 from services.api.app import create_app
 from services.lcm.grpc_api import LcmServicer
-from services.lcm.usage_docker import DockerUsage
 from services.lcm.utilization import UtilizationSampler
 
 BUSY = ["sh", "-c", "while :; do :; done"]

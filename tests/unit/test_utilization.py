@@ -1,4 +1,5 @@
-"""Measured node utilization (services/lcm/utilization.py, usage_docker.py's pure helpers):
+"""Measured node utilization (services/lcm/utilization.py, and the pure helpers of
+dlaas/adapters/engines/docker_usage.py):
 CPU as a rate between two samples, unknown (None) wherever it cannot be known, never 0;
 the sampler's cache, its rest when nobody asks and its staleness, on a fake clock."""
 
@@ -6,14 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from dlaas.domain.ports import EngineUnreachable
-from services.lcm.usage_docker import container_stats, memory_in_use
+from dlaas.adapters.engines.docker_usage import container_stats, memory_in_use
+from dlaas.domain.ports import ContainerStats, EngineUnreachable, UsageSource
 from services.lcm.utilization import (
     MIB,
     UNKNOWN,
-    ContainerStats,
     NodeSample,
-    UsageSource,
     UtilizationSampler,
     node_utilization,
 )

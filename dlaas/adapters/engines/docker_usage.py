@@ -1,5 +1,6 @@
-"""The Docker adapter of utilization.UsageSource: a node's running job containers and their
-CPU and memory counters, from the engine's container stats (`docker stats`).
+"""The Docker adapter of dlaas.domain.ports.UsageSource, which the LCM's utilization
+sampler reads: a node's running job containers and their CPU and memory counters, from the
+engine's container stats (`docker stats`).
 
 One read lists the platform's running containers (its `dlaas.managed` label) and asks
 each for one set of counters (`one_shot`: the engine answers at once instead of waiting a
@@ -17,8 +18,7 @@ import docker
 from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet
 from dlaas.adapters.engines.docker_engine import epoch
 from dlaas.domain import jobspec
-from dlaas.domain.ports import EngineUnreachable
-from services.lcm.utilization import ContainerStats, UsageSource
+from dlaas.domain.ports import ContainerStats, EngineUnreachable, UsageSource
 
 
 def memory_in_use(memory_stats: dict[str, Any]) -> int | None:
