@@ -110,7 +110,8 @@ def client_for_location(loc: S3Location, platform: Callable[[], Any]):
 
 
 def ensure_bucket(s3, bucket: str) -> None:
-    """Make `bucket` unless it exists. The store not answering, or refusing to make it,
+    """Make `bucket` unless it exists (a job's results bucket, a team's data bucket, the
+    platform's own for code archives). The store not answering, or refusing to make it,
     raises TemporaryError (its message names the operation, never a key)."""
     try:
         s3.head_bucket(Bucket=bucket)
@@ -122,8 +123,19 @@ def ensure_bucket(s3, bucket: str) -> None:
                 "BucketAlreadyOwnedByYou",
                 "BucketAlreadyExists",
             ):
-                raise errors.TemporaryError(f"results bucket {bucket}: {exc}") from None
+                raise errors.TemporaryError(f"bucket {bucket}: {exc}") from None
         except BotoCoreError as exc:
             raise errors.unavailable("the platform's S3", exc) from exc
     except BotoCoreError as exc:
         raise errors.unavailable("the platform's S3", exc) from exc
+
+
+def list_page(s3, bucket: str, prefix: str, limit: int) -> dict | None:
+    """One page of `list_objects_v2` (at most `limit` keys); None when there is no such
+    bucket. Any other refusal is raised as the client raised it."""
+    try:
+        return s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=limit)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
+            return None
+        raise

@@ -18,11 +18,11 @@ from __future__ import annotations
 import tempfile
 from typing import Annotated
 
-from botocore.exceptions import ClientError
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
+from dlaas.adapters.s3 import ensure_bucket, list_page
 from dlaas.domain.account_ops import storage_refusal
 from dlaas.domain.errors import InvalidRequest, PayloadTooLarge
 from dlaas.domain.namespace import NamespaceError, check_bucket, team_bucket, user_bucket
@@ -124,12 +124,9 @@ def list_objects(
 ) -> BucketListing:
     """Objects in one of your team's buckets."""
     real = _bucket(caller, bucket)
-    try:
-        page = deps.s3.list_objects_v2(Bucket=real, Prefix=prefix, MaxKeys=limit)
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
-            raise InvalidRequest(f"bucket: your team has no bucket {bucket!r}") from None
-        raise
+    page = list_page(deps.s3, real, prefix, limit)
+    if page is None:
+        raise InvalidRequest(f"bucket: your team has no bucket {bucket!r}")
     return BucketListing(
         bucket=bucket,
         objects=[DataObject(key=o["Key"], size=o["Size"]) for o in page.get("Contents", [])],
@@ -154,17 +151,7 @@ async def upload(bucket: str, key: str, request: Request, deps: DepsDep, caller:
 
         def put() -> None:
             check_storage_quota(deps, caller.team, size)
-            try:
-                deps.s3.head_bucket(Bucket=real)
-            except ClientError:
-                try:
-                    deps.s3.create_bucket(Bucket=real)
-                except ClientError as exc:
-                    if exc.response.get("Error", {}).get("Code") not in (
-                        "BucketAlreadyOwnedByYou",
-                        "BucketAlreadyExists",
-                    ):
-                        raise
+            ensure_bucket(deps.s3, real)
             deps.s3.upload_fileobj(spool, real, key)
 
         await run_in_threadpool(put)

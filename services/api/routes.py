@@ -15,12 +15,12 @@ import time
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from botocore.exceptions import ClientError
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from dlaas.adapters.job_progress import MAX_LOOKS
+from dlaas.adapters.s3 import ensure_bucket
 from dlaas.adapters.store.base import JobRecord
 from dlaas.domain import jobspec, purge
 from dlaas.domain.errors import (
@@ -152,21 +152,6 @@ async def _read_submission(request: Request, max_code: int) -> tuple[str, bytes 
     return _text(body, "manifest"), None, ""
 
 
-def _ensure_bucket(deps: Deps) -> None:
-    s3, bucket = deps.s3, deps.settings.s3_bucket
-    try:
-        s3.head_bucket(Bucket=bucket)
-    except ClientError:
-        try:
-            s3.create_bucket(Bucket=bucket)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") not in (
-                "BucketAlreadyOwnedByYou",
-                "BucketAlreadyExists",
-            ):
-                raise
-
-
 def _submit(deps: Deps, caller: Caller, text: str, manifest: Manifest, code: bytes | None):
     # Bucket names resolve in the caller's team namespace: refuse any other before storing.
     check_buckets(manifest, caller.team)
@@ -175,7 +160,7 @@ def _submit(deps: Deps, caller: Caller, text: str, manifest: Manifest, code: byt
     key = ""
     if code is not None:
         key = code_key(job_id)
-        _ensure_bucket(deps)
+        ensure_bucket(deps.s3, deps.settings.s3_bucket)
         deps.s3.put_object(Bucket=deps.settings.s3_bucket, Key=key, Body=code)
     try:
         result = deps.lcm.submit(job_id, caller.user, text, key, team=caller.team)
