@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
@@ -29,6 +30,43 @@ USER_READ_TIMEOUT_S = 10.0
 # What botocore raises when a store does not answer (connect or read timeout, refused
 # or reset connection, unknown host): the store is unreachable, not the request bad.
 STORE_UNREACHABLE = (BotoConnectionError, HTTPClientError)
+
+
+# Every error a call to a store may raise that `store_error` turns into the domain's.
+STORE_ERRORS = (ClientError, *STORE_UNREACHABLE)
+
+
+def missing_bucket(exc: Exception) -> bool:
+    """Whether the store answered that the bucket does not exist."""
+    return isinstance(exc, ClientError) and (
+        exc.response.get("Error", {}).get("Code") == "NoSuchBucket"
+    )
+
+
+def store_error(exc: Exception, endpoint: str, what: str) -> errors.DlaasError:
+    """A job's results store's failure (one of STORE_ERRORS) as a domain error naming what
+    the user can look at: a refusal (4xx) is the user's to fix, anything else temporary.
+
+    Only the store's host is named: an endpoint URL may carry credentials.
+    """
+    host = urlsplit(endpoint).hostname or "?"
+    if isinstance(exc, ClientError):
+        code = exc.response.get("Error", {}).get("Code") or "an error"
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 500
+        if 400 <= status < 500:  # the store refuses these credentials or this bucket
+            return errors.InvalidRequest(
+                f"data_stores[0].connection: the results store at {host} refused to {what} "
+                f"({code}); check the store's credentials and bucket"
+            )
+        return errors.TemporaryError(
+            f"the results store at {host} failed ({code}); try again later"
+        )
+    # Timeouts and refused connections: the store is down, or a tarpit. Not retried here.
+    return errors.TemporaryError(
+        f"data_stores[0].connection.endpoint: the results store at {host} did not answer "
+        f"({type(exc).__name__}); try again later",
+        delay_s=10.0,
+    )
 
 
 def client(
@@ -139,3 +177,19 @@ def list_page(s3, bucket: str, prefix: str, limit: int) -> dict | None:
         if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
             return None
         raise
+
+
+def bucket_answers(s3, bucket: str) -> tuple[bool, str]:
+    """Whether the store answers a HEAD of `bucket`, and how (the API's health probe). Any
+    answer below 500 counts, "no such bucket" included: the bucket comes with the first
+    upload."""
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except ClientError as exc:
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 500
+        if status < 500:
+            return True, f"answers (bucket {bucket}: HTTP {status})"
+        return False, f"failing (HTTP {status})"
+    except STORE_UNREACHABLE as exc:
+        return False, f"not answering ({type(exc).__name__})"
+    return True, "answers"

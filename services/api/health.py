@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from botocore.exceptions import ClientError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dlaas.adapters.s3 import STORE_UNREACHABLE
+from dlaas.adapters.s3 import bucket_answers
 from dlaas.adapters.store.base import JobStore
 
 log = logging.getLogger(__name__)
@@ -71,16 +70,7 @@ def store_answers(store: JobStore) -> ComponentHealth:
 
 
 def s3_answers(s3: Any, bucket: str) -> ComponentHealth:
-    try:
-        s3.head_bucket(Bucket=bucket)
-    except ClientError as exc:
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 500
-        if status < 500:  # it answers; the bucket is made with the first upload
-            return ComponentHealth(True, f"answers (bucket {bucket}: HTTP {status})")
-        return ComponentHealth(False, f"failing (HTTP {status})")
-    except STORE_UNREACHABLE as exc:
-        return ComponentHealth(False, f"not answering ({type(exc).__name__})")
-    return ComponentHealth(True, "answers")
+    return ComponentHealth(*bucket_answers(s3, bucket))
 
 
 def check_all(

@@ -8,16 +8,14 @@ import tarfile
 import zlib
 from collections.abc import Iterator
 from typing import Annotated
-from urllib.parse import urlsplit
 
-from botocore.exceptions import ClientError
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from dlaas.adapters.logs import Pause
-from dlaas.adapters.s3 import STORE_UNREACHABLE
+from dlaas.adapters.s3 import STORE_ERRORS, missing_bucket, store_error
 from dlaas.domain import jobspec
-from dlaas.domain.errors import DlaasError, InvalidRequest, TemporaryError
+from dlaas.domain.errors import InvalidRequest
 from dlaas.domain.locations import job_locations
 from dlaas.domain.secretbox import SecretBox
 from dlaas.domain.stored import stored_manifest, stored_manifest_or_none
@@ -93,8 +91,8 @@ def _log_rounds(
     rounds = deps.logs.stream_rounds(results, job_id, learner, offset=offset, follow=follow)
     try:
         first = next(rounds, None)
-    except (ClientError, *STORE_UNREACHABLE) as exc:
-        raise results_store_error(exc, results.endpoint, "read the log") from None
+    except STORE_ERRORS as exc:
+        raise store_error(exc, results.endpoint, "read the log") from None
 
     def rest() -> Iterator[str | Pause]:
         if first is not None:
@@ -102,31 +100,6 @@ def _log_rounds(
             yield from rounds
 
     return rest()
-
-
-def results_store_error(
-    exc: Exception, endpoint: str, what: str = "list the results"
-) -> DlaasError:
-    """A results store's failure as a domain error naming what the user can look at.
-
-    Only the store's host is named: an endpoint URL may carry credentials.
-    """
-    host = urlsplit(endpoint).hostname or "?"
-    if isinstance(exc, ClientError):
-        code = exc.response.get("Error", {}).get("Code") or "an error"
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 500
-        if 400 <= status < 500:  # the store refuses these credentials or this bucket
-            return InvalidRequest(
-                f"data_stores[0].connection: the results store at {host} refused to {what} "
-                f"({code}); check the store's credentials and bucket"
-            )
-        return TemporaryError(f"the results store at {host} failed ({code}); try again later")
-    # Timeouts and refused connections: the store is down, or a tarpit. Not retried here.
-    return TemporaryError(
-        f"data_stores[0].connection.endpoint: the results store at {host} did not answer "
-        f"({type(exc).__name__}); try again later",
-        delay_s=10.0,
-    )
 
 
 def _tar_gz_stream(s3, bucket: str, objects: list[dict], strip: str) -> Iterator[bytes]:
@@ -173,11 +146,9 @@ def job_results(job_id: str, deps: DepsDep, caller: CallerDep) -> StreamingRespo
             Bucket=results.bucket, Prefix=prefix
         ):
             objects.extend(o for o in page.get("Contents", []) if not o["Key"].endswith("/"))
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "NoSuchBucket":
-            raise results_store_error(exc, results.endpoint) from None
-    except STORE_UNREACHABLE as exc:
-        raise results_store_error(exc, results.endpoint) from None
+    except STORE_ERRORS as exc:
+        if not missing_bucket(exc):
+            raise store_error(exc, results.endpoint, "list the results") from None
     if not objects:
         raise NoResults(f"job {job_id} has no results stored (status {record.status})")
     return StreamingResponse(

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
 from celery import Celery
 
+from dlaas.adapters.s3_purge import purge_prefix
 from dlaas.adapters.store.base import JobStore
 from dlaas.config import PlatformSettings
 from dlaas.domain import hooks, jobspec, purge
@@ -32,7 +32,6 @@ from dlaas.domain.errors import InvalidManifest, JobNotFound, TemporaryError
 from dlaas.domain.locations import job_locations
 from dlaas.domain.stored import stored_manifest
 from services.worker import hooks as hook_delivery
-from services.worker.purge import purge_prefix
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +78,7 @@ def make_app(
 
     @app.task(
         name=purge.PURGE_TASK,
-        autoretry_for=(ClientError, BotoCoreError, TemporaryError, JobStillPresent),
+        autoretry_for=(TemporaryError, JobStillPresent),
         **retry,
     )
     def purge_results(
@@ -126,7 +125,7 @@ def run_purge(
     s3: Any,
     cancelled: Callable[[str], bool],
 ) -> int:
-    """One attempt at a purge; raises JobStillPresent or an S3 error for a retry."""
+    """One attempt at a purge; raises JobStillPresent or TemporaryError for a retry."""
     if req.endpoint != settings.s3_endpoint:
         # The platform's key goes to the platform's S3 only; a request naming another
         # endpoint is wrong and will stay wrong: dropped, not retried.

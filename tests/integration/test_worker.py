@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from dlaas.adapters.s3_purge import purge_prefix
 from dlaas.adapters.store.base import JobRecord
 from dlaas.config import PlatformSettings
 from dlaas.domain import jobspec, purge
@@ -28,7 +29,6 @@ from dlaas.domain.namespace import DEFAULT_RESULTS, team_bucket
 from dlaas.domain.status import Status, Transition
 from dlaas.local import processes
 from services.api.tasks import CeleryTaskQueue
-from services.worker.purge import purge_prefix
 from services.worker.tasks import run_purge, sweep_retention
 
 REPO = Path(__file__).resolve().parents[2]

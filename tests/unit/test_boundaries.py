@@ -137,7 +137,7 @@ PLANTED = [
     pytest.param(
         "services/lcm/deployment.py",
         "import pymongo.errors",  # to classify the job store's errors: the adapter's job
-        "Services reach the engines and the job store only through their adapters BROKEN",
+        "Services reach the engines and the stores only through their adapters BROKEN",
         "services.lcm.deployment -> pymongo",
         id="service-imports-driver",
     ),

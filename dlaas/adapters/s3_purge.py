@@ -1,16 +1,19 @@
-"""Delete a job's results from S3: the core of the worker's purge task, with no broker.
+"""Delete a job's results from the platform's S3: the core of the worker's purge task
+(services.worker.tasks), with no broker.
 
 `purge_prefix` lists and deletes every object under a prefix, a page (up to 1000 keys)
 at a time. It is idempotent: what is gone stays gone, a missing bucket is nothing to do,
 and a run that stopped halfway (a crash, an S3 error) is finished by the next one. Errors
-other than "no such bucket" are raised for the task to retry.
+other than "no such bucket" are raised as TemporaryError, for the task to retry.
 """
 
 from __future__ import annotations
 
 import logging
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
+
+from dlaas.domain import errors
 
 log = logging.getLogger(__name__)
 
@@ -35,25 +38,24 @@ def purge_prefix(s3, bucket: str, prefix: str) -> int:
                 return deleted
             if all(k["Key"] in seen for k in keys):
                 # Deleted without an error yet still listed: stop rather than loop.
-                raise ClientError(
-                    {"Error": {"Code": "StillListed",
-                               "Message": f"{keys[0]['Key']} is listed after its delete"}},
-                    "DeleteObjects",
-                )  # fmt: skip
+                raise errors.TemporaryError(
+                    f"purge of {bucket}/{prefix}: {keys[0]['Key']} is listed after its delete"
+                )
             seen.update(k["Key"] for k in keys)
             reply = s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
-            errors = reply.get("Errors") or []
-            if errors:
-                first = errors[0]
-                raise ClientError(
-                    {"Error": {"Code": first.get("Code", "DeleteFailed"),
-                               "Message": f"{len(errors)} object(s) not deleted, first "
-                                          f"{first.get('Key')}: {first.get('Message', '')}"}},
-                    "DeleteObjects",
-                )  # fmt: skip
+            refused = reply.get("Errors") or []
+            if refused:
+                first = refused[0]
+                raise errors.TemporaryError(
+                    f"purge of {bucket}/{prefix}: {len(refused)} object(s) not deleted, first "
+                    f"{first.get('Key')}: {first.get('Code', 'DeleteFailed')} "
+                    f"{first.get('Message', '')}"
+                )
             deleted += len(keys)
             log.info("purged %d object(s) from %s/%s", len(keys), bucket, prefix)
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == MISSING_BUCKET:
             return deleted
-        raise
+        raise errors.TemporaryError(f"purge of {bucket}/{prefix}: {exc}") from exc
+    except BotoCoreError as exc:
+        raise errors.unavailable("the platform's S3", exc) from exc
