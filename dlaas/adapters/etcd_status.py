@@ -20,10 +20,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyetcd
+import pyetcd.events
 
 from dlaas.adapters.leader import ETCD_ERRORS
 from dlaas.adapters.notify import NoNotifier, Notifier
@@ -252,3 +253,19 @@ class StatusKeeper(StatusRepo):
 
     def cancel_watch(self, handle: object) -> None:
         self.etcd.cancel_watch(handle)
+
+    def watch_jobs(self) -> tuple[Iterator[tuple[str, bool]], Callable[[], None]]:
+        """Every change under the jobs' keys as it happens: (job id, whether it was the
+        job's status key that went), and the watch's cancel. The iterator raises what the
+        etcd client raises when the watch breaks."""
+        events, cancel = self.etcd.watch_prefix(self.keys.jobs)
+
+        def changes() -> Iterator[tuple[str, bool]]:
+            for event in events:
+                key = event.key.decode()
+                job_id = self.keys.job_of(key)
+                if job_id:
+                    deleted = isinstance(event, pyetcd.events.DeleteEvent)
+                    yield job_id, deleted and self.keys.is_status(key)
+
+        return changes(), cancel

@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-import pyetcd.events
-
 from dlaas.adapters.etcd_status import StatusKeeper
 from dlaas.domain.ports import EngineUnreachable, JobContainers
 
@@ -197,21 +195,16 @@ class Watchers:
 
     def _watch_etcd(self) -> None:
         """Watch the job keys; reconnect when the watch breaks."""
-        keys = self.keeper.keys
         delay = 0.5
         while not self.stop.is_set():
             try:
-                events, cancel = self.keeper.etcd.watch_prefix(keys.jobs)
+                changes, cancel = self.keeper.watch_jobs()
                 self._closers["etcd"] = cancel
-                for event in events:
+                for job_id, status_deleted in changes:
                     delay = 0.5
                     if self.stop.is_set():
                         break
-                    key = event.key.decode()
-                    job_id = keys.job_of(key)
-                    if not job_id:
-                        continue
-                    if isinstance(event, pyetcd.events.DeleteEvent) and keys.is_status(key):
+                    if status_deleted:
                         self.on_status_deleted(job_id)
                     self.on_job(job_id)
             # Broad: the etcd client raises its own errors and gRPC's (unavailable, stream

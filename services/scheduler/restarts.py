@@ -19,13 +19,15 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import replace
-
-import pyetcd
+from typing import TYPE_CHECKING
 
 from dlaas.domain.keys import EtcdKeys
 from dlaas.domain.status import JobState, Status
 from services.scheduler.policy import PolicyConfig, Snapshot
 from services.scheduler.policy.restarts import RestartTimes, pause_after_resize
+
+if TYPE_CHECKING:  # the etcd client's type, for the annotations only
+    import pyetcd
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
-
-import pyetcd
+from typing import TYPE_CHECKING
 
 from dlaas.adapters.grpc_errors import translate_errors
 from dlaas.adapters.nodes import NodeSpec
@@ -50,8 +49,10 @@ from services.scheduler.policy import (
 from services.scheduler.policy.elastic import IdleForecast
 from services.scheduler.restarts import RestartWatch
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:  # the etcd client's type, for the annotations only
+    import pyetcd
 
+log = logging.getLogger(__name__)
 
 # A team name is an etcd key segment and a word in pending reasons: no slashes, no spaces.
 _TEAM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
