@@ -174,7 +174,7 @@ def list_page(s3, bucket: str, prefix: str, limit: int) -> dict | None:
     try:
         return s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=limit)
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
+        if missing_bucket(exc):
             return None
         raise
 

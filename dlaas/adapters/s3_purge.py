@@ -13,11 +13,10 @@ import logging
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from dlaas.adapters.s3 import missing_bucket
 from dlaas.domain import errors
 
 log = logging.getLogger(__name__)
-
-MISSING_BUCKET = "NoSuchBucket"
 
 
 def purge_prefix(s3, bucket: str, prefix: str) -> int:
@@ -54,7 +53,7 @@ def purge_prefix(s3, bucket: str, prefix: str) -> int:
             deleted += len(keys)
             log.info("purged %d object(s) from %s/%s", len(keys), bucket, prefix)
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == MISSING_BUCKET:
+        if missing_bucket(exc):
             return deleted
         raise errors.TemporaryError(f"purge of {bucket}/{prefix}: {exc}") from exc
     except BotoCoreError as exc:

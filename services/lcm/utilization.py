@@ -3,9 +3,9 @@
 The capacity page (GET /v1/nodes), `/metrics` and `dlaas nodes` show what jobs hold of
 a node (their allocation, from their manifests); this is what they really use. The LCM
 reads each node's container counters through a `UsageSource` (dlaas.domain.ports; the
-Docker adapter is dlaas.adapters.engines.docker_usage) every few seconds in a thread of its own, and its `Cluster` call hands
-out the last result (grpc_api.py): a listing never waits for the engine, and no HTTP
-request causes an engine call.
+Docker adapter is dlaas.adapters.engines.docker_usage) every few seconds in a thread of its
+own, and its `Cluster` call hands out the last result (grpc_api.py): a listing never waits
+for the engine, and no HTTP request causes an engine call.
 
 CPU is a rate: cumulative CPU time between two reads of the same container, over the
 time between the reads (the engine's timestamps). So a node's CPU use is known from its

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import botocore.exceptions
@@ -248,8 +249,6 @@ def test_a_gang_removed_by_the_lcm_and_the_monitor_at_once_is_gone_without_error
     # containers, network and volume at once. Neither may fail on the other's removal in
     # progress (the engine's 409 for a container, 403 for a network still attached), and
     # nothing may be left. Several gangs, as the race is a matter of timing.
-    from concurrent.futures import ThreadPoolExecutor
-
     plans = [side.plan(learners=3) for _ in range(6)]
     for plan in plans:
         side.engine.deploy(plan)
