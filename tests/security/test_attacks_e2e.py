@@ -33,8 +33,10 @@ import sqlite3
 import subprocess
 import tarfile
 import time
+import warnings
 from pathlib import Path
 
+import docker.errors
 import httpx
 import pytest
 import yaml
@@ -415,7 +417,7 @@ def inside(world):
     j = wait_status(w.bob, job_id, {"PROCESSING"})
     if j["status"] == "PROCESSING":
         w.scoped_keys[job_id] = helper_secret(w.docker, job_id)
-    j = wait_status(w.bob, job_id, FINAL, timeout=180)
+    j = wait_until_final(w, job_id)
     lines = logs(w.bob, job_id)
     t0 = j["history"][0]["at"]
     steps = " ".join(f"{h['status']}+{h['at'] - t0:.1f}" for h in j["history"])
@@ -426,6 +428,47 @@ def inside(world):
         if m := ATTACK_RE.match(line):
             found[f"{m[1]} {m[2]}"] = (m[3], m[4])
     return j, found, lines, job_id
+
+
+# STORING takes the helper about 0.2 s; in some full-suite runs bob's job sat there 50-56 s
+# with its helper up (the cause is not found: it never happened with the module alone).
+SLOW_STORING_S = 10.0
+
+
+def wait_until_final(w: World, job_id: str, timeout: float = 180) -> dict:
+    """`wait_status` to a final status; a helper that stores for over SLOW_STORING_S is
+    looked at once (its last lines, each process's wait channel and open files, its TCP
+    connections) and that is given as a warning, which pytest prints even when every test
+    passes: what the next reader of a CI log needs to find the cause."""
+    deadline, storing_since, seen = time.monotonic() + timeout, None, ""
+    while (j := job(w.bob, job_id))["status"] not in FINAL:
+        assert time.monotonic() < deadline, f"{job_id} still {j['status']} after {timeout} s"
+        if j["status"] == "STORING":
+            storing_since = storing_since or time.monotonic()
+            if not seen and time.monotonic() - storing_since > SLOW_STORING_S:
+                seen = helper_state(w.docker, job_id)
+        time.sleep(0.25)
+    if seen:
+        warnings.warn(
+            f"bob's attack job stored for over {SLOW_STORING_S:.0f} s:\n{seen}", stacklevel=1
+        )
+    return j
+
+
+def helper_state(docker_client, job_id: str) -> str:
+    """The helper container's last log lines and, from inside it, what its processes wait
+    on (/proc/*/wchan), their open files and the container's TCP connections."""
+    try:
+        c = docker_client.containers.get(jobspec.helper_name(job_id))
+        tail = c.logs(tail=30, timestamps=True).decode(errors="replace")
+        probe = (
+            'for p in /proc/[0-9]*; do echo "$p $(cat $p/comm) wchan=$(cat $p/wchan)"; '
+            "ls -l $p/fd 2>/dev/null | sed 1d; done; cat /proc/net/tcp"
+        )
+        inside = c.exec_run(["sh", "-c", probe]).output.decode(errors="replace")
+    except (docker.errors.DockerException, OSError) as exc:  # a look must not fail it
+        return f"(could not look at the helper: {exc!r})"
+    return f"{tail}\n{inside[-6000:]}"
 
 
 def test_the_attack_script_ran_to_its_end_with_its_controls_passing(inside):
