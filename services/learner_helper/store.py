@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -261,19 +262,104 @@ def delete_object(client, bucket: str, key: str) -> None:
         raise classify(exc, f"deleting s3://{bucket}/{key}", upload=True) from None
 
 
+class _Snapshot:
+    """The first `size` bytes of an open file, as a seekable stream for one upload. A file
+    cut short under the upload ends it at once (`cut`; the caller's next scan sees the
+    change and sends the file again): sending fewer bytes than announced would leave the
+    store waiting for the rest until the client's read timeout, and padding them would not
+    match the checksum taken before the send."""
+
+    def __init__(self, fd: int, size: int):
+        self._fd, self._size, self._pos = fd, size, 0
+        self.cut = False
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size}[whence]
+        self._pos = min(max(base + offset, 0), self._size)
+        return self._pos
+
+    def close(self) -> None:
+        """The descriptor is upload_file's to close."""
+
+    def read(self, n: int | None = -1) -> bytes:
+        left = self._size - self._pos
+        want = left if n is None or n < 0 else min(n, left)
+        parts, got = [], 0
+        while got < want:
+            data = os.pread(self._fd, want - got, self._pos + got)
+            if not data:
+                self.cut = True
+                raise OSError("the file was cut short while it was sent")
+            parts.append(data)
+            got += len(data)
+        self._pos += want
+        return b"".join(parts)
+
+
+def open_below(root: Path, rel: str) -> int | None:
+    """A read-only descriptor of the regular file `rel` below the trusted directory `root`,
+    following no link on the way (a learner can swap a directory or the file for a link to
+    anything in the helper's file system at any moment); None when there is none."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            mode = os.O_RDONLY | os.O_NONBLOCK if last else os.O_RDONLY | os.O_DIRECTORY
+            child = os.open(part, mode | flags, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def upload_file(
-    client, path: Path, bucket: str, key: str, metadata: dict[str, str] | None = None
-) -> None:
-    """Upload one file; `metadata` becomes the object's user metadata (x-amz-meta-*)."""
+    client, root: Path, rel: str, bucket: str, key: str, metadata: dict[str, str] | None = None
+) -> int | None:
+    """Upload the regular file `rel` below `root`; `metadata` becomes the object's user
+    metadata (x-amz-meta-*). The bytes stored, or None when there is no such regular file
+    any more (gone, or a link, a pipe, a directory) or it was cut short while sent: the file
+    is opened as `open_below` says and sized by that open file, never by its path again."""
+    fd = open_below(root, rel)
+    if fd is None:
+        return None
+    size = os.fstat(fd).st_size
+    body = _Snapshot(fd, size)
     try:
         extra = {"Metadata": metadata} if metadata else None
-        client.upload_file(str(path), bucket, key, ExtraArgs=extra)
+        client.upload_fileobj(body, bucket, key, ExtraArgs=extra)
+        return size
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, OSError) as exc:
+        if body.cut:
+            return None
         raise classify(exc, f"s3://{bucket}/{key}", upload=True) from None
     except boto3.exceptions.S3UploadFailedError as exc:
+        if body.cut:
+            return None
         raise _error(
             HELPER_EXIT_UPLOAD_FAILED, f"storing s3://{bucket}/{key} failed: {exc}"
         ) from None
+    finally:
+        os.close(fd)
 
 
 def upload_tree(client, src: Path, bucket: str, prefix: str) -> tuple[int, int]:
@@ -282,9 +368,10 @@ def upload_tree(client, src: Path, bucket: str, prefix: str) -> tuple[int, int]:
     if not src.is_dir():
         return 0, 0
     for path in sorted(src.rglob("*")):
-        if path.is_symlink() or not path.is_file():
+        rel = path.relative_to(src).as_posix()
+        size = upload_file(client, src, rel, bucket, prefix + rel)
+        if size is None:
             continue  # a link could point anywhere in the container: store real files only
-        upload_file(client, path, bucket, prefix + path.relative_to(src).as_posix())
         count += 1
-        total += path.stat().st_size
+        total += size
     return count, total

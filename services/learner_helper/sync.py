@@ -195,12 +195,13 @@ class CheckpointSync:
                 continue  # deleted since the scan: the next sync deletes it remotely
             if before != plan.seen[name]:
                 continue  # changed since the scan: the next sync sends it, after its log lines
-            try:
-                store.upload_file(self.client, path, self.bucket, self.prefix + name)
-            except store.StoreError:
-                if _stat(path) is None:
-                    continue  # vanished while uploading (the library's keep-K)
-                raise
+            if (
+                store.upload_file(
+                    self.client, self.directory, name, self.bucket, self.prefix + name
+                )
+                is None
+            ):
+                continue  # no longer a regular file: the next scan says what is there
             self.owned.add(name)
             uploaded += 1
             if _stat(path) == before:  # changed while uploading: send again next time
@@ -277,7 +278,8 @@ class LearnerLogs:
             self.bucket_made.ensure()
             store.upload_file(
                 self.client,
-                path,
+                self.log_dir,
+                path.name,
                 self.bucket,
                 self.key(learner),
                 metadata={RUN_START_META: str(self.run_start.get(learner, 0))},
@@ -343,7 +345,13 @@ class MetricFiles:
                 before = _stat(path)
                 if before is None:
                     continue
-                store.upload_file(self.client, path, self.bucket, self.prefix + rel)
+                if (
+                    store.upload_file(
+                        self.client, self.log_dir, rel, self.bucket, self.prefix + rel
+                    )
+                    is None
+                ):
+                    continue
                 if _stat(path) == before:  # still being written: sent again next time
                     self.synced[rel] = before
         return len(plan.uploads)

@@ -5,8 +5,11 @@ sync plan, the scan) are in tests/unit/test_learner_lib.py.
 
 from __future__ import annotations
 
+import os
+import time
+
 from dlaas.learner import checkpoint
-from services.learner_helper import sync
+from services.learner_helper import store, sync
 
 
 def test_checkpoint_sync_mirrors_keep_k_and_restores(tmp_path, s3_client, s3_bucket):
@@ -68,3 +71,69 @@ def test_log_restore_takes_the_longer_copy_and_marks_where_the_run_starts(
     rejoined = sync.LearnerLogs(s3_client, s3_bucket, "j", kept)
     rejoined.adopt(learners=range(1))
     assert rejoined.run_start == {0: 4}
+
+
+def test_an_upload_stores_the_file_it_opened_whatever_the_learner_swaps_in_meanwhile(
+    tmp_path, s3_client, s3_bucket
+):
+    """A hostile learner changes what a checkpoint's path names while the helper uploads it:
+    the upload neither follows a link into the helper's files nor waits on bytes it
+    announced and cannot send (the store then waits out the client's 60 s read timeout)."""
+    work, secret = tmp_path / "ck", tmp_path / "helper-env"
+    work.mkdir()
+    secret.write_bytes(b"AWS_SECRET_ACCESS_KEY=never-stored" * 100)
+    target = work / "race.bin"
+    mirror = sync.CheckpointSync(s3_client, s3_bucket, "j/checkpoints", work)
+    swaps: list = []
+
+    def during_send(**_kwargs) -> None:
+        if swaps:
+            swaps.pop(0)()
+
+    def stored() -> bytes:
+        return s3_client.get_object(Bucket=s3_bucket, Key="j/checkpoints/race.bin")["Body"].read()
+
+    def to_link() -> None:
+        (work / ".l").symlink_to(secret)
+        os.replace(work / ".l", target)
+
+    def shorter_file() -> None:
+        (work / ".f").write_bytes(b"short")
+        os.replace(work / ".f", target)
+
+    def truncated() -> None:
+        os.truncate(target, 10)
+
+    s3_client.meta.events.register("before-send.s3.PutObject", during_send)
+    for swap, content in ((to_link, b"a" * 3000), (shorter_file, b"b" * 3000)):
+        target.unlink(missing_ok=True)
+        target.write_bytes(content)
+        swaps.append(swap)
+        started = time.monotonic()
+        assert mirror.sync().uploaded == 1
+        assert time.monotonic() - started < 10, swap.__name__
+        assert stored() == content, swap.__name__  # what was opened, not what is there now
+
+    target.write_bytes(b"c" * 3000)
+    swaps.append(truncated)
+    started = time.monotonic()
+    assert mirror.sync().uploaded == 0  # cut short while sent: given up at once ...
+    assert time.monotonic() - started < 10
+    assert mirror.sync().uploaded == 1  # ... and sent as it is now
+    assert stored() == b"c" * 10
+
+
+def test_open_below_follows_no_link_and_opens_only_regular_files(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "dir").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "x").write_bytes(b"helper's")
+    (root / "dir" / "x").write_bytes(b"learner's")
+    (root / "linked-dir").symlink_to(outside)
+    (root / "linked-file").symlink_to(outside / "x")
+    os.mkfifo(root / "fifo")  # opened as a reader, it would block until a writer came
+    fd = store.open_below(root, "dir/x")
+    assert fd is not None and os.read(fd, 100) == b"learner's"
+    os.close(fd)
+    for rel in ("linked-dir/x", "linked-file", "fifo", "dir", "missing", "../outside/x", ""):
+        assert store.open_below(root, rel) is None, rel

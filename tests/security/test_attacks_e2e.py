@@ -435,7 +435,8 @@ def inside(world):
 
 # STORING takes the helper about 0.2 s; in some full-suite runs bob's job sat there 50-56 s
 # with its helper up: an upload of the file his race attack swaps, announcing more bytes than
-# it sent, waited out the S3 client's 60 s read timeout (found by the look below, fresh-D).
+# it sent, waited out the S3 client's 60 s read timeout (found by the look below, fresh-D;
+# store.upload_file now sizes and sends the file it opened). The look stays, for what is next.
 SLOW_STORING_S = 10.0
 
 

@@ -80,7 +80,7 @@ class SlowStore:
 
         return Pages()
 
-    def upload_file(self, path, bucket, key, ExtraArgs=None):
+    def upload_fileobj(self, body, bucket, key, ExtraArgs=None):
         if self.failing:
             raise botocore.exceptions.ClientError(
                 {"Error": {"Code": "InternalError"}, "ResponseMetadata": {"HTTPStatusCode": 500}},
@@ -89,8 +89,7 @@ class SlowStore:
         if "/checkpoints/" in key:
             self.checkpoint_uploads.append(time.monotonic())
         time.sleep(self.upload_s)
-        with open(path, "rb") as f:
-            self.objects[key] = f.read()
+        self.objects[key] = body.read()
 
     def delete_object(self, Bucket, Key):
         self.objects.pop(Key, None)
