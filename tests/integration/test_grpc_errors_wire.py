@@ -10,6 +10,7 @@ tests/unit/test_grpc_errors.py.
 from __future__ import annotations
 
 import sqlite3
+import time
 from contextlib import contextmanager
 
 import pyetcd.exceptions
@@ -38,15 +39,16 @@ class Raiser(scheduler_pb2_grpc.SchedulerServicer):
 
 
 @contextmanager
-def serving(servicer):
-    """`servicer` on a real gRPC server, and an SDK client of it."""
-    port = free_port()
+def serving(servicer, addr: str = ""):
+    """`servicer` on a real gRPC server (at `addr`, else a free port), and an SDK client of
+    it."""
+    addr = addr or f"127.0.0.1:{free_port()}"
     server = start_server(
-        f"127.0.0.1:{port}",
+        addr,
         lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
         ["dlaas.v1.Scheduler"],
     )
-    client = SchedulerClient(f"127.0.0.1:{port}", timeout=10)
+    client = SchedulerClient(addr, timeout=10)
     try:
         yield client
     finally:
@@ -99,6 +101,26 @@ def test_nobody_listening_is_temporary():
     with client, pytest.raises(errors.TemporaryError) as caught:
         client.release("job-1")
     assert "not answering" in caught.value.message
+
+
+def test_a_new_client_reaches_a_server_that_is_back_whatever_an_older_client_saw():
+    """A client that saw its server go (an earlier test's, to a port the kernel hands out
+    again; an LCM replica's before the scheduler restarted) backs off its reconnects; a new
+    client to the server now listening there answers at once, not after that backoff
+    (gRPC shares connections between a process's channels unless told not to)."""
+    addr = f"127.0.0.1:{free_port()}"
+    servicer = Raiser()
+    servicer.error = errors.JobNotFound("job-1")
+    before = SchedulerClient(addr, timeout=10)
+    with serving(servicer, addr), pytest.raises(errors.JobNotFound):
+        before.release("job-1")
+    for _ in range(6):  # it goes on calling: its reconnects back off, for seconds by now
+        with pytest.raises(errors.TemporaryError):
+            before.release("job-1")
+        time.sleep(0.5)
+    with serving(servicer, addr) as after, pytest.raises(errors.JobNotFound):
+        after.release("job-1")
+    before.close()
 
 
 class FailingEtcd:
