@@ -2,7 +2,7 @@
 against the same processes run bare, and the time from submit to the job's first line.
 
     python benchmarks/training_overhead.py [--learners 1,2,4] [--swarm] [--epochs 60]
-        [--runs 4] [--checkpoint-interval S] [--json]
+        [--runs 4] [--checkpoint-interval S] [--bare-cgroups] [--json]
 
 The job is examples/pytorch-ddp (torch.distributed DDP over gloo, one process per learner,
 OMP_NUM_THREADS=1 on both sides so that CPU limits are not what is measured), submitted over
@@ -19,7 +19,10 @@ processes on the two nodes talking over the network between them: each rank is s
 its node's network namespace (`nsenter --net`, the namespaces and addresses from the lab's
 state file) and they all-reduce over the lab's underlay (veths and the lab bridge, no
 container, no overlay); the loopback run is reported beside it (`bare_loopback_epoch_s`,
-`ratio_vs_loopback`), so nothing is hidden.
+`ratio_vs_loopback`), so nothing is hidden. `--bare-cgroups` adds a third side to the
+Docker shapes: the bare processes, each in a CPU cgroup of its own with no limit
+(`bare_own_cgroups_epoch_s`, `ratio_vs_own_cgroups`): how much of the ratio is the CPU
+scheduler serving N groups instead of N processes, which any container pays.
 
 A run must last long enough that the machine's noise (2 cores shared with other work)
 cannot decide the ratio: a shape of N learners trains max(20, --epochs / N) epochs (60 for
@@ -272,12 +275,40 @@ def release_image(root: Path) -> bool:
     return not any(os.path.ismount(root / m) for m in ("dev", "proc"))
 
 
+class OwnCgroups:
+    """A CPU cgroup of its own for each bare process (`--bare-cgroups`), with no limit: what
+    a container adds to the CPU scheduler and nothing else (no quota, no network, no file
+    system). cgroup v1's cpu hierarchy, or v2's root with the cpu controller on."""
+
+    def __init__(self, count: int):
+        v1 = Path("/sys/fs/cgroup/cpu")
+        root = v1 if v1.is_dir() else Path("/sys/fs/cgroup")
+        if root == v1 or "cpu" in (root / "cgroup.subtree_control").read_text().split():
+            self.paths = [root / f"dlaas-bare-{os.getpid()}-{k}" for k in range(count)]
+        else:
+            raise SystemExit("--bare-cgroups: no cpu controller in /sys/fs/cgroup")
+        for path in self.paths:
+            path.mkdir(exist_ok=True)
+
+    def enter(self, k: int, cmd: list[str]) -> list[str]:
+        """`cmd`, run by a shell that first moves itself into cgroup k."""
+        procs = self.paths[k] / "cgroup.procs"
+        return ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *cmd]
+
+    def remove(self) -> None:
+        for path in self.paths:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
 def bare(image: tuple[Path, dict[str, str]], data: bytes, learners: int, epochs: int,
-         nodes: list[dict] | None = None) -> dict:  # fmt: skip
+         nodes: list[dict] | None = None, cgroups: bool = False) -> dict:  # fmt: skip
     """The example's processes in the image's file system: on the host's loopback, or with
     `nodes` (the swarm lab's node records: "netns", "address") rank k in node k's network
-    namespace, all reaching rank 0 at its node's address over the lab's underlay. Rank 0's
-    seconds per epoch, and the CPU seconds of all the processes."""
+    namespace, all reaching rank 0 at its node's address over the lab's underlay; with
+    `cgroups`, each in a CPU cgroup of its own (OwnCgroups). Rank 0's seconds per epoch, and
+    the CPU seconds of all the processes."""
+    own = OwnCgroups(learners) if cgroups else None
     rootfs, image_env = image
     work = rootfs / "bench"
     shutil.rmtree(work, ignore_errors=True)
@@ -306,9 +337,15 @@ def bare(image: tuple[Path, dict[str, str]], data: bytes, learners: int, epochs:
             env.update(MASTER_ADDR=nodes[0]["address"], GLOO_SOCKET_IFNAME="eth0")
         cmd = [*enter, CHROOT, str(rootfs), "sh", "-c",
                f"cd /bench && python train.py --epochs {epochs} {TRAIN_ARGS}"]  # fmt: skip
+        if own:
+            cmd = own.enter(rank, cmd)
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))  # fmt: skip
-    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    try:
+        outputs = [p.communicate(timeout=900)[0] for p in procs]
+    finally:
+        if own:
+            own.remove()
     by_process = watch.stop()
     if any(p.returncode for p in procs):
         raise RuntimeError(f"bare run failed:\n{outputs[0][-2000:]}")
@@ -413,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint-interval", type=int, default=None,
                     help="the jobs' checkpoint.interval_s (0: the helper ships checkpoints "
                     "only at the end); default: the platform's")  # fmt: skip
+    ap.add_argument("--bare-cgroups", action="store_true",
+                    help="docker shapes: also the bare processes each in a CPU cgroup of its "
+                    "own, reported beside the baseline (ratio_vs_own_cgroups)")  # fmt: skip
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     interval = args.checkpoint_interval
@@ -435,7 +475,10 @@ def main(argv: list[str] | None = None) -> int:
                 shapes.append(shape(
                     "docker", n, epochs, args.runs,
                     lambda n=n, s=share, e=epochs: on_platform(http, engines, n, e, s, interval),
-                    {"loopback": lambda n=n, e=epochs: bare(image, data, n, e)},
+                    {"loopback": lambda n=n, e=epochs: bare(image, data, n, e),
+                     **({"own_cgroups": lambda n=n, e=epochs: bare(image, data, n, e,
+                                                                   cgroups=True)}
+                        if args.bare_cgroups else {})},
                 ))  # fmt: skip
                 print(json.dumps(shapes[-1]), flush=True)
         finally:

@@ -70,6 +70,7 @@ def lcm_factory(etcd_server, docker_client, job_store, learner_image, s3_server,
     for manager, server in made:
         for job_id in manager.created:
             cleaner.remove_job(job_id)
+        manager.scheduler.close()  # a channel left open goes on reconnecting to its port
         server.stop(0)
     etcd.delete_prefix(prefix + "/")
 
