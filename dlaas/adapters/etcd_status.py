@@ -26,6 +26,7 @@ from typing import Any
 import pyetcd
 import pyetcd.events
 
+from dlaas.adapters.grpc_channel import CHANNEL_OPTIONS
 from dlaas.adapters.leader import ETCD_ERRORS
 from dlaas.adapters.notify import NoNotifier, Notifier
 from dlaas.adapters.store.base import JobStore
@@ -51,7 +52,7 @@ ENDPOINT_RETRY_S = 1.0
 
 def connect(endpoints: list[tuple[str, int]], timeout: float = 5.0) -> pyetcd.Etcd3Client:
     eps = [
-        pyetcd.Endpoint(host, port, secure=False, time_retry=ENDPOINT_RETRY_S)
+        pyetcd.Endpoint(host, port, secure=False, time_retry=ENDPOINT_RETRY_S, opts=CHANNEL_OPTIONS)
         for host, port in endpoints
     ]
     return pyetcd.MultiEndpointEtcd3Client(eps, timeout=timeout, failover=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from dlaas.adapters.grpc_channel import CHANNEL_OPTIONS
 from dlaas.adapters.grpc_errors import raise_from_rpc
 from dlaas.domain.metric_query import metric_query
 from dlaas.domain.ports import SchedulerPort
@@ -93,7 +94,6 @@ class TeamUsage:
 
 
 # Calls that find a replica gone (UNAVAILABLE) are retried on another one.
-MAX_RECONNECT_BACKOFF_MS = 2000
 _SERVICE_CONFIG = json.dumps(
     {
         "loadBalancingConfig": [{"round_robin": {}}],
@@ -114,22 +114,15 @@ _SERVICE_CONFIG = json.dumps(
 
 
 def channel(addr: str) -> grpc.Channel:
-    """A channel to one address, or to every replica of "host:port,host:port,...".
-
-    Its connections are its own (a local subchannel pool): by default gRPC shares them
-    between the channels of a process, and a new client to a server that is back would
-    inherit another client's reconnect backoff from while it was down, failing for seconds
-    (a test's client once failed so, behind a client of an earlier test to the same port).
-    Reconnects back off to at most MAX_RECONNECT_BACKOFF_MS (gRPC's default grows to 120 s):
-    a service restarted after a long outage is found again within about that long."""
+    """A channel to one address, or to every replica of "host:port,host:port,..."; its
+    connections its own and its reconnects soon (dlaas.adapters.grpc_channel)."""
     target = f"ipv4:{addr}" if "," in addr else addr
     return grpc.insecure_channel(
         target,
         options=[
             ("grpc.service_config", _SERVICE_CONFIG),
             ("grpc.enable_retries", 1),
-            ("grpc.use_local_subchannel_pool", 1),
-            ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
+            *CHANNEL_OPTIONS,
         ],
     )
 
