@@ -79,6 +79,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.bare_side import OwnCgroups, export_image, release_image
 from benchmarks.cpu_watch import CpuWatch
 from dlaas.clients.client import pack_code
 from dlaas.domain.jobspec import LABEL_JOB, LABEL_ROLE, ROLE_HELPER, ROLE_LEARNER
@@ -239,66 +240,6 @@ def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
             "nodes": sorted({e.get("node", "") for e in job.get("learners") or []}),
             "throttled": {k: sum(s[k] for s in stats) for k in stats[0]},
             "cpu_s": by_role, "cpu_by_process": by_process}  # fmt: skip
-
-
-def export_image(root: Path) -> tuple[Path, dict[str, str]]:
-    """The PyTorch learner image's file system and its env (PATH, PYTHONPATH=/opt/dlaas, ...)
-    for the bare runs: the same binaries and the same libraries (the example saves its
-    checkpoints with dlaas.learner.checkpoint, fsync and all, wherever it can import it)."""
-    root.mkdir(parents=True, exist_ok=True)
-    api = docker.from_env(timeout=600)
-    env = dict(e.split("=", 1) for e in api.images.get(IMAGE).attrs["Config"]["Env"] or [])
-    made = api.containers.create(IMAGE, command=["true"])
-    try:
-        tar = subprocess.Popen(["tar", "-x", "-C", str(root)], stdin=subprocess.PIPE)
-        for chunk in made.export():
-            tar.stdin.write(chunk)
-        tar.stdin.close()
-        if tar.wait() != 0:
-            raise RuntimeError("unpacking the image failed")
-    finally:
-        made.remove(force=True)
-        api.close()
-    (root / "etc" / "resolv.conf").write_text("")
-    # As a container has them: /proc, /dev (and its /dev/shm) of the host.
-    subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
-    subprocess.run(["mount", "--bind", "/dev", str(root / "dev")], check=True)
-    return root, env
-
-
-def release_image(root: Path) -> bool:
-    """Unmount what export_image mounted; whether nothing of the host is mounted there now
-    (only then may the folder be deleted: a bound /dev would go with it)."""
-    for mount in ("dev", "proc"):
-        if os.path.ismount(root / mount):
-            subprocess.run(["umount", "-l", str(root / mount)], check=False)
-    return not any(os.path.ismount(root / m) for m in ("dev", "proc"))
-
-
-class OwnCgroups:
-    """A CPU cgroup of its own for each bare process (`--bare-cgroups`), with no limit: what
-    a container adds to the CPU scheduler and nothing else (no quota, no network, no file
-    system). cgroup v1's cpu hierarchy, or v2's root with the cpu controller on."""
-
-    def __init__(self, count: int):
-        v1 = Path("/sys/fs/cgroup/cpu")
-        root = v1 if v1.is_dir() else Path("/sys/fs/cgroup")
-        if root == v1 or "cpu" in (root / "cgroup.subtree_control").read_text().split():
-            self.paths = [root / f"dlaas-bare-{os.getpid()}-{k}" for k in range(count)]
-        else:
-            raise SystemExit("--bare-cgroups: no cpu controller in /sys/fs/cgroup")
-        for path in self.paths:
-            path.mkdir(exist_ok=True)
-
-    def enter(self, k: int, cmd: list[str]) -> list[str]:
-        """`cmd`, run by a shell that first moves itself into cgroup k."""
-        procs = self.paths[k] / "cgroup.procs"
-        return ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *cmd]
-
-    def remove(self) -> None:
-        for path in self.paths:
-            with contextlib.suppress(OSError):
-                path.rmdir()
 
 
 def bare(image: tuple[Path, dict[str, str]], data: bytes, learners: int, epochs: int,
@@ -462,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dlaas-overhead-"))
     home = tmp / "home"
     try:
-        image = export_image(tmp / "rootfs")
+        image = export_image(tmp / "rootfs", IMAGE)
         if sizes:
             platform.up(home, progress=lambda line: None)
         try:
