@@ -92,7 +92,7 @@ from dlaas.domain.jobspec import (
 )
 from dlaas.learner import usage
 from dlaas.learner.paths import JobPaths
-from services.learner_helper import diskwatch, probe, resume, store
+from services.learner_helper import diskwatch, probe, resume, store, volume
 from services.learner_helper.archive import UnsafeArchive, safe_extract
 from services.learner_helper.config import (
     ConfigError,
@@ -405,7 +405,7 @@ def run(
         paths.checkpoint_dir,
         paths.log_dir,
     ):
-        d.mkdir(parents=True, exist_ok=True)
+        volume.real_dirs(paths.job_dir, d)  # a learner of an earlier run may have left a link
     diskwatch.start(paths.job_dir, env, emit, stop)
     client = store.make_client(cfg.endpoint, cfg.access_key, cfg.secret_key, cfg.region)
     steps.done("store client")
@@ -445,6 +445,7 @@ def run(
             paths.learner_exit(i).unlink(missing_ok=True)
             paths.learner_usage(i).unlink(missing_ok=True)
     if not resumed:  # else fast_start did both
+        volume.drop_unless_regular(paths.ready_mark)
         paths.ready_mark.touch()
         say(f"data ready {steps.summary()}")
         emit(EVENT_DATA_READY)

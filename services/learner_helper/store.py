@@ -28,6 +28,7 @@ from dlaas.domain.jobspec import (
     HELPER_EXIT_UPLOAD_FAILED,
 )
 from services.learner_helper.config import folder_prefix
+from services.learner_helper.volume import drop_unless_regular, real_dirs
 
 # Not in dlaas.domain.jobspec (yet): the store could not be reached at all.
 CHUNK = 1 << 20
@@ -159,22 +160,34 @@ def list_keys(client, bucket: str, prefix: str) -> list[tuple[str, int]]:
 
 
 def download_object(
-    client, bucket: str, key: str, dest: Path, should_stop: Callable[[], bool]
+    client,
+    bucket: str,
+    key: str,
+    dest: Path,
+    should_stop: Callable[[], bool],
+    root: Path | None = None,
 ) -> int:
-    """Stream one object to `dest` (via a temporary file); return its size."""
+    """Stream one object to `dest` (via a temporary file); return its size. With `root` (a
+    folder of the job volume, which the learners share), every folder from it to `dest`
+    is made a real one first and no link is written through (volume.real_dirs)."""
     what = f"s3://{bucket}/{key}"
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    if root is not None:
+        real_dirs(root, dest.parent)
+    else:
+        dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".part-{dest.name}")
     size = 0
     try:
         body = client.get_object(Bucket=bucket, Key=key)["Body"]
-        with open(tmp, "wb") as f:
+        drop_unless_regular(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as f:
             for chunk in body.iter_chunks(CHUNK):
                 if should_stop():
                     raise Interrupted()
                 f.write(chunk)
                 size += len(chunk)
-        os.replace(tmp, dest)
+        os.replace(tmp, dest)  # a link named `dest` is replaced, not followed
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
         raise classify(exc, what) from None
     finally:
@@ -208,7 +221,7 @@ def download_prefix(
     for key, name in wanted:
         if should_stop():
             raise Interrupted()
-        total += download_object(client, bucket, key, dest / name, should_stop)
+        total += download_object(client, bucket, key, dest / name, should_stop, root=dest)
     return len(wanted), total
 
 

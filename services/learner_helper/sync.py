@@ -49,7 +49,14 @@ from dlaas.domain.jobspec import (
 from dlaas.learner.paths import RUN_START_META
 from services.learner_helper import store
 from services.learner_helper.config import folder_prefix
-from services.learner_helper.volume import Stat, count_lines, hidden, scan
+from services.learner_helper.volume import (
+    Stat,
+    count_lines,
+    drop_unless_regular,
+    hidden,
+    real_dirs,
+    scan,
+)
 
 # --------------------------------------------------------------------------- pure
 
@@ -149,11 +156,13 @@ class CheckpointSync:
         fetched = 0
         for name, size in sorted(remote.items()):
             dest = self.directory / name
+            real_dirs(self.directory, dest.parent)  # a learner's links go, never followed
+            drop_unless_regular(dest)
             if not dest.exists():
                 if should_stop():
                     raise store.Interrupted()
                 store.download_object(
-                    self.client, self.bucket, self.prefix + name, dest, should_stop
+                    self.client, self.bucket, self.prefix + name, dest, should_stop, self.directory
                 )
                 fetched += 1
             stat = _stat(dest)
@@ -241,11 +250,12 @@ class LearnerLogs:
         for i in learners:
             head = self._head(i)
             local = self.path(i)
+            drop_unless_regular(local)  # a learner's link is never read nor written through
             remote_size = head["ContentLength"] if head else -1
             local_size = local.stat().st_size if local.is_file() else -1
             if remote_size > local_size:  # a new volume, or an older one: S3 knows more
                 store.download_object(
-                    self.client, self.bucket, self.key(i), local, should_stop=lambda: False
+                    self.client, self.bucket, self.key(i), local, lambda: False, self.log_dir
                 )
             if not local.is_file():
                 self.run_start[i] = 0

@@ -1,4 +1,11 @@
-"""What the helper reads of the job volume by itself: hidden names, file listings, lines.
+"""What the helper reads of the job volume by itself: hidden names, file listings, lines;
+and the folders and files it writes there made its own first.
+
+The learners share the volume and may have left a link (or anything else) wherever the
+helper is about to write: to the helper's own files, its Python packages included. Before it
+restores or downloads into a folder, `real_dirs` makes every folder on the way a real one
+(a link or a file there is removed first), and `drop_unless_regular` removes a link, a pipe
+or a folder where it means to write a file. No learner runs while the helper restores.
 
 Standard library only: both the sync (sync.py) and the fast start (resume.py, before boto3
 is imported) use it.
@@ -6,6 +13,9 @@ is imported) use it.
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 from pathlib import Path
 
 Stat = tuple[int, int]  # (size, mtime_ns): what "unchanged since last seen" compares
@@ -37,3 +47,39 @@ def scan(directory: Path) -> dict[str, Stat]:
         if path.is_file():
             found[rel] = (st.st_size, st.st_mtime_ns)
     return found
+
+
+def drop_unless_regular(path: Path) -> None:
+    """Remove whatever `path` names unless it is a regular file (a link is removed, never
+    followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(path)
+    elif not stat.S_ISREG(mode):
+        path.unlink()
+
+
+def real_dirs(root: Path, target: Path) -> None:
+    """Make `target` and every folder between `root` (trusted) and it a real folder: a link,
+    a file or anything else on the way is removed first. A target outside `root`: made as
+    it is."""
+    try:
+        parts = target.relative_to(root).parts
+    except ValueError:
+        target.mkdir(parents=True, exist_ok=True)
+        return
+    path = root
+    path.mkdir(parents=True, exist_ok=True)
+    for part in parts:
+        path = path / part
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            path.mkdir()
+            continue
+        if not stat.S_ISDIR(mode):
+            path.unlink()
+            path.mkdir()

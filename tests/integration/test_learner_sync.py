@@ -9,7 +9,7 @@ import os
 import time
 
 from dlaas.learner import checkpoint
-from services.learner_helper import store, sync
+from services.learner_helper import store, sync, volume
 
 
 def test_checkpoint_sync_mirrors_keep_k_and_restores(tmp_path, s3_client, s3_bucket):
@@ -137,3 +137,51 @@ def test_open_below_follows_no_link_and_opens_only_regular_files(tmp_path):
     os.close(fd)
     for rel in ("linked-dir/x", "linked-file", "fifo", "dir", "missing", "../outside/x", ""):
         assert store.open_below(root, rel) is None, rel
+
+
+def test_a_restore_writes_through_no_link_a_learner_left_in_the_volume(
+    tmp_path, s3_client, s3_bucket
+):
+    """A learner of an earlier run left links where the next helper restores (to the
+    helper's own files, its Python packages say): the restore removes them and writes real
+    files in real folders; what they pointed at is untouched."""
+    outside = tmp_path / "helper-files"
+    outside.mkdir()
+    (outside / "x.py").write_bytes(b"helper's own")
+    s3_client.put_object(Bucket=s3_bucket, Key="j/checkpoints/sub/x.py", Body=b"checkpoint")
+    s3_client.put_object(Bucket=s3_bucket, Key="j/logs/learner-0.log", Body=b"line\n")
+    s3_client.put_object(Bucket=s3_bucket, Key="data/sub/x.py", Body=b"data")
+
+    ckpt_dir, log_dir, data_dir = tmp_path / "ck", tmp_path / "logs", tmp_path / "data"
+    for d in (ckpt_dir, log_dir, data_dir):
+        d.mkdir()
+        (d / "sub").symlink_to(outside)
+    (log_dir / "learner-0.log").symlink_to(outside / "x.py")
+
+    mirror = sync.CheckpointSync(s3_client, s3_bucket, "j/checkpoints", ckpt_dir)
+    assert mirror.restore(lambda: False) == 1
+    logs = sync.LearnerLogs(s3_client, s3_bucket, "j", log_dir)
+    assert logs.restore(learners=range(1)) == 1
+    assert store.download_prefix(s3_client, s3_bucket, "data", data_dir, lambda: False) == (1, 4)
+
+    assert sorted(p.name for p in outside.iterdir()) == ["x.py"]
+    assert (outside / "x.py").read_bytes() == b"helper's own"
+    assert (ckpt_dir / "sub" / "x.py").read_bytes() == b"checkpoint"
+    assert (data_dir / "sub" / "x.py").read_bytes() == b"data"
+    assert not (log_dir / "learner-0.log").is_symlink()
+    assert (log_dir / "learner-0.log").read_bytes() == b"line\n"
+    for d in (ckpt_dir, data_dir):
+        assert not (d / "sub").is_symlink()
+
+
+def test_real_dirs_makes_every_folder_on_the_way_real(tmp_path):
+    root, outside = tmp_path / "job", tmp_path / "outside"
+    (outside / "b").mkdir(parents=True)
+    root.mkdir()
+    (root / "a").symlink_to(outside)
+    (root / "f").write_bytes(b"a file where a folder goes")
+    volume.real_dirs(root, root / "a" / "b")
+    volume.real_dirs(root, root / "f")
+    assert (root / "a" / "b").is_dir() and not (root / "a").is_symlink()
+    assert (root / "f").is_dir()
+    assert sorted(p.name for p in outside.iterdir()) == ["b"]
