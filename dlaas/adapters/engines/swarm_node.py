@@ -255,7 +255,9 @@ class SwarmNodeView(ContainerEngine):
             return b""  # no task has run yet
         try:
             return self.engine.task_logs(c.id, tail=tail, timestamps=timestamps)
-        except docker.errors.NotFound:
+        except docker.errors.APIError:
+            # Gone (404), or the manager cannot give it now (a 5xx, e.g. while its service
+            # is removed): cannot be read, and a log reader takes the stored object instead.
             return None
 
     def follow_logs(self, c: Container) -> Iterator[bytes]:
@@ -263,7 +265,7 @@ class SwarmNodeView(ContainerEngine):
             return iter(())
         try:
             return self.engine.task_logs(c.id, follow=True)
-        except docker.errors.NotFound:
+        except docker.errors.APIError:
             return iter(())
 
     def start(self, c: Container) -> None:
