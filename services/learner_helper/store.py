@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from dlaas.domain.jobspec import (
     HELPER_EXIT_UPLOAD_FAILED,
 )
 from services.learner_helper.config import folder_prefix
-from services.learner_helper.volume import drop_unless_regular, real_dirs
+from services.learner_helper.volume import drop_unless_regular, open_below, real_dirs
 
 # Not in dlaas.domain.jobspec (yet): the store could not be reached at all.
 CHUNK = 1 << 20
@@ -316,33 +315,6 @@ class _Snapshot:
             got += len(data)
         self._pos += want
         return b"".join(parts)
-
-
-def open_below(root: Path, rel: str) -> int | None:
-    """A read-only descriptor of the regular file `rel` below the trusted directory `root`,
-    following no link on the way (a learner can swap a directory or the file for a link to
-    anything in the helper's file system at any moment); None when there is none."""
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if not parts or ".." in parts:
-        return None
-    flags = os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            mode = os.O_RDONLY | os.O_NONBLOCK if last else os.O_RDONLY | os.O_DIRECTORY
-            child = os.open(part, mode | flags, dir_fd=fd)
-            os.close(fd)
-            fd = child
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError("not a regular file")
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def upload_file(

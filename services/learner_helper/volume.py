@@ -6,6 +6,7 @@ helper is about to write: to the helper's own files, its Python packages include
 restores or downloads into a folder, `real_dirs` makes every folder on the way a real one
 (a link or a file there is removed first), and `drop_unless_regular` removes a link, a pipe
 or a folder where it means to write a file. No learner runs while the helper restores.
+When it reads a file to upload it, `open_below` opens it following no link on the way.
 
 Standard library only: both the sync (sync.py) and the fast start (resume.py, before boto3
 is imported) use it.
@@ -83,3 +84,30 @@ def real_dirs(root: Path, target: Path) -> None:
         if not stat.S_ISDIR(mode):
             path.unlink()
             path.mkdir()
+
+
+def open_below(root: Path, rel: str) -> int | None:
+    """A read-only descriptor of the regular file `rel` below the trusted directory `root`,
+    following no link on the way (a learner can swap a directory or the file for a link to
+    anything in the helper's file system at any moment); None when there is none."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            mode = os.O_RDONLY | os.O_NONBLOCK if last else os.O_RDONLY | os.O_DIRECTORY
+            child = os.open(part, mode | flags, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+    except OSError:
+        os.close(fd)
+        return None
+    return fd

@@ -132,11 +132,11 @@ def test_open_below_follows_no_link_and_opens_only_regular_files(tmp_path):
     (root / "linked-dir").symlink_to(outside)
     (root / "linked-file").symlink_to(outside / "x")
     os.mkfifo(root / "fifo")  # opened as a reader, it would block until a writer came
-    fd = store.open_below(root, "dir/x")
+    fd = volume.open_below(root, "dir/x")
     assert fd is not None and os.read(fd, 100) == b"learner's"
     os.close(fd)
     for rel in ("linked-dir/x", "linked-file", "fifo", "dir", "missing", "../outside/x", ""):
-        assert store.open_below(root, rel) is None, rel
+        assert volume.open_below(root, rel) is None, rel
 
 
 def test_a_restore_writes_through_no_link_a_learner_left_in_the_volume(
