@@ -161,8 +161,9 @@ class CheckpointSync:
             if not dest.exists():
                 if should_stop():
                     raise store.Interrupted()
+                # (its folders were made real just above: no learner runs while we restore)
                 store.download_object(
-                    self.client, self.bucket, self.prefix + name, dest, should_stop, self.directory
+                    self.client, self.bucket, self.prefix + name, dest, should_stop
                 )
                 fetched += 1
             stat = _stat(dest)
