@@ -445,8 +445,7 @@ def run(
             paths.learner_exit(i).unlink(missing_ok=True)
             paths.learner_usage(i).unlink(missing_ok=True)
     if not resumed:  # else fast_start did both
-        volume.drop_unless_regular(paths.ready_mark)
-        paths.ready_mark.touch()
+        volume.write_mark(paths.ready_mark)
         say(f"data ready {steps.summary()}")
         emit(EVENT_DATA_READY)
     interval = cfg.checkpoint_interval_s

@@ -38,7 +38,7 @@ from dlaas.domain.jobspec import EVENT_DATA_READY, format_event, log_object_key
 from dlaas.learner.paths import RUN_START_META, JobPaths
 from services.learner_helper import s3lite
 from services.learner_helper.config import ConfigError, HelperConfig, with_secret_file
-from services.learner_helper.volume import count_lines, drop_unless_regular, hidden, scan
+from services.learner_helper.volume import count_lines, hidden, scan, write_mark
 
 PREPARED_MARK = ".dlaas-prepared"  # in the job dir; hidden, so no sync uploads it
 
@@ -54,8 +54,7 @@ def prepared_stamp(cfg: HelperConfig) -> dict[str, str]:
 
 def mark_prepared(paths: JobPaths, cfg: HelperConfig) -> None:
     """Data and code are in place (main.prepare, after both)."""
-    drop_unless_regular(paths.job_dir / PREPARED_MARK)
-    (paths.job_dir / PREPARED_MARK).write_text(json.dumps(prepared_stamp(cfg)))
+    write_mark(paths.job_dir / PREPARED_MARK, json.dumps(prepared_stamp(cfg)))
 
 
 def forget_prepared(paths: JobPaths) -> None:
@@ -141,8 +140,7 @@ def fast_start(env: dict[str, str], say: Callable[[str], None], started: float) 
         return False
     for i in cfg.learners:
         paths.learner_exit(i).unlink(missing_ok=True)  # the last run's
-    drop_unless_regular(paths.ready_mark)
-    paths.ready_mark.touch()
+    write_mark(paths.ready_mark)
     say(
         f"data ready {time.monotonic() - started:.2f} s after the start (fast start: the volume "
         "is as the job's last run stored it)"

@@ -63,6 +63,13 @@ def drop_unless_regular(path: Path) -> None:
         path.unlink()
 
 
+def write_mark(path: Path, text: str = "") -> None:
+    """Write one of the helper's marks (a file it owns in the volume) as a regular file: a
+    link or anything else a learner left there goes first."""
+    drop_unless_regular(path)
+    path.write_text(text)
+
+
 def real_dirs(root: Path, target: Path) -> None:
     """Make `target` and every folder between `root` (trusted) and it a real folder: a link,
     a file or anything else on the way is removed first. A target outside `root`: made as
