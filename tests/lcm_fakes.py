@@ -287,7 +287,7 @@ class FakeEngine(ContainerEngine):
         raw = self.output.get(c.id) if c.id in self.boxes else None
         return iter([raw] if raw else [])
 
-    def start(self, c: Container) -> None:
+    def restart(self, c: Container) -> None:
         self._answer()
         if c.id in self.boxes:
             self.set_state(c, "running")

@@ -39,7 +39,10 @@ once its newline is there (a round may catch it half written).
 
 Assumptions shared with the helper and the LCM: the log object holds the same lines, in
 the same order, as the learner's `docker logs` (the wrapper writes both); the LCM
-removes a gang's containers before it starts the next gang.
+removes a gang's containers before it starts the next gang. A gang the job monitor restarts
+in place keeps its containers on one engine (each container's log goes on: the same id, the
+same run start), and gets new ones on a swarm (new tasks: their helper marks the new run's
+start in the log object before they may print, services.learner_helper.presence).
 """
 
 from __future__ import annotations

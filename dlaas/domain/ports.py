@@ -227,8 +227,10 @@ class JobContainers(ABC):
         """The container's output from its start, ending when the container ends."""
 
     @abstractmethod
-    def start(self, c: Container) -> None:
-        """Start an exited container again (a helper restarted beside running learners)."""
+    def restart(self, c: Container) -> None:
+        """Start the container again, killed first if it still runs: a helper restarted
+        beside running learners, a gang's learners restarted in place. Its volume, network
+        and placement stay; on a swarm the service's new task is a new container."""
 
     @abstractmethod
     def kill(self, c: Container, signal: str | None = None) -> None:

@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -96,6 +97,11 @@ def run(command: str, env: dict[str, str], out=None) -> int:
     paths = JobPaths.from_env(env)
     learner_id = env.get("LEARNER_ID") or "0"
     alive = hold_alive_lock(paths, learner_id)
+    # Restarted in place (its container started again, or a swarm's new task on the same
+    # volume): what the last run left would tell the helper this one had ended.
+    for stale in (paths.learner_exit(learner_id), paths.learner_usage(learner_id)):
+        with contextlib.suppress(OSError):
+            stale.unlink(missing_ok=True)
     try:
         code = _run(command, env, paths, learner_id, out or sys.stdout.buffer)
         try:
@@ -126,11 +132,18 @@ def hold_alive_lock(paths: JobPaths, learner_id: str):
     for _ in range(ALIVE_LOCK_TRIES):
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return f
         except BlockingIOError:
             time.sleep(POLL_S)
+            continue
         except OSError:  # a file system without locks
             break
+        with contextlib.suppress(OSError):
+            # Which wrapper holds it: the helper tells a restarted learner's new wrapper
+            # from the old one by it (services.learner_helper.presence).
+            os.ftruncate(f.fileno(), 0)
+            f.write(f"{socket.gethostname()} {os.getpid()} {time.time():.6f}\n")
+            f.flush()
+        return f
     f.close()
     return None
 

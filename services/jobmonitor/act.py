@@ -25,10 +25,12 @@ from services.jobmonitor import decide as d
 from services.jobmonitor.observe import (
     INFO_CLEANED_UP,
     INFO_HELPER_RESTARTS,
+    INFO_LEARNER_RESTARTS,
     INFO_LOGS_INCOMPLETE,
     INFO_LOGS_NOTE,
     INFO_RELEASED,
     INFO_REQUEUE,
+    INFO_RESTARTS,
     INFO_RUN,
     INFO_SIGNALLED_AT,
     INFO_STALL,
@@ -113,17 +115,10 @@ class Actor:
             elif isinstance(action, d.RestartHelper):
                 for h in seen.helpers:
                     if h.exited:
-                        self._on(seen, h, "start")
-                same_run = info.info.get(INFO_RUN, 0) == info.run
-                restarts = list(info.info.get(INFO_HELPER_RESTARTS) or []) if same_run else []
-                info.update(
-                    {
-                        INFO_HELPER_RESTARTS: [
-                            *restarts,
-                            {"at": self.clock(), "reason": action.reason},
-                        ]
-                    }
-                )
+                        self._on(seen, h, "restart")
+                info.update(self._this_run(info, INFO_HELPER_RESTARTS, action.reason))
+            elif isinstance(action, d.RestartLearners):
+                self._restart_learners(job_id, action, seen)
             elif isinstance(action, d.SignalHelperFinish):
                 for h in seen.helpers:
                     if h.running:
@@ -205,6 +200,29 @@ class Actor:
                 "job %s: restart requested (%s); the LCM answered %s", job_id, action, step.value
             )
         info.update({INFO_REQUEUE: {"at": self.clock(), "reason": action.reason}})
+
+    def _this_run(self, info: RunInfo, key: str, reason: str) -> dict[str, Any]:
+        """`key`'s list of this run's restarts (at, reason), with one more made now."""
+        same_run = info.info.get(INFO_RUN, 0) == info.run
+        made = list(info.info.get(key) or []) if same_run else []
+        return {key: [*made, {"at": self.clock(), "reason": reason}]}
+
+    def _restart_learners(self, job_id: str, action: d.RestartLearners, seen: Seen) -> None:
+        """Restart every learner of the gang in its container (one still running is killed
+        first: its gang is broken). Recorded before it is made, so a monitor that dies in
+        between never makes it twice uncounted: the job's `restarts` (which max_restarts
+        bounds, the LCM's restarts too) and this run's list, which `dlaas show` and REST
+        show; then the `restarted` event to the owner's hooks."""
+        info = seen.run
+        facts = self._this_run(info, INFO_LEARNER_RESTARTS, action.reason)
+        info.update({**facts, INFO_RESTARTS: int(info.info.get(INFO_RESTARTS) or 0) + 1})
+        for c in seen.containers:
+            if c.role == jobspec.ROLE_LEARNER:
+                self._on(seen, c, "restart")
+        state = seen.view.state
+        body = Transition(state.status, self.clock(), action.reason)
+        made = len(facts[INFO_LEARNER_RESTARTS])
+        self.notifier.event(job_id, hooks.RESTARTED, state.seq, body, f"in-place-{made}")
 
     def _mark_stalled(self, job_id: str, action: d.MarkStalled, seen: Seen) -> None:
         """The stall's evidence into the job's info (shown by `dlaas show` and REST), and

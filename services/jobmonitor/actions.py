@@ -60,6 +60,20 @@ class RestartHelper:
 
 
 @dataclass(frozen=True)
+class RestartLearners:
+    """Start every learner of the gang again in its container (those still running killed
+    first); the helper, the volume and the placement stay.
+
+    A learner killed or stopped from outside while its gang trains on one node: the volume
+    holds the data, the code, the ready mark and the learners' own last checkpoint, so the
+    restarted learners resume from it at once, without a requeue, a new placement or a new
+    helper. It counts against the manifest's max_restarts like the LCM's restarts.
+    """
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class MarkStalled:
     """Record a stall in the job's info with its evidence; fire the `stalled` hook event."""
 
@@ -85,6 +99,7 @@ Action = (
     | ReleaseAllocation
     | Requeue
     | RestartHelper
+    | RestartLearners
     | MarkStalled
 )
 

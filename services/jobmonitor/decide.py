@@ -20,6 +20,9 @@ with the reason: running it again would fail again. Infrastructure trouble (a co
 killed or stopped from outside, a container gone, the data store unreachable) asks the LCM
 to restart the gang from its last checkpoint (`Requeue`); the LCM counts the restarts
 against the manifest's max_restarts, records them and fails the job when none are left.
+Two restarts the monitor makes in place itself (restarts.py): a helper lost beside running
+learners, and a gang on one node whose learner was killed or stopped from outside (its
+learners restarted in their containers, counted against max_restarts too).
 A job whose containers the monitor cannot see because their Docker engine is down never
 gets here: node health is the LCM's call, and it requeues such jobs itself.
 
@@ -50,7 +53,7 @@ from dlaas.domain.status import (
     can_transition,
 )
 from dlaas.domain.triage import CATALOG, Rule
-from services.jobmonitor import disk, gang, limits
+from services.jobmonitor import disk, gang, limits, restarts
 from services.jobmonitor.actions import (
     Action,
     Cleanup,
@@ -60,6 +63,7 @@ from services.jobmonitor.actions import (
     ReleaseAllocation,
     Requeue,
     RestartHelper,
+    RestartLearners,
     SignalHelperFinish,
     StopLearners,
     TransitionTo,
@@ -70,8 +74,6 @@ from services.jobmonitor.classify import (
     ERROR_ENGINE_LOST,
     ERROR_STORE_TIMEOUT,
     ERROR_TERMINATED,
-    EXIT_SIGKILL,
-    EXIT_SIGTERM,
     Failure,
     classify_helper,
     classify_learner,
@@ -123,6 +125,14 @@ class JobView:
     requeue_requested_at: float | None = None
     # How often this run's helper was restarted alone.
     helper_restarts: int = 0
+    # Restarts in place (restarts.py): the manifest's max_restarts and the restarts
+    # made so far (every kind, the LCM's too); how many nodes the gang is placed on; this
+    # run's restarts of its learners in place, and when the last was made.
+    max_restarts: int = 0
+    restarts: int = 0
+    nodes: int = 1
+    learner_restarts: int = 0
+    learner_restarted_at: float | None = None
     requeue_retry_s: float = DEFAULT_REQUEUE_RETRY_S
     # What a failed learner's last lines are read against (the manifest's, the operator's,
     # the built-in rows: dlaas.domain.triage), and the job's image its reason names.
@@ -144,10 +154,6 @@ class JobView:
     disk_limit_bytes: int = 0
     disk_poll_s: float = disk.DEFAULT_DISK_POLL_S
 
-
-# --- actions -------------------------------------------------------------------------
-# A helper restarted this many times in one run is not restarted alone again: the gang is.
-MAX_HELPER_RESTARTS = 3
 
 # --- the rules -----------------------------------------------------------------------
 
@@ -174,6 +180,8 @@ def decide(view: JobView) -> Decision:
             return Decision([*actions, *asked.actions], asked.recheck_at)
         if isinstance(change, RestartHelper):
             return Decision([change])
+        if isinstance(change, RestartLearners):
+            return Decision([change], view.now + restarts.RESTART_SETTLE_S)
         if change is not None:
             actions.append(change)
             status = change.target
@@ -184,31 +192,9 @@ def decide(view: JobView) -> Decision:
     return Decision(actions, _recheck(view, learners, status))
 
 
-def _helper_lost_alone(
-    view: JobView, helper: Container | None, learners: list[Container], all_done: bool
-) -> RestartHelper | None:
-    """The helper died from outside while the learners are fine (running, or finished with
-    their results on the volume): restart it alone, to sync or to store them."""
-    if helper is None or not helper.exited or helper.oom_killed:
-        return None
-    if view.state.status not in _LEARNERS_RUN or (all_done and helper.exit_code == 0):
-        return None  # (exit 0 after the learners: it stored everything, the job completes)
-    if view.helper_restarts >= MAX_HELPER_RESTARTS:
-        return None
-    if any(c.exited and (c.exit_code or c.oom_killed) for c in learners):
-        return None
-    how = {EXIT_SIGKILL: "killed (SIGKILL)", EXIT_SIGTERM: "stopped (SIGTERM)", 0: "stopped"}
-    if helper.exit_code not in how:
-        return None
-    return RestartHelper(
-        f"the helper was {how[helper.exit_code]} from outside; restarted beside the running "
-        f"learners ({view.helper_restarts + 1}/{MAX_HELPER_RESTARTS})"
-    )
-
-
 def _status_change(
     view: JobView, helper: Container | None, learners: list[Container]
-) -> TransitionTo | Requeue | RestartHelper | StopLearners | None:
+) -> TransitionTo | Requeue | RestartHelper | RestartLearners | StopLearners | None:
     """The one status change (or restart request) the containers call for, or None."""
     status = view.state.status
     if status in _LCM_OWNS:
@@ -232,10 +218,16 @@ def _status_change(
     )
     if full is not None and not all_done:
         return TransitionTo(Status.FAILED, *full)
-    restart_helper = _helper_lost_alone(view, helper, learners, all_done)
+    restart_helper = restarts.helper_lost_alone(view, helper, learners, all_done)
     if restart_helper is not None:
         return restart_helper
     failure = _first_failure(view, helper, learners)
+    if failure is not None:
+        if restarts.under_way(view, helper, learners):
+            return None
+        in_place = restarts.learners_in_place(view, helper, learners, failure)
+        if in_place is not None:
+            return in_place
     if failure is None and helper is not None and helper.exited and helper.exit_code == 0:
         if status == Status.STORING or all_done:
             # Walking to COMPLETED records the steps a restarted monitor saw late.
@@ -323,6 +315,9 @@ def _recheck(view: JobView, learners: list[Container], status: Status) -> float 
     """When to look at a running job again for its limits: its deadline; for stalls, the
     next poll of its learners' logs, or when the stall is due if sooner."""
     times = []
+    settled = (view.learner_restarted_at or 0.0) + restarts.RESTART_SETTLE_S
+    if settled > view.now:  # a restart in place on its way: judged again once it settled
+        times.append(settled)
     if view.max_duration_s > 0 and status in _LEARNERS_RUN:
         left = view.max_duration_s - limits.running_s(view.history, view.state, view.now)
         if left > 0:  # past it, _deadline has acted

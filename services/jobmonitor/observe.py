@@ -47,6 +47,8 @@ INFO_LOGS_INCOMPLETE = "logs_incomplete"
 INFO_LOGS_NOTE = "logs_note"
 INFO_REQUEUE = "restart_requested"  # {"at": time, "reason": why} when it asked the LCM
 INFO_HELPER_RESTARTS = "helper_restarts"  # [{"at": time, "reason": why}] in this run
+INFO_LEARNER_RESTARTS = "learner_restarts"  # the gang's restarts in place, as above
+INFO_RESTARTS = "restarts"  # the job's restarts of every kind (the LCM counts its own too)
 INFO_STALL = "stall"  # the stall last marked in this run: {"at", "since", "reason", "learners"}
 INFO_STALLS = "stalls"  # every stall marked (the last MAX_STALLS), across runs
 # What a new run starts with: the previous run's bookkeeping no longer applies.
@@ -58,6 +60,7 @@ _FRESH_RUN: dict[str, Any] = {
     INFO_LOGS_NOTE: None,
     INFO_REQUEUE: None,
     INFO_HELPER_RESTARTS: None,
+    INFO_LEARNER_RESTARTS: None,
     INFO_STALL: None,
 }
 
@@ -266,6 +269,7 @@ class Observer:
             if c.learner is not None and c.learner == who and c.role == jobspec.ROLE_LEARNER:
                 tails.setdefault(who, self.tail(c, where[c.id], LOG_TAIL_LINES))
         stall = mine.get(INFO_STALL)
+        in_place = [r for r in mine.get(INFO_LEARNER_RESTARTS) or [] if isinstance(r, dict)]
         view = d.JobView(
             state=state,
             containers=judged,
@@ -282,6 +286,11 @@ class Observer:
             requeue_requested_at=requested.get("at") if isinstance(requested, dict) else None,
             requeue_retry_s=self.requeue_retry_s,
             helper_restarts=len(mine.get(INFO_HELPER_RESTARTS) or []),
+            max_restarts=manifest.max_restarts if manifest else 0,
+            restarts=int(info.get(INFO_RESTARTS) or 0),
+            nodes=len({p.get("node") for p in placement}) if placement else 1,
+            learner_restarts=len(in_place),
+            learner_restarted_at=in_place[-1].get("at") if in_place else None,
             triage_rules=rules_for(manifest.triage if manifest else (), self.limits.triage),
             image=str(info.get("image") or ""),
             learner_activity=activity,

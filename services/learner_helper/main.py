@@ -23,8 +23,9 @@ the job volume at /job. It
 6. waits for SIGUSR1 (HELPER_FINISH_SIGNAL, sent by the LCM when the learners are done)
    or SIGTERM (or, with DLAAS_HELPER_FINISH_ON_EXIT=1, on Swarm, until every learner of
    its node has ended: its exit code written, or its wrapper's alive lock dropped by a
-   kill; see LearnerPresence), then mirrors CHECKPOINT_DIR a last time, uploads RESULT_DIR/** under
-   results_prefix(JOB_ID) and LOG_DIR/learner-<i>.log to log_object_key(JOB_ID, i),
+   kill, a gang all on this node given RESTART_WAIT_S to be restarted in place first; see
+   services.learner_helper.presence), then mirrors CHECKPOINT_DIR a last time, uploads
+   RESULT_DIR/** under results_prefix(JOB_ID) and LOG_DIR/learner-<i>.log to log_object_key(JOB_ID, i),
    prints the `stored` event, removes DATA_READY_MARK and exits 0.
 Throughout, it measures the job volume (services.learner_helper.diskwatch) and prints the
 `disk_full` event once the volume holds more than DLAAS_VOLUME_LIMIT_MB.
@@ -69,7 +70,6 @@ services.learner_helper.probe), 2 bad helper env.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import sys
@@ -100,6 +100,7 @@ from services.learner_helper.config import (
     folder_prefix,
     with_secret_file,
 )
+from services.learner_helper.presence import LearnerPresence, RestartWatch
 from services.learner_helper.sync import CheckpointSync, LearnerLogs, MetricFiles, SyncPlan
 
 EXIT_BAD_CONFIG = 2
@@ -119,53 +120,6 @@ SYNC_PACE = 30
 # and a lock try per learner): a restart's teardown waits for this helper to store, so
 # each look saved is taken off every gang restart (0.5 s cost 0.25 s on average).
 PRESENCE_POLL_S = 0.1
-
-
-class LearnerPresence:
-    """Whether every learner of this node has ended (for a helper that finishes by itself).
-
-    A learner has ended once its wrapper left its exit code, or once its wrapper, seen alive
-    (holding the lock on its alive file: dlaas.learner.run), no longer holds it: it was
-    killed from outside, SIGKILL included, and could leave nothing. An alive file never
-    seen locked (an earlier run's, or a wrapper not started yet) says nothing.
-    """
-
-    def __init__(self, paths: JobPaths, learners: tuple[int, ...]):
-        self.paths = paths
-        self.learners = learners
-        self.seen_alive: set[int] = set()
-
-    def all_ended(self) -> bool:
-        # Every learner is looked at, not up to the first still running: one not looked at
-        # now could be killed before the next look, never seen alive.
-        ended = [self.ended(i) for i in self.learners]
-        return all(ended)
-
-    def ended(self, learner: int) -> bool:
-        if self.paths.learner_exit(learner).exists():
-            return True
-        held = lock_held(self.paths.learner_alive(learner))
-        if held:
-            self.seen_alive.add(learner)
-            return False
-        return held is False and learner in self.seen_alive
-
-
-def lock_held(path: Path) -> bool | None:
-    """Whether another open file holds a lock on `path` (None: no such file, or no locks)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return None
-    finally:
-        os.close(fd)  # also drops our own lock, if we took it
-    return False
 
 
 class Steps:
@@ -457,9 +411,15 @@ def run(
     next_logs, next_try = time.monotonic() + interval, 0.0
     next_metrics = time.monotonic() + METRICS_SYNC_S
     presence = LearnerPresence(paths, cfg.learners)
+    # A gang all here may be restarted in place (presence.py): its logs' new run marked.
+    watch = (
+        RestartWatch(presence, paths.ready_mark, lambda: mark_new_run(logs, cfg.learners), say)
+        if len(cfg.learners) == cfg.num_learners
+        else None
+    )
     wake_s = PRESENCE_POLL_S if cfg.finish_on_exit else CHECKPOINT_SCAN_S
     while not stop.wait(wake_s):
-        if cfg.finish_on_exit and presence.all_ended():
+        if cfg.finish_on_exit and (watch.look() if watch else presence.all_ended()):
             say("every learner of this node has exited")
             break
         now = time.monotonic()
@@ -477,6 +437,18 @@ def run(
             next_logs = now + interval
     say("finish signal received: storing checkpoints, results and logs")
     return finish(cfg, client, paths, ckpt, logs, metrics, ran=cfg.learners)
+
+
+def mark_new_run(logs: LearnerLogs, learners: tuple[int, ...]) -> None:
+    """The learners' new run marked in their logs (a restart in place on a swarm). S3 not
+    answering leaves the old start: a live stream then skips the last run's own lines,
+    which the stored log still holds."""
+    try:
+        logs.new_run(learners)
+    except store.StoreError as exc:
+        say(f"the restarted learners' new run is not marked in their logs: {exc.message}")
+    except OSError as exc:
+        say(f"the restarted learners' new run is not marked in their logs: {exc}")
 
 
 def main() -> int:

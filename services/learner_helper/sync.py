@@ -258,22 +258,41 @@ class LearnerLogs:
                 store.download_object(
                     self.client, self.bucket, self.key(i), local, lambda: False, self.log_dir
                 )
-            if not local.is_file():
-                self.run_start[i] = 0
-                continue
-            data = local.read_bytes()
-            if data and not data.endswith(b"\n"):
-                # The last run ended mid-line; this run's first line must not join it.
-                with open(local, "ab") as f:
-                    f.write(b"\n")
-                data += b"\n"
-            lines = count_lines(data)
-            self.run_start[i] = lines
+            size, lines = self._start_run(i)
             total += lines
             meta = (head or {}).get("Metadata", {}).get(RUN_START_META)
-            if head is None or head["ContentLength"] != len(data) or meta != str(lines):
+            if size is None:
+                continue
+            if head is None or head["ContentLength"] != size or meta != str(lines):
                 self.upload(i)
         return total
+
+    def new_run(self, learners: Iterable[int]) -> None:
+        """The learners restarted in place in new containers (presence.RestartWatch): mark
+        where their new run starts in each log, and upload it before they print. Raise
+        store.StoreError."""
+        for i in learners:
+            drop_unless_regular(self.path(i))
+            size, _ = self._start_run(i)
+            if size is not None:
+                self.upload(i)
+
+    def _start_run(self, learner: int) -> tuple[int | None, int]:
+        """Set the learner's run start to the lines its log holds now; (its bytes, or None
+        where there is no log yet, and its lines)."""
+        local = self.path(learner)
+        if not local.is_file():
+            self.run_start[learner] = 0
+            return None, 0
+        data = local.read_bytes()
+        if data and not data.endswith(b"\n"):
+            # The last run ended mid-line; this run's first line must not join it.
+            with open(local, "ab") as f:
+                f.write(b"\n")
+            data += b"\n"
+        lines = count_lines(data)
+        self.run_start[learner] = lines
+        return len(data), lines
 
     def adopt(self, learners: Iterable[int]) -> None:
         """A helper restarted beside running learners: this run's start lines are in S3."""

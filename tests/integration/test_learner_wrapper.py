@@ -88,7 +88,7 @@ def test_a_helper_sees_a_sigkilled_wrapper_end_though_it_left_no_exit_code(tmp_p
     # On Swarm a helper finishes by itself once its learners have ended; a learner killed
     # from outside writes no exit code, but drops the lock on its alive file with its life.
     from dlaas.learner.paths import JobPaths
-    from services.learner_helper.main import LearnerPresence
+    from services.learner_helper.presence import LearnerPresence
 
     (tmp_path / ".data_ready").touch()
     proc = _wrapper(tmp_path, "echo started; sleep 30")
@@ -102,3 +102,30 @@ def test_a_helper_sees_a_sigkilled_wrapper_end_though_it_left_no_exit_code(tmp_p
         proc.kill()
     assert not (tmp_path / "logs" / "learner-1.exit").exists()
     assert presence.all_ended()
+
+
+def test_a_wrapper_restarted_in_place_drops_what_its_last_run_left(tmp_path):
+    # The same learner started again on its volume (its container restarted in place): the
+    # last run's exit code must not tell the helper that this run has ended, and the alive
+    # file names the wrapper that holds it now (how a swarm helper tells a new one).
+    from dlaas.learner.paths import JobPaths
+    from services.learner_helper.presence import LearnerPresence
+
+    paths = JobPaths.from_env({"DLAAS_JOB_DIR": str(tmp_path)})
+    (tmp_path / ".data_ready").touch()
+    first = _wrapper(tmp_path, "echo one")
+    first.communicate(timeout=20)
+    assert paths.learner_exit(1).read_text() == "0\n" and paths.learner_usage(1).exists()
+    presence = LearnerPresence(paths, (1,))
+    token = presence.token(1)
+    assert token.split()[1] == str(first.pid)
+    proc = _wrapper(tmp_path, "echo two; sleep 30")
+    try:
+        assert proc.stdout.readline() == b"two\n"
+        assert not paths.learner_exit(1).exists() and not paths.learner_usage(1).exists()
+        assert not presence.all_ended()
+        assert presence.token(1).split()[1] == str(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert paths.learner_log(1).read_text() == "one\ntwo\n"

@@ -102,9 +102,9 @@ monitor.run(threading.Event())
 """
 
 
-def manifest(learners: int, cpus: float = 1.0) -> str:
+def manifest(learners: int, cpus: float = 1.0, max_restarts: int = 0) -> str:
     return (
-        f"name: monitor-test\nlearners: {learners}\ncpus: {cpus}\n"
+        f"name: monitor-test\nlearners: {learners}\ncpus: {cpus}\nmax_restarts: {max_restarts}\n"
         "framework: {name: python, version: '3', command: python3 train.py}\n"
     )
 
@@ -165,12 +165,11 @@ class Harness:
         assert state is not None
         return state.status
 
-    def new_job(self, learners: int, cpus: float = 1.0) -> str:
+    def new_job(self, learners: int, cpus: float = 1.0, max_restarts: int = 0) -> str:
         job_id = f"{SCOPE}{uuid.uuid4().hex[:10]}"
         self.jobs.append(job_id)
-        self.store.create(
-            JobRecord(job_id, "alice", "monitor-test", manifest(learners, cpus), time.time())
-        )
+        text = manifest(learners, cpus, max_restarts)
+        self.store.create(JobRecord(job_id, "alice", "monitor-test", text, time.time()))
         self.keeper.create(job_id)
         self.keeper.transition(job_id, Status.PENDING, "placed on local")
         return job_id
@@ -524,6 +523,57 @@ def test_learner_killed_from_outside_is_restarted_through_the_lcm_once(harness):
         "COMPLETED",
     ]
     assert len(harness.requeued) == 1
+    assert harness.released == [job]
+    assert harness.leftovers(job) == []
+
+
+# A learner that counts its runs on the job volume: the first sleeps (to be killed), the
+# next one ends after a moment.
+RUN_COUNTER = """
+import os, sys, time
+path = f"/job/runs-{os.environ['LEARNER_ID']}"
+run = (int(open(path).read()) if os.path.exists(path) else 0) + 1
+open(path, "w").write(str(run))
+print(f"run {run}", flush=True)
+time.sleep(60 if run == 1 else 2)
+"""
+
+
+def test_a_killed_learner_restarts_the_gang_in_place_without_the_lcm(harness):
+    job = harness.new_job(learners=2, max_restarts=3)
+    harness.start_monitor(resync_s=0.5)
+    harness.deploy(job, HELPER_OK, [RUN_COUNTER, RUN_COUNTER])
+    harness.wait_until("PROCESSING", lambda: harness.status(job) == Status.PROCESSING, 15)
+    names = [jobspec.learner_name(job, i) for i in range(2)]
+    ids = [harness.docker.containers.get(n).id for n in names]
+    harness.wait_until(
+        "both first runs", lambda: all(b"run 1" in harness.docker.containers.get(n).logs()
+                                       for n in names), 15
+    )  # fmt: skip
+
+    harness.docker.containers.get(names[0]).kill()  # SIGKILL, no OOM
+    for name, before in zip(names, ids, strict=True):
+        again = harness.wait_until(
+            f"{name}'s second run",
+            lambda name=name: (
+                (c := harness.docker.containers.get(name)).logs() == b"run 1\nrun 2\n" and c
+            ),
+            15,
+        )
+        assert again.id == before  # the same container, started again: its log goes on
+    record = harness.wait_cleaned(job)
+    # The same containers ran again, learner 1 killed with its broken gang: no requeue, no
+    # new placement, one restart counted against max_restarts, with its reason.
+    assert harness.requeued == []
+    assert statuses(record) == [
+        "QUEUED", "PENDING", "DOWNLOADING", "PROCESSING", "STORING", "COMPLETED",
+    ]  # fmt: skip
+    assert record.info["restarts"] == 1
+    [made] = record.info["learner_restarts"]
+    assert made["reason"] == (
+        "restart 1/3 in place from the learners' last checkpoint: "
+        "learner 0 was killed from outside (SIGKILL, exit code 137)"
+    )
     assert harness.released == [job]
     assert harness.leftovers(job) == []
 

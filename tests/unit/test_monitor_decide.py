@@ -19,7 +19,7 @@ from dlaas.domain.jobspec import (
 )
 from dlaas.domain.ports import Container
 from dlaas.domain.status import JobState, Status
-from services.jobmonitor import classify
+from services.jobmonitor import classify, restarts
 from services.jobmonitor import decide as d
 from services.jobmonitor.decide import (
     Cleanup,
@@ -175,7 +175,7 @@ def test_helper_exit_zero_again_and_again_restarts_the_gang():
         view(
             Status.PROCESSING,
             [helper("exited", 0), learner(0)],
-            helper_restarts=d.MAX_HELPER_RESTARTS,
+            helper_restarts=restarts.MAX_HELPER_RESTARTS,
         )
     )
     assert dec.actions == [
@@ -400,7 +400,7 @@ def test_a_helper_lost_too_often_restarts_the_gang(code, error_code):
         view(
             Status.PROCESSING,
             [helper("exited", code), learner(0)],
-            helper_restarts=d.MAX_HELPER_RESTARTS,
+            helper_restarts=restarts.MAX_HELPER_RESTARTS,
         )
     )
     assert [r.error_code for r in requeues(dec)] == [error_code]

@@ -240,9 +240,10 @@ class Deployer(ContainerEngine):
                 with contextlib.suppress(OSError, *NO_ANSWER):
                     chunks.close()
 
-    def start(self, c: Container) -> None:
+    def restart(self, c: Container) -> None:
         with self._answering():
-            quiet(self.client.api.start, c.id)
+            # No stop grace: a broken gang's learners have nothing left to save.
+            quiet(self.client.api.restart, c.id, timeout=0)
 
     def kill(self, c: Container, signal: str | None = None) -> None:
         with self._answering():

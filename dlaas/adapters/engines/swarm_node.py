@@ -190,7 +190,7 @@ class SwarmNodeView(ContainerEngine):
 
         A helper on a swarm finishes by itself once every learner of its node has ended:
         its exit code written, or (killed, SIGKILL included) the lock its wrapper held for
-        its life dropped (services.learner_helper.main.LearnerPresence). That is waited for
+        its life dropped (services.learner_helper.presence). That is waited for
         first, up to HELPER_SELF_FINISH_S: the finish signal (the service scaled to 0: the
         swarm sends its StopSignal) reaches a task on an overlay network only after the
         engine's fixed 2 s delay, and its end is reported only after that delay, even when
@@ -268,7 +268,7 @@ class SwarmNodeView(ContainerEngine):
         except docker.errors.APIError:
             return iter(())
 
-    def start(self, c: Container) -> None:
+    def restart(self, c: Container) -> None:
         self.engine.restart(c.name)
 
     def kill(self, c: Container, signal: str | None = None) -> None:
