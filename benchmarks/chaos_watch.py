@@ -204,8 +204,10 @@ class Watcher:
                 index = int(labels.get(jobspec.LABEL_LEARNER, "0"))
                 keys.append((job, index))
                 on.setdefault(node, set()).add(job)
-                if row["Id"] not in self._followed:
+                with self._lock:
+                    new = row["Id"] not in self._followed
                     self._followed.add(row["Id"])
+                if new:
                     threading.Thread(
                         target=self._follow, args=(node, row["Id"], job, index), daemon=True
                     ).start()
@@ -222,13 +224,14 @@ class Watcher:
 
         A stream that breaks because the node's engine went away (the manager's engine
         crash leaves its containers running) is picked up again once the engine answers,
-        from the last line's time; the run ends when the container is found stopped.
+        from the last line's time; the run ends when the container is found stopped, or
+        started again (restarted in place: the next poll follows its new run, from its
+        start).
         """
         run = RunTimeline(container_id, time.time())
         with self._lock:
             runs = self.timelines.setdefault((job, index), [])
-            runs.append(run)
-        broke_at, since = None, 0.0
+        broke_at, since, registered = None, 0.0, False
         give_up = time.time() + REFOLLOW_S
         while not self._stop.is_set() and time.time() < give_up:
             client = self.p.clients.get(node)
@@ -240,12 +243,19 @@ class Watcher:
                 broke_at = broke_at or time.time()
                 self._stop.wait(1.0)
                 continue
-            if broke_at is None:  # the first look
-                run.start = _docker_ts(state["StartedAt"])
+            started = _docker_ts(state["StartedAt"])
+            if not registered:  # the first look
+                if not state.get("Running"):
+                    break  # listed just before it ended: that run was followed already
+                run.start = since = started
+                registered = True
                 with self._lock:
+                    runs.append(run)
                     runs.sort(key=lambda r: r.start)
-            elif not state.get("Running"):
-                break  # it died with its engine (or after): its stream ended at the break
+            elif not state.get("Running") or started != run.start:
+                # It died with its engine (or after), or was restarted in place since (the
+                # same container, a new run: followed anew): its stream ended at the break.
+                break
             else:
                 self._stop.wait(0.5)  # its engine is back and it runs on: read on
             broke_at = None
@@ -253,9 +263,11 @@ class Watcher:
             with contextlib.suppress(Exception):
                 self._read_logs(client, container_id, run, since)
             broke_at = time.time()
-            since = run.lines[-1][0] if run.lines else 0.0
+            since = run.lines[-1][0] if run.lines else run.start
             give_up = time.time() + REFOLLOW_S
         run.end = broke_at or time.time()
+        with self._lock:  # a restart in place runs it again: the next poll follows that run
+            self._followed.discard(container_id)
 
     @staticmethod
     def _read_logs(client, container_id: str, run: RunTimeline, since: float) -> None:
