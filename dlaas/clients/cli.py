@@ -332,6 +332,10 @@ def show(
     console.print(history)
     if data.get("learners"):
         console.print(learners_table(data["learners"]))
+    for made in (data.get("info") or {}).get("learner_restarts") or []:
+        if isinstance(made, dict):  # the job monitor's restarts in place in this run
+            line = f"{_when_short(made.get('at') or 0)}  restarted in place: {made.get('reason')}"
+            console.print(line, markup=False, soft_wrap=True)
     if data.get("manifest"):
         console.print("manifest:", markup=False)
         console.print(

@@ -328,7 +328,8 @@ LEARNERS = [
 
 def test_show_prints_the_learners_as_a_table(server, manifest_file):
     job_id = server.cli("submit", str(manifest_file)).stdout.strip()
-    server.store.update_info(job_id, {"learners": LEARNERS})
+    made = {"at": time.time(), "reason": "restart 1/3 in place from the learners' last checkpoint"}
+    server.store.update_info(job_id, {"learners": LEARNERS, "learner_restarts": [made]})
     r = server.cli("show", job_id)
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
@@ -341,6 +342,9 @@ def test_show_prints_the_learners_as_a_table(server, manifest_file):
         ["1", "node-2", "exited", "137", "(out", "of", "memory)", "job-x-learner-1"],
     ]
     assert "'id'" not in r.output and "{" not in r.output.split("manifest:")[0]
+    assert "restarted in place: restart 1/3 in place from the learners' last checkpoint" in (
+        r.output
+    )
 
 
 def test_submit_refused_prints_the_problems(server, tmp_path):
