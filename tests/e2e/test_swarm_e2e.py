@@ -346,6 +346,42 @@ def _resumed_on(http, job_id: str, node: str) -> dict:
     return job
 
 
+def test_a_learner_killed_on_the_swarm_restarts_in_place_and_its_log_goes_on(home, http):
+    # A stray `kill -9` on the node: the gang restarts there, in a new task, from the
+    # learner's own last checkpoint on the volume, without a requeue or a new placement.
+    from test_platform_e2e import logs, submit, wait_final
+
+    from benchmarks import chaos_checks
+    from dlaas.domain import jobspec
+
+    manifest = _digits(12).rstrip("\n") + "\nmax_restarts: 2\n"
+    job_id = submit(http, manifest, REPO / "examples/digits")
+    _until(lambda: any(x.startswith("epoch 3/") for x in logs(http, job_id)), "epoch 3")
+    [node] = [e["node"] for e in http.get(f"/v1/jobs/{job_id}").json()["learners"]]
+    label = [f"{jobspec.LABEL_JOB}={job_id}", f"{jobspec.LABEL_ROLE}={jobspec.ROLE_LEARNER}"]
+    [learner] = SwarmLab(home / "swarm").client(node).containers.list(filters={"label": label})
+    learner.kill()
+    resumed = "resuming from the checkpoint of epoch"
+    _until(lambda: any(x.startswith(resumed) for x in logs(http, job_id)), "resumed", 60)
+    live = logs(http, job_id)  # read from the new task's container while it trains
+
+    job = wait_final(http, job_id, timeout=240)
+    history = [(h["status"], h["reason"]) for h in job["history"]]
+    assert job["status"] == "COMPLETED", history
+    assert [s for s, _ in history].count("QUEUED") == 1, history  # never requeued
+    [made] = job["info"]["learner_restarts"]
+    assert made["reason"].startswith("restart 1/2 in place from the learners' last checkpoint: ")
+    assert "learner 0 was killed from outside (SIGKILL" in made["reason"], made
+    assert job["info"]["restarts"] == 1
+    assert [e["node"] for e in job["learners"]] == [node]
+    # One stream across both runs: the new run's lines after the old one's, none lost or
+    # repeated, the second run resuming from the first one's checkpoint.
+    lines = logs(http, job_id)
+    check = chaos_checks.check_log(lines, 12)
+    assert (check.lost, check.duplicated, check.runs) == (0, 0, 2), lines
+    assert lines[: len(live)] == live, (live, lines)  # what was streamed live stays so
+
+
 def test_a_job_on_a_killed_node_restarts_on_the_other_from_its_checkpoint_and_the_node_rejoins(
     home, http, admin
 ):

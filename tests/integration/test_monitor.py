@@ -27,6 +27,7 @@ from engine_proxy import EngineProxy
 
 from dlaas.adapters.engines.docker_engine import Deployer
 from dlaas.adapters.etcd_status import StatusKeeper
+from dlaas.adapters.notify import NoNotifier
 from dlaas.adapters.store.base import JobRecord
 from dlaas.domain import jobspec
 from dlaas.domain.status import Status
@@ -539,9 +540,20 @@ time.sleep(60 if run == 1 else 2)
 """
 
 
+class _Events(NoNotifier):
+    """The events that are no transition, as the owner's hooks would get them."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, str, str]] = []
+
+    def event(self, job_id, event, seq, t, occurrence) -> None:
+        self.sent.append((job_id, event, t.reason, occurrence))
+
+
 def test_a_killed_learner_restarts_the_gang_in_place_without_the_lcm(harness):
     job = harness.new_job(learners=2, max_restarts=3)
-    harness.start_monitor(resync_s=0.5)
+    events = _Events()
+    harness.start_monitor(resync_s=0.5, notifier=events)
     harness.deploy(job, HELPER_OK, [RUN_COUNTER, RUN_COUNTER])
     harness.wait_until("PROCESSING", lambda: harness.status(job) == Status.PROCESSING, 15)
     names = [jobspec.learner_name(job, i) for i in range(2)]
@@ -574,6 +586,7 @@ def test_a_killed_learner_restarts_the_gang_in_place_without_the_lcm(harness):
         "restart 1/3 in place from the learners' last checkpoint: "
         "learner 0 was killed from outside (SIGKILL, exit code 137)"
     )
+    assert events.sent == [(job, "restarted", made["reason"], "in-place-1")]
     assert harness.released == [job]
     assert harness.leftovers(job) == []
 
