@@ -286,7 +286,9 @@ def test_a_killed_container_exits_137_and_a_stopped_one_exits(side):
     after = {c.learner: c for c in side.engine.job_containers(plan.job_id) if c.learner is not None}
     assert (after[0].state, after[0].exit_code) == ("exited", 137)
     assert after[1].exited and after[1].exit_code in (137, 143)  # `sleep` may ignore SIGTERM
-    side.engine.start(after[0])
+    side.engine.restart(after[0])  # an exited one starts again
+    assert side.states(plan.job_id)[first.name] == "running"
+    side.engine.restart(after[0])  # a running one (a broken gang's survivor) too
     assert side.states(plan.job_id)[first.name] == "running"
 
 
