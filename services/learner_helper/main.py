@@ -445,9 +445,7 @@ def mark_new_run(logs: LearnerLogs, learners: tuple[int, ...]) -> None:
     which the stored log still holds."""
     try:
         logs.new_run(learners)
-    except store.StoreError as exc:
-        say(f"the restarted learners' new run is not marked in their logs: {exc.message}")
-    except OSError as exc:
+    except (store.StoreError, OSError) as exc:
         say(f"the restarted learners' new run is not marked in their logs: {exc}")
 
 
