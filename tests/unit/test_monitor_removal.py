@@ -17,7 +17,8 @@ import docker.errors
 import pytest
 import requests
 
-from dlaas.adapters.engines.docker_engine import Deployer, container_of, epoch
+from dlaas.adapters.engines.docker_engine import Deployer
+from dlaas.adapters.engines.reports import docker_container, epoch
 from dlaas.domain import jobspec
 from dlaas.domain.ports import Container, EngineUnreachable
 from services.jobmonitor.monitor import JobMonitor
@@ -93,13 +94,13 @@ def test_docker_inspect_data_becomes_a_container():
         "OOMKilled": False,
         "FinishedAt": "2026-11-23T10:00:01.5Z",
     }
-    raw = SimpleNamespace(id="abc", name="job-x-learner-1", labels=labels, attrs={"State": state})
-    c = container_of(raw, "n1")
+    listed = {"Id": "abc", "Names": ["/job-x-learner-1"], "Labels": labels, "State": "exited"}
+    c = docker_container(listed, state, "n1")
     assert (c.id, c.name, c.job_id, c.role, c.learner, c.node) == (
         "abc", "job-x-learner-1", "job-x", jobspec.ROLE_LEARNER, 1, "n1"
     )  # fmt: skip
     assert (c.state, c.exit_code, c.oom_killed, c.exited) == ("exited", 3, False, True)
     assert c.finished_at == epoch("2026-11-23T10:00:01Z") + 0.5
-    running = container_of(SimpleNamespace(id="h", name="h", labels={}, attrs={"State": {
-        "Status": "running", "ExitCode": 0, "FinishedAt": "0001-01-01T00:00:00Z"}}))  # fmt: skip
+    # A running container needs no inspect: the list says all there is.
+    running = docker_container({"Id": "h", "Names": ["/h"], "State": "running"})
     assert (running.exit_code, running.finished_at, running.running) == (None, None, True)

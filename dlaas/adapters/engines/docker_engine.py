@@ -15,7 +15,7 @@ fences in.
 
 It is also the Docker adapter of `dlaas.domain.ports.JobContainers`, the view of a node's job
 containers that the job monitor and the API's log reader use: containers as plain
-`Container`s (the conversion from Docker's inspect data lives here, `container_of`), their
+`Container`s (converted from Docker's list and inspect data by reports.docker_container), their
 logs, an event stream, and the few calls that act on one. Those calls raise
 EngineUnreachable when the engine does not answer (refused, broken, timed out).
 
@@ -41,7 +41,7 @@ import requests.exceptions
 from docker.types import DeviceRequest
 
 from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet, remove_container
-from dlaas.adapters.engines.reports import epoch, redact
+from dlaas.adapters.engines.reports import docker_container, redact
 from dlaas.adapters.engines.secret_files import secret_files_tar
 from dlaas.domain import jobspec
 from dlaas.domain.errors import DeployRefused, ImageUnavailable, TemporaryError, temporary_on
@@ -95,26 +95,6 @@ def refusal(exc: docker.errors.APIError) -> bool:
         status == 500
         and bool(_RUNTIME_REFUSED.search(explanation))
         and not _NODE_TROUBLE.search(explanation)
-    )
-
-
-def container_of(c, node: str = "") -> Container:
-    """A Docker container (inspected, not sparse) as the port's plain Container."""
-    labels = c.labels or {}
-    state = c.attrs.get("State") or {}
-    status = state.get("Status", "unknown")
-    learner = labels.get(jobspec.LABEL_LEARNER)
-    return Container(
-        id=c.id,
-        name=c.name,
-        job_id=labels.get(jobspec.LABEL_JOB, ""),
-        role=labels.get(jobspec.LABEL_ROLE, jobspec.ROLE_LEARNER),
-        learner=int(learner) if learner not in (None, "") else None,
-        state=status,
-        node=node,
-        exit_code=state.get("ExitCode") if status in EXITED_STATES else None,
-        oom_killed=bool(state.get("OOMKilled")),
-        finished_at=epoch(state.get("FinishedAt", "")),
     )
 
 
@@ -179,9 +159,20 @@ class Deployer(ContainerEngine):
     def job_containers(self, job_id: str) -> list[Container]:
         filters = {"label": [f"{jobspec.LABEL_JOB}={job_id}", self._managed]}
         with self._answering():
-            # Not sparse: the exit code, OOM kill and finish time come from the inspect.
-            found = self.client.containers.list(all=True, filters=filters, ignore_removed=True)
-        return [container_of(c, self.node) for c in found]
+            # One list call; an inspect only for each exited container (its exit code, OOM
+            # kill and finish time): the API's log reader and the monitor ask every second
+            # or so while a job trains, and an inspect per learner cost the engine more
+            # than all the rest of that look.
+            found = []
+            for listed in self.client.api.containers(all=True, filters=filters):
+                state = None
+                if listed.get("State") in EXITED_STATES:
+                    try:
+                        state = self.client.api.inspect_container(listed["Id"]).get("State")
+                    except docker.errors.NotFound:  # removed meanwhile
+                        continue
+                found.append(docker_container(listed, state, self.node))
+        return found
 
     def layer_bytes(self, job_id: str) -> dict[str, int] | None:
         # SizeRw: the engine adds up the container's upper directory (a walk of what the

@@ -16,7 +16,7 @@ from typing import Any
 import docker
 
 from dlaas.adapters.docker_calls import ENGINE_UNREACHABLE, quiet
-from dlaas.adapters.engines.docker_engine import epoch
+from dlaas.adapters.engines.reports import epoch
 from dlaas.domain import jobspec
 from dlaas.domain.ports import ContainerStats, EngineUnreachable, UsageSource
 
