@@ -2,7 +2,7 @@
 against the same processes run bare, and the time from submit to the job's first line.
 
     python benchmarks/training_overhead.py [--learners 1,2,4] [--swarm] [--epochs 60]
-        [--runs 4] [--checkpoint-interval S] [--bare-cgroups] [--json]
+        [--runs 4] [--checkpoint-interval S] [--bare-cgroups] [--plain-containers] [--json]
 
 The job is examples/pytorch-ddp (torch.distributed DDP over gloo, one process per learner,
 OMP_NUM_THREADS=1 on both sides so that CPU limits are not what is measured), submitted over
@@ -23,6 +23,10 @@ container, no overlay); the loopback run is reported beside it (`bare_loopback_e
 Docker shapes: the bare processes, each in a CPU cgroup of its own with no limit
 (`bare_own_cgroups_epoch_s`, `ratio_vs_own_cgroups`): how much of the ratio is the CPU
 scheduler serving N groups instead of N processes, which any container pays.
+`--plain-containers` adds another: the same processes as plain containers of the image
+(`docker run`, each held to the learners' CPUs as the platform holds them, on one bridge
+network; no wrapper, helper, job volume or control plane: `bare_plain_containers_epoch_s`,
+`ratio_vs_plain_containers`): what containers cost before the platform adds anything.
 
 A run must last long enough that the machine's noise (2 cores shared with other work)
 cannot decide the ratio: a shape of N learners trains max(20, --epochs / N) epochs (60 for
@@ -79,7 +83,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bare_side import OwnCgroups, export_image, release_image
+from benchmarks.bare_side import OwnCgroups, export_image, plain_containers, release_image
 from benchmarks.cpu_watch import CpuWatch
 from dlaas.clients.client import pack_code
 from dlaas.domain.jobspec import LABEL_JOB, LABEL_ROLE, ROLE_HELPER, ROLE_LEARNER
@@ -242,6 +246,26 @@ def on_platform(http: httpx.Client, engines: list, learners: int, epochs: int,
             "cpu_s": by_role, "cpu_by_process": by_process}  # fmt: skip
 
 
+def bench_folder(rootfs: Path, data: bytes) -> Path:
+    """A fresh /bench in the image's file system: the data and the example's code."""
+    work = rootfs / "bench"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "data").mkdir(parents=True)
+    (work / "data" / "digits.npz").write_bytes(data)
+    shutil.copy(EXAMPLE / "train.py", work / "train.py")
+    return work
+
+
+def in_plain_containers(image: tuple[Path, dict[str, str]], data: bytes, learners: int,
+                        epochs: int, cpus: float) -> dict:  # fmt: skip
+    """The bare processes as plain containers of the image (bare_side.plain_containers):
+    rank 0's seconds per epoch."""
+    rootfs, image_env = image
+    outputs = plain_containers(IMAGE, bench_folder(rootfs, data), image_env, learners, cpus,
+                               f"python train.py --epochs {epochs} {TRAIN_ARGS}")  # fmt: skip
+    return {"epoch_s": epoch_seconds(outputs[0].splitlines(), epochs)}
+
+
 def bare(image: tuple[Path, dict[str, str]], data: bytes, learners: int, epochs: int,
          nodes: list[dict] | None = None, cgroups: bool = False) -> dict:  # fmt: skip
     """The example's processes in the image's file system: on the host's loopback, or with
@@ -251,11 +275,7 @@ def bare(image: tuple[Path, dict[str, str]], data: bytes, learners: int, epochs:
     the CPU seconds of all the processes."""
     own = OwnCgroups(learners) if cgroups else None
     rootfs, image_env = image
-    work = rootfs / "bench"
-    shutil.rmtree(work, ignore_errors=True)
-    (work / "data").mkdir(parents=True)
-    (work / "data" / "digits.npz").write_bytes(data)
-    shutil.copy(EXAMPLE / "train.py", work / "train.py")
+    bench_folder(rootfs, data)
     port = str(free_port())
     procs = []
     watch = CpuWatch(nodes or ())
@@ -394,6 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bare-cgroups", action="store_true",
                     help="docker shapes: also the bare processes each in a CPU cgroup of its "
                     "own, reported beside the baseline (ratio_vs_own_cgroups)")  # fmt: skip
+    ap.add_argument("--plain-containers", action="store_true",
+                    help="docker shapes: also the bare processes as plain containers of the "
+                    "image, each held to the learners' CPUs, on one bridge network, nothing of "
+                    "the platform (ratio_vs_plain_containers)")  # fmt: skip
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     interval = args.checkpoint_interval
@@ -419,7 +443,10 @@ def main(argv: list[str] | None = None) -> int:
                     {"loopback": lambda n=n, e=epochs: bare(image, data, n, e),
                      **({"own_cgroups": lambda n=n, e=epochs: bare(image, data, n, e,
                                                                    cgroups=True)}
-                        if args.bare_cgroups else {})},
+                        if args.bare_cgroups else {}),
+                     **({"plain_containers": lambda n=n, s=share, e=epochs: in_plain_containers(
+                            image, data, n, e, s)}
+                        if args.plain_containers else {})},
                 ))  # fmt: skip
                 print(json.dumps(shapes[-1]), flush=True)
         finally:
