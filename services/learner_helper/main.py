@@ -109,16 +109,15 @@ METRICS_SYNC_S = 1.0
 # How often CHECKPOINT_DIR is scanned for a new checkpoint (a local scan; S3 only on a change).
 CHECKPOINT_SCAN_S = 0.5
 # A periodic sync that shipped something waits this many times its own duration before the
-# next one, so shipping takes at most about a hundredth of the time. A job that checkpoints
-# every epoch (the DDP example, every 0.1-0.3 s) had, at 10, a sync every 0.5 s beside its
-# learner: 1 learner 1.028-1.064 over bare in three runs; at 30, 1.005 (2026-11-27). Four
-# learners on two cores pay each sync more than once (the helper, S3, the engine's log of the
-# sync's event and the monitor take CPU from one learner, and the gang waits for it): 1.104
-# with shipping off against 1.223 at 30, back to back; 1.085 at 100 (2026-11-28,
-# docs/benchmarks.md "Training overhead"). The checkpoint in S3 is then at most 100 syncs'
-# time older than the learner's last (a few seconds for a small one), never more than the
-# job's interval; a learner restarted in place resumes from the volume, not from S3.
-SYNC_PACE = 100
+# next one, so shipping takes at most about a thirtieth of the time. A job that checkpoints
+# every 0.1 s (the DDP example) had, at 10, a sync every 0.5 s beside its learner: 1 learner
+# 1.028-1.064 over bare in three runs; at 30, 1.005; with shipping off, 0.989 (2026-11-27,
+# docs/benchmarks.md "Training overhead"). The checkpoint in S3 is then at most 30 syncs'
+# time older than the learner's last (about 1.5 s for a small one), and never more than the
+# job's interval. 100 was tried (2026-11-28: 4 learners 1.085 against 1.223 at 30 in one
+# back-to-back pair, then 1.169 / 1.167 / 1.088) and taken back: the chaos run's lost work
+# on a killed node went from 1.4-2.2 s to 6.0 s for a gain inside the runs' noise.
+SYNC_PACE = 30
 # How often a helper that finishes by itself looks whether its learners have ended (a stat
 # and a lock try per learner): a restart's teardown waits for this helper to store, so
 # each look saved is taken off every gang restart (0.5 s cost 0.25 s on average).
