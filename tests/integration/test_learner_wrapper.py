@@ -125,7 +125,12 @@ def test_a_wrapper_restarted_in_place_drops_what_its_last_run_left(tmp_path):
         assert not paths.learner_exit(1).exists() and not paths.learner_usage(1).exists()
         assert not presence.all_ended()
         assert presence.token(1).split()[1] == str(proc.pid)
+        # The wrapper copies a line to its stdout first (the live stream), then to the log
+        # file: the test waits for the second copy before it kills the wrapper.
+        deadline = time.monotonic() + 10
+        while paths.learner_log(1).read_text() != "one\ntwo\n" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert paths.learner_log(1).read_text() == "one\ntwo\n"
     finally:
         proc.kill()
         proc.wait(timeout=10)
-    assert paths.learner_log(1).read_text() == "one\ntwo\n"
