@@ -73,25 +73,33 @@ class OwnCgroups:
 
 
 def plain_containers(
-    image: str, work: Path, tag: str, envs: list[dict[str, str]], cpus: float, command: str
+    image: str, work: Path, env: dict[str, str], learners: int, cpus: float, command: str
 ) -> list[str]:
-    """`command` (run in /bench) as plain containers of `image`, one per env in `envs`,
-    named `<tag>-<k>` (the name rank 0 is reached by), each held to `cpus` the way the
-    platform holds a learner (dlaas.domain.plan.cfs_limit), all on one bridge network
-    (`--plain-containers`): what a container costs with nothing of the platform (no wrapper,
-    no helper, no job volume, no control plane). `work` (the bare side's folder: data and
-    code) is mounted at /bench. Each container's output."""
+    """`command` (run in /bench) as `learners` plain containers of `image`, each held to
+    `cpus` the way the platform holds a learner (dlaas.domain.plan.cfs_limit), all on one
+    bridge network, rank 0 reached by its name (`--plain-containers`): what a container
+    costs with nothing of the platform (no wrapper, no helper, no job volume, no control
+    plane). `work` (the bare side's folder: data and code) is mounted at /bench, each rank's
+    results and checkpoints go below it as the bare ranks' do. Each rank's output."""
     from dlaas.domain.plan import cfs_limit
 
     api = docker.from_env(timeout=600)
+    tag = f"dlaas-plain-{os.getpid()}"
     network = api.networks.create(tag, driver="bridge")
     period, quota = cfs_limit(int(cpus * 1e9))
     made = []
     try:
-        for rank, env in enumerate(envs):
+        for rank in range(learners):
+            rank_env = {
+                **env, "OMP_NUM_THREADS": "1", "RANK": str(rank),
+                "WORLD_SIZE": str(learners), "LOCAL_RANK": "0", "MASTER_ADDR": f"{tag}-0",
+                "MASTER_PORT": "29500", "DATA_DIR": "/bench/data",
+                "RESULT_DIR": f"/bench/{tag}/results-{rank}",
+                "CHECKPOINT_DIR": f"/bench/{tag}/checkpoints-{rank}",
+            }  # fmt: skip
             made.append(api.containers.run(
                 image, ["sh", "-c", f"cd /bench && {command}"], name=f"{tag}-{rank}",
-                hostname=f"{tag}-{rank}", network=tag, environment=env, detach=True,
+                hostname=f"{tag}-{rank}", network=tag, environment=rank_env, detach=True,
                 volumes={str(work): {"bind": "/bench", "mode": "rw"}},
                 cpu_period=period, cpu_quota=quota, init=True,
             ))  # fmt: skip

@@ -256,27 +256,12 @@ def bench_folder(rootfs: Path, data: bytes) -> Path:
     return work
 
 
-def rank_env(image_env: dict[str, str], rank: int, learners: int, master: str, port: str,
-             root: str) -> dict[str, str]:  # fmt: skip
-    """A bare rank's env: the image's, one thread, torch's env:// contract set by hand, the
-    data in /bench and this rank's results and checkpoints below `root`."""
-    return {
-        **image_env, "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": str(learners),
-        "LOCAL_RANK": "0", "MASTER_ADDR": master, "MASTER_PORT": port,
-        "DATA_DIR": "/bench/data", "RESULT_DIR": f"{root}/results-{rank}",
-        "CHECKPOINT_DIR": f"{root}/checkpoints-{rank}",
-    }  # fmt: skip
-
-
 def in_plain_containers(image: tuple[Path, dict[str, str]], data: bytes, learners: int,
                         epochs: int, cpus: float) -> dict:  # fmt: skip
     """The bare processes as plain containers of the image (bare_side.plain_containers):
     rank 0's seconds per epoch."""
     rootfs, image_env = image
-    tag = f"dlaas-plain-{os.getpid()}"
-    envs = [rank_env(image_env, k, learners, f"{tag}-0", "29500", f"/bench/{tag}")
-            for k in range(learners)]  # fmt: skip
-    outputs = plain_containers(IMAGE, bench_folder(rootfs, data), tag, envs, cpus,
+    outputs = plain_containers(IMAGE, bench_folder(rootfs, data), image_env, learners, cpus,
                                f"python train.py --epochs {epochs} {TRAIN_ARGS}")  # fmt: skip
     return {"epoch_s": epoch_seconds(outputs[0].splitlines(), epochs)}
 
@@ -298,7 +283,12 @@ def bare(image: tuple[Path, dict[str, str]], data: bytes, learners: int, epochs:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_before = before.ru_utime + before.ru_stime
     for rank in range(learners):
-        env = rank_env(image_env, rank, learners, "127.0.0.1", port, "/bench")
+        env = {
+            **image_env, "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": str(learners),
+            "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+            "DATA_DIR": "/bench/data", "RESULT_DIR": f"/bench/results-{rank}",
+            "CHECKPOINT_DIR": f"/bench/checkpoints-{rank}",
+        }  # fmt: skip
         enter: list[str] = []
         if nodes:
             node = nodes[rank % len(nodes)]
